@@ -1,0 +1,108 @@
+package queen
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrInvalidArgument is matched (errors.Is) by every error the client
+// returns for bad input before any request is sent.
+var ErrInvalidArgument = errors.New("queen: invalid argument")
+
+// argError is a sentinel for one kind of bad input. It also matches
+// ErrInvalidArgument.
+type argError struct{ msg string }
+
+func (e *argError) Error() string        { return "queen: " + e.msg }
+func (e *argError) Is(target error) bool { return target == ErrInvalidArgument }
+
+func newArgError(msg string) error { return &argError{msg: msg} }
+
+// Sentinel errors for invalid input. Each is returned (wrapped with detail)
+// before any request is sent, and each matches ErrInvalidArgument too.
+var (
+	// ErrInvalidURL: the broker URL given to New cannot be parsed or is not http(s).
+	ErrInvalidURL = newArgError("invalid broker URL")
+	// ErrEmptyQueue: a queue name is required.
+	ErrEmptyQueue = newArgError("queue name is empty")
+	// ErrConflationNeedsGroup: conflation needs a consumer group.
+	ErrConflationNeedsGroup = newArgError("conflation requires a consumer group")
+	// ErrConflationWithCommitOnDelivery: conflation cannot be combined with commit on delivery.
+	ErrConflationWithCommitOnDelivery = newArgError("conflation cannot be combined with commit on delivery")
+	// ErrPartitionsOutOfRange: Partitions(n) takes 1..64.
+	ErrPartitionsOutOfRange = newArgError("partitions must be between 1 and 64")
+	// ErrNegativeBatch: Batch(n) must not be negative.
+	ErrNegativeBatch = newArgError("batch must not be negative")
+	// ErrTimeoutOutOfRange: TimeoutMillis takes 0..60000.
+	ErrTimeoutOutOfRange = newArgError("timeout must be between 0 and 60000 ms")
+	// ErrInvalidSubscription: an unknown subscription mode or a subscriptionFrom that is not a time.
+	ErrInvalidSubscription = newArgError("invalid subscription mode or time")
+	// ErrInvalidTraceID: a trace id must be a UUID (a real broker loses such a message otherwise).
+	ErrInvalidTraceID = newArgError("trace id is not a UUID")
+	// ErrInvalidPayload: a payload cannot be encoded as JSON.
+	ErrInvalidPayload = newArgError("payload is not valid JSON")
+	// ErrNoMessages: a call that needs at least one message got none.
+	ErrNoMessages = newArgError("no messages given")
+	// ErrNotAckable: the message has no transaction id or partition id (it did not come from a pop).
+	ErrNotAckable = newArgError("message cannot be acknowledged: missing transactionId or partitionId")
+	// ErrUnknownStatus: an ack status other than completed, failed, retry or dlq.
+	ErrUnknownStatus = newArgError("unknown ack status")
+	// ErrCommitOnDeliveryConsume: a consume loop cannot commit on delivery.
+	ErrCommitOnDeliveryConsume = newArgError("commit on delivery works with Pop only; Consume refuses it")
+	// ErrInvalidOption: a numeric option out of range (Concurrency, Limit, IdleMillis, RenewLease, ...).
+	ErrInvalidOption = newArgError("invalid option value")
+	// ErrEmptyTransaction: a transaction needs at least one operation.
+	ErrEmptyTransaction = newArgError("transaction has no operations")
+	// ErrInvalidSeek: a seek needs exactly one of Timestamp and ToEnd, and a valid RFC 3339 time.
+	ErrInvalidSeek = newArgError("seek needs exactly one of Timestamp (RFC 3339) and ToEnd")
+)
+
+// Errors about the broker or the client's state rather than bad input.
+var (
+	// ErrClosed: the client was closed.
+	ErrClosed = errors.New("queen: client is closed")
+	// ErrConflationUnsupported: a conflating pop was answered without the
+	// conflation echo, so the broker predates conflation and would hand out
+	// the whole backlog. No message of that answer is returned.
+	ErrConflationUnsupported = errors.New("queen: broker does not support conflation")
+	// ErrNotSupported: the broker has no route for this call (an older broker).
+	ErrNotSupported = errors.New("queen: not supported by this broker")
+	// ErrLeaseLost: a lease could not be renewed (expired or taken).
+	ErrLeaseLost = errors.New("queen: lease lost")
+)
+
+// BrokerError is a refusal from the broker: a non-success HTTP status, or a
+// success status whose body says it failed (0.15.1 answers 200 to failures).
+// Use errors.As to get it through any wrapping.
+type BrokerError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the broker's machine-readable code ("bad_body", "no_leader", ...), if any.
+	Code string
+	// Message is the broker's error text.
+	Message string
+	// RetryAfter is the broker's Retry-After, zero when absent.
+	RetryAfter time.Duration
+	// Method and Path name the request.
+	Method, Path string
+	// Body is the raw response body.
+	Body []byte
+}
+
+func (e *BrokerError) Error() string {
+	s := fmt.Sprintf("queen: broker answered %d to %s %s", e.Status, e.Method, e.Path)
+	if e.Code != "" {
+		s += " (" + e.Code + ")"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Temporary reports whether retrying the same request later may succeed
+// (5xx, 429).
+func (e *BrokerError) Temporary() bool {
+	return e.Status >= 500 || e.Status == 429
+}
