@@ -1,0 +1,331 @@
+package queen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// AckStatus is the outcome of a message, as the broker knows it.
+type AckStatus string
+
+const (
+	// StatusCompleted: done; the group's cursor moves past the message.
+	StatusCompleted AckStatus = "completed"
+	// StatusFailed: spend one retry; the message and what follows it in its
+	// partition come back after the queue's retryDelay, and after the last
+	// retry it is dead-lettered.
+	StatusFailed AckStatus = "failed"
+	// StatusRetry: give the message back at once without spending a retry.
+	StatusRetry AckStatus = "retry"
+	// StatusDLQ: dead-letter the message at once.
+	StatusDLQ AckStatus = "dlq"
+)
+
+func (s AckStatus) valid() bool {
+	switch s {
+	case StatusCompleted, StatusFailed, StatusRetry, StatusDLQ:
+		return true
+	}
+	return false
+}
+
+// AckOptions qualify an ack.
+type AckOptions struct {
+	// ConsumerGroup is the group the message was popped for. Empty means the
+	// message's own group (queue mode when it has none).
+	ConsumerGroup string
+	// Error is the reason of a failed or dead-lettered message; the broker
+	// stores it on the dead-letter row.
+	Error string
+}
+
+// AckResult is the broker's answer for one acknowledged message.
+type AckResult struct {
+	// TransactionID names the message.
+	TransactionID string
+	// Success is false when the broker refused the ack (for example a lease
+	// that expired or belongs to another pop); Error says why.
+	Success bool
+	Error   string
+	// LeaseReleased is true when this ack ended the lease of its partition.
+	LeaseReleased bool
+	// DLQ is true when the message was dead-lettered.
+	DLQ bool
+	// Noop is true when the message had already been settled (2.x).
+	Noop bool
+}
+
+// AckError is returned when the broker refused one or more acks of a
+// request. Results holds every result, in request order.
+type AckError struct {
+	Results []AckResult
+}
+
+func (e *AckError) Error() string {
+	n, first := 0, ""
+	for _, r := range e.Results {
+		if !r.Success {
+			if n == 0 {
+				first = r.TransactionID + ": " + r.Error
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("queen: broker refused %d of %d acks (first %s)", n, len(e.Results), first)
+}
+
+// Ack settles one message: ok true acks it completed, false acks it failed
+// (one retry spent; it comes back after the queue's retryDelay). opts.Error
+// is stored as the failure reason. A refusal by the broker (a lost lease,
+// say) is an *AckError; the result is returned either way.
+func (c *Client) Ack(ctx context.Context, msg *Message, ok bool, opts AckOptions) (AckResult, error) {
+	st := StatusCompleted
+	if !ok {
+		st = StatusFailed
+	}
+	return c.Settle(ctx, msg, st, opts)
+}
+
+// Settle acks one message with any of the four outcomes: completed, failed,
+// retry or dlq (with opts.Error as the reason).
+func (c *Client) Settle(ctx context.Context, msg *Message, status AckStatus, opts AckOptions) (AckResult, error) {
+	res, err := c.SettleBatch(ctx, []Settlement{{Message: msg, Status: status, Error: opts.Error}}, opts)
+	if len(res) == 1 {
+		return res[0], err
+	}
+	return AckResult{}, err
+}
+
+// Settlement is one message's outcome in a batch ack.
+type Settlement struct {
+	Message *Message
+	Status  AckStatus
+	// Error is the reason of a failed or dead-lettered message.
+	Error string
+}
+
+// SettleBatch settles many messages in one request and returns one result
+// per message, in order. All of them must belong to one consumer group
+// (opts.ConsumerGroup, or else the messages' own). Give a partition's
+// outcomes in partition order: the broker settles them in that order. When
+// the broker refuses some items the error is an *AckError and the results
+// are returned too.
+func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOptions) ([]AckResult, error) {
+	if len(acks) == 0 {
+		return nil, ErrNoMessages
+	}
+	group := opts.ConsumerGroup
+	items := make([]wire.AckItem, len(acks))
+	for i, a := range acks {
+		if a.Message == nil || a.Message.TransactionID == "" || a.Message.PartitionID == "" {
+			return nil, fmt.Errorf("ack %d: %w", i, ErrNotAckable)
+		}
+		if !a.Status.valid() {
+			return nil, fmt.Errorf("ack %d: %w: %q", i, ErrUnknownStatus, a.Status)
+		}
+		g := group
+		if g == "" {
+			g = messageGroup(a.Message)
+			if i > 0 && g != messageGroup(acks[0].Message) {
+				return nil, fmt.Errorf("%w: one batch ack takes one consumer group; got %q and %q",
+					ErrInvalidOption, messageGroup(acks[0].Message), g)
+			}
+		}
+		items[i] = wire.AckItem{
+			TransactionID: a.Message.TransactionID,
+			PartitionID:   a.Message.PartitionID,
+			LeaseID:       a.Message.LeaseID,
+			Status:        string(a.Status),
+			Error:         a.Error,
+		}
+	}
+	if group == "" {
+		group = messageGroup(acks[0].Message)
+	}
+	var cl call
+	if len(items) == 1 {
+		cl = call{method: http.MethodPost, path: wire.RouteAck, body: wire.AckRequest{AckItem: items[0], ConsumerGroup: group}}
+	} else {
+		cl = call{method: http.MethodPost, path: wire.RouteAckBatch, body: wire.AckBatchRequest{ConsumerGroup: group, Acknowledgments: items}}
+	}
+	resp, err := c.do(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	return decodeAcks(resp.body, cl.path, items)
+}
+
+// messageGroup is the group to send for a message: empty for queue mode.
+func messageGroup(m *Message) string {
+	if m.ConsumerGroup == wire.QueueModeGroup {
+		return ""
+	}
+	return m.ConsumerGroup
+}
+
+// decodeAcks reads an ack answer: an array of results on both broker
+// generations, or an object with an error (0.15.1 answers some failures
+// with HTTP 200 and an object).
+func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, error) {
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '{' {
+		var eb wire.ErrorBody
+		_ = json.Unmarshal(body, &eb)
+		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body, Code: eb.Code,
+			Message: orDefault(eb.Error, "ack answered with an object instead of results")}
+	}
+	var out []wire.AckResult
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
+			Message: "undecodable ack answer: " + err.Error()}
+	}
+	if len(out) != len(items) {
+		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
+			Message: fmt.Sprintf("ack answer has %d results for %d acks", len(out), len(items))}
+	}
+	res := make([]AckResult, len(items))
+	failed := false
+	for i, o := range out {
+		idx := i
+		if o.Index >= 0 && o.Index < len(items) {
+			idx = o.Index
+		}
+		r := AckResult{TransactionID: o.TransactionID, Success: o.Success, LeaseReleased: o.LeaseReleased, DLQ: o.DLQ, Noop: o.Noop}
+		if r.TransactionID == "" {
+			r.TransactionID = items[idx].TransactionID
+		}
+		if o.Error != nil {
+			r.Error = *o.Error
+		}
+		if !r.Success {
+			failed = true
+			if r.Error == "" {
+				r.Error = "refused"
+			}
+		}
+		res[idx] = r
+	}
+	if failed {
+		return res, &AckError{Results: res}
+	}
+	return res, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// RenewResult is the outcome of one lease renewal.
+type RenewResult struct {
+	// LeaseID is the renewed lease.
+	LeaseID string
+	// Success is false when the lease had already expired or been released:
+	// its messages may now be with another worker.
+	Success bool
+	// ExpiresAt is the lease's new expiry (zero when unknown).
+	ExpiresAt time.Time
+	// Error is the broker's reason for a failure.
+	Error string
+}
+
+// DefaultRenewSeconds is how far Renew extends a lease.
+const DefaultRenewSeconds = 60
+
+// Renew extends the leases of msgs by DefaultRenewSeconds from now (never
+// shortening them): one request per distinct lease id, which covers every
+// partition of that pop. Success is read from the broker's answer; a lease
+// that could not be renewed gives a result with Success false and an error
+// matching ErrLeaseLost.
+func (c *Client) Renew(ctx context.Context, msgs ...*Message) ([]RenewResult, error) {
+	return c.RenewFor(ctx, DefaultRenewSeconds*time.Second, msgs...)
+}
+
+// RenewFor is Renew with the extension d (rounded up to whole seconds).
+func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message) ([]RenewResult, error) {
+	if len(msgs) == 0 {
+		return nil, ErrNoMessages
+	}
+	if d <= 0 {
+		return nil, fmt.Errorf("%w: renew duration %v must be positive", ErrInvalidOption, d)
+	}
+	secs := int(math.Ceil(d.Seconds()))
+	var leases []string
+	seen := map[string]bool{}
+	for i, m := range msgs {
+		if m == nil || m.LeaseID == "" {
+			return nil, fmt.Errorf("message %d: %w: no lease (committed on delivery?)", i, ErrNotAckable)
+		}
+		if !seen[m.LeaseID] {
+			seen[m.LeaseID] = true
+			leases = append(leases, m.LeaseID)
+		}
+	}
+	var out []RenewResult
+	var lost []string
+	for _, l := range leases {
+		r, err := c.renewLease(ctx, l, secs)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+		if !r.Success {
+			lost = append(lost, l)
+		}
+	}
+	if len(lost) > 0 {
+		return out, fmt.Errorf("%w: %s", ErrLeaseLost, strings.Join(lost, ", "))
+	}
+	return out, nil
+}
+
+// renewLease extends one lease id by secs seconds.
+func (c *Client) renewLease(ctx context.Context, leaseID string, secs int) (RenewResult, error) {
+	path := "/api/v1/lease/" + escape(leaseID) + "/extend"
+	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}})
+	if err != nil {
+		return RenewResult{LeaseID: leaseID}, err
+	}
+	return decodeRenew(resp.body, leaseID, path)
+}
+
+// decodeRenew reads the 2.x object or the 0.15.1 array answer.
+func decodeRenew(body []byte, leaseID, path string) (RenewResult, error) {
+	body = bytes.TrimSpace(body)
+	var rr wire.RenewResponse
+	if len(body) > 0 && body[0] == '[' {
+		var arr []wire.RenewResponse
+		if err := json.Unmarshal(body, &arr); err != nil || len(arr) == 0 {
+			return RenewResult{LeaseID: leaseID}, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
+				Message: "undecodable renew answer"}
+		}
+		rr = arr[0]
+	} else if err := json.Unmarshal(body, &rr); err != nil {
+		return RenewResult{LeaseID: leaseID}, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
+			Message: "undecodable renew answer: " + err.Error()}
+	}
+	r := RenewResult{LeaseID: leaseID, Success: rr.Success}
+	for _, ts := range []*string{rr.NewExpiresAt, rr.ExpiresAt, rr.LeaseExpiresAt} {
+		if ts != nil && *ts != "" {
+			r.ExpiresAt = parseBrokerTime(*ts)
+			break
+		}
+	}
+	if rr.Error != nil {
+		r.Error = *rr.Error
+	}
+	if !r.Success && r.Error == "" {
+		r.Error = "lease not renewed"
+	}
+	return r, nil
+}

@@ -1,0 +1,284 @@
+package queen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/queen-go/queen/internal/transport"
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// Client talks to one Queen broker (or several URLs of one cluster, with
+// failover). It is safe for concurrent use. Create it with New and release it
+// with Close.
+type Client struct {
+	tr      *transport.Transport
+	log     *slog.Logger
+	cfg     config
+	closeMu sync.RWMutex
+	closed  bool
+}
+
+type config struct {
+	urls           []string
+	token          string
+	httpClient     *http.Client
+	logger         *slog.Logger
+	requestTimeout time.Duration
+	retry          RetryPolicy
+	idleConns      int
+	renewSeconds   int
+}
+
+// RetryPolicy says how the client retries transient failures (network
+// errors, 5xx, 429). Zero fields take their defaults.
+type RetryPolicy struct {
+	// MaxAttempts bounds the attempts of ordinary calls (default 4). A long
+	// polling pop retries until its context ends.
+	MaxAttempts int
+	// MinBackoff and MaxBackoff bound the capped exponential backoff
+	// (defaults 200 ms and 10 s); jitter is added. A Retry-After from the
+	// broker is honoured.
+	MinBackoff, MaxBackoff time.Duration
+	// FailoverPause is how long a broker URL that failed is skipped before it
+	// is tried again (default 5 s).
+	FailoverPause time.Duration
+}
+
+// Option configures a Client.
+type Option func(*config)
+
+// WithURLs adds more broker URLs; the client fails over between them in
+// order when one is down, and tries a failed one again after a pause.
+func WithURLs(urls ...string) Option {
+	return func(c *config) { c.urls = append(c.urls, urls...) }
+}
+
+// WithBearerToken sends "Authorization: Bearer <token>" on every request.
+func WithBearerToken(token string) Option {
+	return func(c *config) { c.token = token }
+}
+
+// WithHTTPClient makes the client send its requests with hc. Its Timeout
+// should be zero or above the longest long poll (60 s); the client sets
+// per-request deadlines itself.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *config) { c.httpClient = hc }
+}
+
+// WithLogger sets the logger; the client is silent by default.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithRequestTimeout bounds each attempt of an ordinary call (default 30 s).
+// A long-polling pop gets its wait plus a margin instead.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) { c.requestTimeout = d }
+}
+
+// WithRetryPolicy sets how transient failures are retried.
+func WithRetryPolicy(p RetryPolicy) Option {
+	return func(c *config) { c.retry = p }
+}
+
+// WithIdleConns sets how many idle keep-alive connections per host the
+// client keeps (default 32). Each long poll holds one: keep it at least the
+// number of concurrent consumers. Ignored with WithHTTPClient.
+func WithIdleConns(n int) Option {
+	return func(c *config) { c.idleConns = n }
+}
+
+// New returns a client for the broker at rawURL (for example
+// "http://localhost:6632"). A URL that is not absolute http(s) is an error
+// matching ErrInvalidURL; nothing is sent until the first call.
+func New(rawURL string, opts ...Option) (*Client, error) {
+	cfg := config{urls: []string{rawURL}}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	urls := make([]string, 0, len(cfg.urls))
+	for _, u := range cfg.urls {
+		norm, err := normalizeURL(u)
+		if err != nil {
+			return nil, err
+		}
+		urls = append(urls, norm)
+	}
+	cfg.urls = urls
+	if cfg.requestTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative request timeout", ErrInvalidOption)
+	}
+	if cfg.idleConns < 0 {
+		return nil, fmt.Errorf("%w: negative idle connection count", ErrInvalidOption)
+	}
+	log := cfg.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tr, err := transport.New(transport.Config{
+		URLs:        cfg.urls,
+		HTTPClient:  cfg.httpClient,
+		IdleConns:   cfg.idleConns,
+		BearerToken: cfg.token,
+		Timeout:     cfg.requestTimeout,
+		Retry: transport.RetryPolicy{
+			MaxAttempts:   cfg.retry.MaxAttempts,
+			MinBackoff:    cfg.retry.MinBackoff,
+			MaxBackoff:    cfg.retry.MaxBackoff,
+			FailoverPause: cfg.retry.FailoverPause,
+		},
+		Logger:    log,
+		UserAgent: "queen-go",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidOption, err)
+	}
+	return &Client{tr: tr, log: log, cfg: cfg}, nil
+}
+
+func normalizeURL(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", fmt.Errorf("%w %q: %v", ErrInvalidURL, raw, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("%w %q: want http(s)://host[:port]", ErrInvalidURL, raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%w %q: no query or fragment allowed", ErrInvalidURL, raw)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// Close releases the client's idle connections. Calls after Close fail with
+// ErrClosed. Consume loops should be stopped (their Execute returned) before
+// Close; Close does not wait for them. It is safe to call more than once.
+func (c *Client) Close(ctx context.Context) error {
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.tr.Close()
+	return ctx.Err()
+}
+
+// call is one request for do.
+type call struct {
+	method string
+	path   string // escaped path
+	query  url.Values
+	body   any // marshalled to JSON when non-nil
+	raw    []byte
+	// longPoll: retry until ctx ends; timeout overrides the attempt timeout.
+	longPoll bool
+	timeout  time.Duration
+}
+
+// response is what do returns on any HTTP answer.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request and returns the answer. Any 2xx is returned as is; any
+// other status becomes a *BrokerError. A returned error without an answer is
+// a transport failure (retries spent, ctx ended, or closed client).
+func (c *Client) do(ctx context.Context, r call) (*response, error) {
+	c.closeMu.RLock()
+	closed := c.closed
+	c.closeMu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	body := r.raw
+	if r.body != nil && body == nil {
+		var err error
+		body, err = json.Marshal(r.body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidPayload, err)
+		}
+	}
+	resp, err := c.tr.Do(ctx, transport.Request{
+		Method:   r.method,
+		Path:     r.path,
+		Query:    r.query,
+		Body:     body,
+		LongPoll: r.longPoll,
+		Timeout:  r.timeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queen: %s %s: %w", r.method, r.path, err)
+	}
+	out := &response{status: resp.Status, header: resp.Header, body: resp.Body}
+	if resp.Status < 200 || resp.Status > 299 {
+		return out, brokerError(r.method, r.path, resp.Status, resp.Header, resp.Body)
+	}
+	return out, nil
+}
+
+// doJSON sends a request and decodes a 2xx JSON answer into out (if out is
+// non-nil and the answer has a body).
+func (c *Client) doJSON(ctx context.Context, r call, out any) (*response, error) {
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return resp, err
+	}
+	if out != nil && len(bytes.TrimSpace(resp.body)) > 0 {
+		if err := json.Unmarshal(resp.body, out); err != nil {
+			return resp, &BrokerError{Status: resp.status, Method: r.method, Path: r.path, Body: resp.body,
+				Message: "undecodable answer: " + err.Error()}
+		}
+	}
+	return resp, nil
+}
+
+func brokerError(method, path string, status int, h http.Header, body []byte) *BrokerError {
+	e := &BrokerError{Status: status, Method: method, Path: path, Body: body}
+	var eb wire.ErrorBody
+	if json.Unmarshal(body, &eb) == nil {
+		e.Code, e.Message = eb.Code, eb.Error
+	} else if len(body) > 0 && len(body) < 512 {
+		e.Message = strings.TrimSpace(string(body))
+	}
+	if e.Message == "" {
+		e.Message = http.StatusText(status)
+	}
+	if h != nil {
+		e.RetryAfter = parseRetryAfter(h.Get("Retry-After"))
+	}
+	return e
+}
+
+func parseRetryAfter(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
+		return time.Duration(secs * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// escape escapes one path segment.
+func escape(s string) string { return url.PathEscape(s) }

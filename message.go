@@ -1,0 +1,119 @@
+package queen
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// Message is one message handed out by a pop. The fields that identify it
+// for an ack (TransactionID, PartitionID, LeaseID, ConsumerGroup) are filled
+// from the broker's answer; keep the message as it is to ack or renew it.
+type Message struct {
+	// ID is the broker's message id.
+	ID string
+	// TransactionID is the message's transaction id (given at push, or minted
+	// by the client or broker). With PartitionID it identifies the message.
+	TransactionID string
+	// PartitionID is the broker's opaque partition id (a decimal string on
+	// 2.x, a UUID on 0.15.1). Never parse it.
+	PartitionID string
+	// LeaseID is the lease of the pop that delivered the message; empty when
+	// the pop committed on delivery (nothing to ack).
+	LeaseID string
+	// Queue and Partition name where the message lives.
+	Queue     string
+	Partition string
+	// ConsumerGroup is the group that popped it; "__QUEUE_MODE__" in queue mode.
+	ConsumerGroup string
+	// CreatedAt is when the broker stored the message.
+	CreatedAt time.Time
+	// TraceID is the trace id given at push, if any.
+	TraceID string
+	// ProducerSub is the authenticated producer, when the broker runs with auth.
+	ProducerSub string
+	// DeliveryAttempt is 1 on the first delivery and grows on each
+	// redelivery; 0 when the broker does not report it (0.15.1).
+	DeliveryAttempt int
+	// Offset is the message's position in its partition; -1 when the broker
+	// does not report it (0.15.1).
+	Offset int64
+	// Data is the payload when it is a JSON object; nil otherwise (see Raw).
+	Data map[string]any
+	// Raw is the payload exactly as pushed: any JSON value. "null" when the
+	// message had no payload.
+	Raw json.RawMessage
+}
+
+// Decode unmarshals the message's payload into a value of type T.
+//
+//	order, err := queen.Decode[Order](msg)
+func Decode[T any](msg *Message) (T, error) {
+	var v T
+	if msg == nil {
+		return v, fmt.Errorf("queen: decode: nil message")
+	}
+	if err := json.Unmarshal(msg.Raw, &v); err != nil {
+		return v, fmt.Errorf("queen: decode message %s: %w", msg.TransactionID, err)
+	}
+	return v, nil
+}
+
+// timeLayouts are the layouts the broker's createdAt has been seen in.
+var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999", "2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999Z07:00"}
+
+func parseBrokerTime(s string) time.Time {
+	for _, l := range timeLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// messageFromWire builds a Message from a pop answer. queue and lease are
+// the top-level values, used when the message does not carry its own.
+func messageFromWire(m *wire.PopMessage, queue, lease string) *Message {
+	msg := &Message{
+		ID:            m.ID,
+		TransactionID: m.TransactionID,
+		PartitionID:   m.PartitionID,
+		LeaseID:       lease,
+		Queue:         m.Queue,
+		Partition:     m.Partition,
+		ConsumerGroup: m.ConsumerGroup,
+		CreatedAt:     parseBrokerTime(m.CreatedAt),
+		Offset:        -1,
+		Raw:           m.Data,
+	}
+	if msg.Queue == "" {
+		msg.Queue = queue
+	}
+	if m.LeaseID != nil {
+		msg.LeaseID = *m.LeaseID
+	}
+	if m.TraceID != nil {
+		msg.TraceID = *m.TraceID
+	}
+	if m.ProducerSub != nil {
+		msg.ProducerSub = *m.ProducerSub
+	}
+	if m.DeliveryAttempt != nil {
+		msg.DeliveryAttempt = *m.DeliveryAttempt
+	}
+	if m.Offset != nil {
+		msg.Offset = *m.Offset
+	}
+	if len(msg.Raw) == 0 {
+		msg.Raw = json.RawMessage("null")
+	}
+	if len(msg.Raw) > 0 && msg.Raw[0] == '{' {
+		var data map[string]any
+		if json.Unmarshal(msg.Raw, &data) == nil {
+			msg.Data = data
+		}
+	}
+	return msg
+}

@@ -1,0 +1,105 @@
+package queen
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// popMargin is added to a long poll's wait for the HTTP deadline, so that
+// the broker answers before the client gives up.
+const popMargin = 5 * time.Second
+
+// emptyPopErrors are 0.15.1 answers (HTTP 200, success:false) that mean "no
+// messages", not a failure.
+var emptyPopErrors = map[string]bool{
+	"no_available_partition": true,
+	"partition_not_found":    true,
+	"lease_held":             true,
+}
+
+// Pop takes one batch of messages and leases them to the caller, who acks
+// each (Client.Ack) before the lease runs out. It returns an empty slice,
+// not an error, when there is nothing to take (after waiting, unless
+// Wait(false)). Bad options fail before any request with an error matching
+// ErrInvalidArgument. A conflating pop answered by a broker that does not
+// conflate fails with ErrConflationUnsupported and hands out nothing.
+func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
+	r, err := b.popRequest()
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.c.pop(ctx, r, b.conflation)
+	if err != nil {
+		return nil, err
+	}
+	return res.messages, nil
+}
+
+// popResult is one decoded pop answer.
+type popResult struct {
+	messages  []*Message
+	leaseID   string
+	autopilot *wire.AutopilotEcho
+}
+
+func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popResult, error) {
+	vals, err := r.query.Values()
+	if err != nil {
+		return nil, fmt.Errorf("queen: encode pop query: %w", err)
+	}
+	cl := call{method: http.MethodGet, path: r.path, query: vals}
+	if r.wait && !r.discover {
+		cl.longPoll = true
+		cl.timeout = time.Duration(r.waitMs)*time.Millisecond + popMargin
+	}
+	resp, err := c.do(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	if resp.status == http.StatusNoContent || len(resp.body) == 0 {
+		return &popResult{}, nil
+	}
+	return c.decodePop(resp.body, r.path, conflation)
+}
+
+// decodePop reads a 200 pop body of either broker generation.
+func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResult, error) {
+	var pr wire.PopResponse
+	if err := json.Unmarshal(body, &pr); err != nil {
+		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
+			Message: "undecodable pop answer: " + err.Error()}
+	}
+	if !pr.Success && pr.Error != "" {
+		if emptyPopErrors[pr.Error] {
+			return &popResult{}, nil
+		}
+		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body, Message: pr.Error}
+	}
+	if conflation {
+		if pr.Conflation == nil && pr.ConflationConflict == nil {
+			return nil, fmt.Errorf("%w: answer to %s carries no conflation echo (%d messages withheld)",
+				ErrConflationUnsupported, path, len(pr.Messages))
+		}
+		if pr.ConflationConflict != nil && *pr.ConflationConflict {
+			c.log.Warn("queen: conflation policy of the group differs from the request; the group's stored policy applies",
+				"path", path, "group", pr.ConsumerGroup)
+		}
+	}
+	res := &popResult{autopilot: pr.Autopilot}
+	if pr.LeaseID != nil {
+		res.leaseID = *pr.LeaseID
+	}
+	if len(pr.Messages) == 0 {
+		return res, nil
+	}
+	res.messages = make([]*Message, len(pr.Messages))
+	for i := range pr.Messages {
+		res.messages[i] = messageFromWire(&pr.Messages[i], pr.Queue, res.leaseID)
+	}
+	return res, nil
+}

@@ -1,0 +1,258 @@
+package queen
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// PushStatus is the broker's verdict on one pushed message.
+type PushStatus string
+
+const (
+	// PushQueued: the message was stored.
+	PushQueued PushStatus = "queued"
+	// PushDuplicate: a message with the same transaction id already exists in
+	// that partition; nothing new was stored and the result carries the
+	// original message's ids.
+	PushDuplicate PushStatus = "duplicate"
+	// PushFailed: the message was not stored (2.x "error"; 0.15.1
+	// "buffered" or "failed"). The result's Error says why.
+	PushFailed PushStatus = "error"
+)
+
+// PushResult is the outcome of one pushed message, in the order given.
+type PushResult struct {
+	// Index is the position of the message in the push.
+	Index int
+	// Status says whether the message was stored.
+	Status PushStatus
+	// MessageID is the broker's id of the stored message (the original one
+	// for a duplicate).
+	MessageID string
+	// TransactionID is the message's transaction id.
+	TransactionID string
+	// Queue is the queue the message went to.
+	Queue string
+	// Offset is the message's position in its partition; -1 when the broker
+	// does not report it.
+	Offset int64
+	// Error is the broker's reason when Status is PushFailed.
+	Error string
+}
+
+// Stored reports whether the message is in the queue (queued now, or
+// already there as a duplicate).
+func (r PushResult) Stored() bool { return r.Status == PushQueued || r.Status == PushDuplicate }
+
+// PushError is returned by PushBuilder.Execute when the broker refused some
+// of the messages. Results holds every result (stored or not); Failed the
+// indexes of the ones not stored.
+type PushError struct {
+	Results []PushResult
+	Failed  []int
+}
+
+func (e *PushError) Error() string {
+	first := e.Results[e.Failed[0]]
+	return fmt.Sprintf("queen: %d of %d pushed messages not stored (first: #%d %s: %s)",
+		len(e.Failed), len(e.Results), first.Index, first.Status, first.Error)
+}
+
+// Item is a message to push with its own ids. Pass it to Push in place of a
+// bare payload:
+//
+//	client.Queue("orders").Push(queen.Item{Payload: order, TransactionID: order.ID})
+type Item struct {
+	// Payload is the message: any value that encodes to JSON.
+	Payload any
+	// TransactionID makes a retried push idempotent: the broker answers a
+	// second push of the same id in the same partition with duplicate.
+	// Empty means the client makes one.
+	TransactionID string
+	// TraceID must be a UUID when set.
+	TraceID string
+}
+
+// PushBuilder collects one push request. Create it with QueueBuilder.Push.
+type PushBuilder struct {
+	qb       *QueueBuilder
+	payloads []any
+	traceID  string
+	txIDs    []string
+}
+
+// Push prepares a push of one message per payload to the builder's queue
+// (and partition, if set; else the broker's "Default" partition). A payload
+// is any value that encodes to JSON: a map, a struct, a number, a string, a
+// slice; json.RawMessage and []byte are sent as they are and must hold valid
+// JSON; an Item carries its own ids.
+func (b *QueueBuilder) Push(payloads ...any) *PushBuilder {
+	return &PushBuilder{qb: b, payloads: payloads}
+}
+
+// TraceID sets the trace id (a UUID) of every message of the push that has
+// none of its own.
+func (p *PushBuilder) TraceID(id string) *PushBuilder { p.traceID = id; return p }
+
+// TransactionIDs sets the transaction ids of the messages, in order; an
+// empty string (or a missing one) lets the client make one.
+func (p *PushBuilder) TransactionIDs(ids ...string) *PushBuilder { p.txIDs = ids; return p }
+
+// TransactionID sets the transaction id of a one-message push.
+func (p *PushBuilder) TransactionID(id string) *PushBuilder { p.txIDs = []string{id}; return p }
+
+// items validates the payloads and builds the wire items. Every item gets a
+// transaction id, so that a retried request is deduplicated by the broker.
+func (p *PushBuilder) items() ([]wire.PushItem, error) {
+	b := p.qb
+	if b.queue == "" {
+		return nil, ErrEmptyQueue
+	}
+	if len(p.payloads) == 0 {
+		return nil, fmt.Errorf("%w: push needs at least one payload", ErrNoMessages)
+	}
+	if len(p.txIDs) > len(p.payloads) {
+		return nil, fmt.Errorf("%w: %d transaction ids for %d payloads", ErrInvalidOption, len(p.txIDs), len(p.payloads))
+	}
+	if p.traceID != "" {
+		if err := checkTraceID(p.traceID); err != nil {
+			return nil, err
+		}
+	}
+	items := make([]wire.PushItem, len(p.payloads))
+	for i, pl := range p.payloads {
+		it := wire.PushItem{Queue: b.queue, Partition: b.partition, TraceID: p.traceID}
+		if i < len(p.txIDs) {
+			it.TransactionID = p.txIDs[i]
+		}
+		if item, ok := pl.(Item); ok {
+			pl = item.Payload
+			if item.TransactionID != "" {
+				it.TransactionID = item.TransactionID
+			}
+			if item.TraceID != "" {
+				if err := checkTraceID(item.TraceID); err != nil {
+					return nil, fmt.Errorf("item %d: %w", i, err)
+				}
+				it.TraceID = item.TraceID
+			}
+		}
+		raw, err := encodePayload(pl)
+		if err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		it.Payload = raw
+		if it.TransactionID == "" {
+			it.TransactionID = newID()
+		}
+		items[i] = it
+	}
+	return items, nil
+}
+
+// Execute sends the push and returns one result per message, in order. When
+// the broker did not store some of them, the error is a *PushError (and the
+// results are returned too). A transport failure after retries returns the
+// error alone: pushing the same builder again is safe, since every message
+// carries its transaction id.
+func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
+	items, err := p.items()
+	if err != nil {
+		return nil, err
+	}
+	// Freeze the minted ids so that a second Execute re-sends the same ones.
+	p.txIDs = make([]string, len(items))
+	for i := range items {
+		p.txIDs[i] = items[i].TransactionID
+	}
+	var out []wire.PushResult
+	if _, err := p.qb.c.doJSON(ctx, call{method: http.MethodPost, path: wire.RoutePush, body: wire.PushRequest{Items: items}}, &out); err != nil {
+		return nil, err
+	}
+	return pushResults(items, out)
+}
+
+func pushResults(items []wire.PushItem, out []wire.PushResult) ([]PushResult, error) {
+	if len(out) != len(items) {
+		return nil, &BrokerError{Status: http.StatusCreated, Method: http.MethodPost, Path: wire.RoutePush,
+			Message: fmt.Sprintf("push answer has %d results for %d messages", len(out), len(items))}
+	}
+	res := make([]PushResult, len(out))
+	var failed []int
+	for i, o := range out {
+		idx := i
+		if o.Index >= 0 && o.Index < len(items) {
+			idx = o.Index
+		}
+		r := PushResult{Index: idx, MessageID: o.MessageID, TransactionID: o.TransactionID, Queue: o.QueueName, Offset: -1, Error: o.Error}
+		if r.TransactionID == "" {
+			r.TransactionID = items[idx].TransactionID
+		}
+		if r.Queue == "" {
+			r.Queue = items[idx].Queue
+		}
+		if o.Offset != nil {
+			r.Offset = *o.Offset
+		}
+		switch o.Status {
+		case wire.PushQueued:
+			r.Status = PushQueued
+		case wire.PushDuplicate:
+			r.Status = PushDuplicate
+		default:
+			r.Status = PushFailed
+			if r.Error == "" {
+				r.Error = "broker status " + o.Status
+			}
+			failed = append(failed, i)
+		}
+		res[i] = r
+	}
+	if len(failed) > 0 {
+		return res, &PushError{Results: res, Failed: failed}
+	}
+	return res, nil
+}
+
+func checkTraceID(id string) error {
+	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
+		return fmt.Errorf("%w: %q", ErrInvalidTraceID, id)
+	}
+	return nil
+}
+
+// encodePayload turns a payload into JSON. Raw bytes are checked, not
+// re-encoded.
+func encodePayload(v any) (json.RawMessage, error) {
+	switch x := v.(type) {
+	case json.RawMessage:
+		if !json.Valid(x) {
+			return nil, fmt.Errorf("%w: json.RawMessage is not valid JSON", ErrInvalidPayload)
+		}
+		return x, nil
+	case []byte:
+		if !json.Valid(x) {
+			return nil, fmt.Errorf("%w: []byte payload is not valid JSON", ErrInvalidPayload)
+		}
+		return json.RawMessage(x), nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidPayload, err)
+	}
+	return raw, nil
+}
+
+// newID makes a transaction id: a UUIDv7 (time ordered), or a v4 if the
+// clock source fails.
+func newID() string {
+	if id, err := uuid.NewV7(); err == nil {
+		return id.String()
+	}
+	return uuid.NewString()
+}

@@ -1,0 +1,162 @@
+package queen
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// QueueConfig holds the options of a queue, as the broker's configure route
+// takes them. A nil field is not sent: the broker keeps its current value
+// (or its default for a new queue). Use Ptr to set one:
+//
+//	queen.QueueConfig{RetryLimit: queen.Ptr(5), DeadLetterQueue: queen.Ptr(true)}
+type QueueConfig struct {
+	// LeaseTime is how long a pop leases its messages, in seconds.
+	LeaseTime *int
+	// RetryLimit is how many failed acks a message may take before it is
+	// dead-lettered (or dropped when the queue has no dead-letter queue).
+	RetryLimit *int
+	// RetryDelay is how long a failed message waits before it comes back, in
+	// milliseconds.
+	RetryDelay *int
+	// Priority orders queues of one namespace/task for discovery pops.
+	Priority *int
+	// DelayedProcessing hides each new message for that many seconds.
+	DelayedProcessing *int
+	// WindowBuffer holds back a partition's messages until it has been quiet
+	// for that many seconds.
+	WindowBuffer *int
+	// MaxSize caps the number of messages the queue holds.
+	MaxSize *int
+	// TTL drops messages older than that many seconds.
+	TTL *int
+	// RetentionSeconds and CompletedRetentionSeconds say how long messages
+	// (pending, and completed) are kept; RetentionEnabled turns retention on.
+	RetentionSeconds          *int
+	CompletedRetentionSeconds *int
+	RetentionEnabled          *bool
+	// DeadLetterQueue keeps messages that ran out of retries (or were acked
+	// dlq) in the queue's dead-letter queue.
+	DeadLetterQueue *bool
+	// DLQAfterMaxRetries dead-letters messages after RetryLimit failures.
+	DLQAfterMaxRetries *bool
+	// EncryptionEnabled stores payloads encrypted.
+	EncryptionEnabled *bool
+	// MaxWaitTimeSeconds is the longest a message may wait (0.15.1 brokers).
+	MaxWaitTimeSeconds *int
+	// Namespace and Task tag the queue for discovery pops (Client.Namespace).
+	Namespace string
+	Task      string
+}
+
+// Ptr returns a pointer to v, for the optional fields of QueueConfig.
+func Ptr[T any](v T) *T { return &v }
+
+func (q *QueueConfig) wire() *wire.QueueOptions {
+	return &wire.QueueOptions{
+		LeaseTime: q.LeaseTime, RetryLimit: q.RetryLimit, RetryDelay: q.RetryDelay, Priority: q.Priority,
+		DelayedProcessing: q.DelayedProcessing, WindowBuffer: q.WindowBuffer, MaxSize: q.MaxSize, TTL: q.TTL,
+		RetentionSeconds: q.RetentionSeconds, CompletedRetentionSeconds: q.CompletedRetentionSeconds,
+		RetentionEnabled: q.RetentionEnabled, DeadLetterQueue: q.DeadLetterQueue, DLQAfterMaxRetries: q.DLQAfterMaxRetries,
+		EncryptionEnabled: q.EncryptionEnabled, MaxWaitTimeSeconds: q.MaxWaitTimeSeconds,
+	}
+}
+
+func queueConfigFromWire(name string, o wire.QueueOptions, ns, task *string) QueueConfig {
+	c := QueueConfig{
+		LeaseTime: o.LeaseTime, RetryLimit: o.RetryLimit, RetryDelay: o.RetryDelay, Priority: o.Priority,
+		DelayedProcessing: o.DelayedProcessing, WindowBuffer: o.WindowBuffer, MaxSize: o.MaxSize, TTL: o.TTL,
+		RetentionSeconds: o.RetentionSeconds, CompletedRetentionSeconds: o.CompletedRetentionSeconds,
+		RetentionEnabled: o.RetentionEnabled, DeadLetterQueue: o.DeadLetterQueue, DLQAfterMaxRetries: o.DLQAfterMaxRetries,
+		EncryptionEnabled: o.EncryptionEnabled, MaxWaitTimeSeconds: o.MaxWaitTimeSeconds,
+	}
+	if ns != nil {
+		c.Namespace = *ns
+	}
+	if task != nil {
+		c.Task = *task
+	}
+	_ = name
+	return c
+}
+
+// Config sets the options that Create sends.
+func (b *QueueBuilder) Config(cfg QueueConfig) *QueueBuilder { b.config = &cfg; return b }
+
+// CreateBuilder is a pending create-or-configure of a queue.
+type CreateBuilder struct {
+	qb      *QueueBuilder
+	replace bool
+}
+
+// Create prepares the creation of the queue, or the update of its options
+// if it exists (options not given keep their value). Send it with Execute.
+func (b *QueueBuilder) Create() *CreateBuilder { return &CreateBuilder{qb: b} }
+
+// Replace makes the configure replace every option (those not given go back
+// to the broker's defaults) instead of merging.
+func (cb *CreateBuilder) Replace() *CreateBuilder { cb.replace = true; return cb }
+
+// QueueInfo is a queue's configuration as the broker reports it.
+type QueueInfo struct {
+	Name   string
+	Config QueueConfig
+}
+
+// Execute sends POST /api/v1/configure and returns the queue's resulting
+// configuration.
+func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
+	b := cb.qb
+	if b.queue == "" {
+		return QueueInfo{}, ErrEmptyQueue
+	}
+	req := wire.ConfigureRequest{Queue: b.queue}
+	if b.config != nil {
+		req.Options = b.config.wire()
+		req.Namespace, req.Task = b.config.Namespace, b.config.Task
+	}
+	if cb.replace {
+		req.Mode = wire.ConfigureReplace
+	}
+	var out wire.ConfigureResponse
+	if _, err := b.c.doJSON(ctx, call{method: http.MethodPost, path: wire.RouteConfigure, body: req}, &out); err != nil {
+		return QueueInfo{}, err
+	}
+	if out.Error != "" && !out.Configured {
+		return QueueInfo{}, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteConfigure, Message: out.Error}
+	}
+	name := out.Queue
+	if name == "" {
+		name = b.queue
+	}
+	return QueueInfo{Name: name, Config: queueConfigFromWire(name, out.Options, out.Namespace, out.Task)}, nil
+}
+
+// DeleteBuilder is a pending deletion of a queue.
+type DeleteBuilder struct{ qb *QueueBuilder }
+
+// Delete prepares the deletion of the queue with all its messages and
+// consumer-group positions. Send it with Execute.
+func (b *QueueBuilder) Delete() *DeleteBuilder { return &DeleteBuilder{qb: b} }
+
+// DeleteResult says what a delete did.
+type DeleteResult struct {
+	// Deleted is true when the queue was removed; Existed false when there
+	// was no such queue (not an error).
+	Deleted, Existed bool
+}
+
+// Execute sends DELETE /api/v1/resources/queues/{queue}.
+func (d *DeleteBuilder) Execute(ctx context.Context) (DeleteResult, error) {
+	b := d.qb
+	if b.queue == "" {
+		return DeleteResult{}, ErrEmptyQueue
+	}
+	var out wire.DeleteQueueResponse
+	if _, err := b.c.doJSON(ctx, call{method: http.MethodDelete, path: "/api/v1/resources/queues/" + escape(b.queue)}, &out); err != nil {
+		return DeleteResult{}, err
+	}
+	return DeleteResult{Deleted: out.Deleted, Existed: out.Existed}, nil
+}

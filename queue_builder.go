@@ -1,0 +1,353 @@
+package queen
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// SubscriptionMode says where a new consumer group starts reading. It is
+// used only on the group's first pop; later the group moves with a seek.
+type SubscriptionMode string
+
+const (
+	// SubscriptionModeNew starts a new group after everything already in the
+	// queue: it reads only what is pushed later. The broker's default.
+	SubscriptionModeNew SubscriptionMode = "new"
+	// SubscriptionModeAll starts a new group at the oldest kept message.
+	SubscriptionModeAll SubscriptionMode = "all"
+)
+
+// Limits of the pop options.
+const (
+	// MaxPartitions is the most partitions one pop may take.
+	MaxPartitions = 64
+	// MaxTimeoutMillis is the longest long poll the broker allows.
+	MaxTimeoutMillis = 60000
+	// DefaultTimeoutMillis is the long-poll wait when TimeoutMillis is not set.
+	DefaultTimeoutMillis = 30000
+)
+
+// QueueBuilder names a queue (and optionally a partition) and collects the
+// options of a pop or a consume loop. Its setters return the builder, so
+// calls chain:
+//
+//	msgs, err := client.Queue("orders").Group("billing").Batch(10).Pop(ctx)
+//
+// A builder is not safe for concurrent use while it is being configured;
+// Pop may be called again on the same builder.
+type QueueBuilder struct {
+	c *Client
+
+	queue     string
+	partition string
+	namespace string
+	task      string
+	config    *QueueConfig
+
+	group            string
+	subMode          SubscriptionMode
+	subFrom          string
+	batch            int
+	batchSet         bool
+	partitions       int
+	partitionsSet    bool
+	wait             bool
+	waitSet          bool
+	timeoutMs        int
+	timeoutSet       bool
+	autopilotOff     bool
+	conflation       bool
+	commitOnDelivery bool
+	leaseSeconds     int
+
+	// consume options
+	each        bool
+	autoAckOff  bool
+	renew       bool
+	renewMs     int
+	concurrency int
+	limit       int
+	idleMs      int
+	optErr      error
+}
+
+// Queue starts a builder for the queue name.
+func (c *Client) Queue(name string) *QueueBuilder {
+	return &QueueBuilder{c: c, queue: name}
+}
+
+// Namespace starts a builder for a discovery pop across every queue
+// configured with this namespace (and, with Task, that task). Pop then uses
+// the broker's GET /api/v1/pop route.
+func (c *Client) Namespace(namespace string) *QueueBuilder {
+	return &QueueBuilder{c: c, namespace: namespace}
+}
+
+// Task starts a builder for a discovery pop across every queue configured
+// with this task. See Namespace.
+func (c *Client) Task(task string) *QueueBuilder {
+	return &QueueBuilder{c: c, task: task}
+}
+
+// Task narrows a discovery pop (started with Client.Namespace) to a task.
+func (b *QueueBuilder) Task(task string) *QueueBuilder { b.task = task; return b }
+
+// Partition pins the builder to one partition: pushes go there and pops use
+// the broker's pinned-partition route. Partitions and autopilot do not apply
+// to a pinned pop.
+func (b *QueueBuilder) Partition(name string) *QueueBuilder { b.partition = name; return b }
+
+// Group sets the consumer group. Every group gets every message and keeps
+// its own position; without a group the pop runs in queue mode, where each
+// message goes to one worker.
+func (b *QueueBuilder) Group(name string) *QueueBuilder { b.group = name; return b }
+
+// SubscriptionMode sets where the group starts if this is its first pop.
+// Without it a named group is sent SubscriptionModeNew explicitly (brokers
+// disagree on the default).
+func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
+	b.subMode = m
+	return b
+}
+
+// SubscriptionFrom starts a new group at the first message pushed at or
+// after ts, an RFC 3339 time such as "2026-10-22T00:00:00Z" (or "now").
+// Like SubscriptionMode it matters only on the group's first pop.
+func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder { b.subFrom = ts; return b }
+
+// Batch sets the most messages one pop takes (the total across partitions).
+// Left unset, the broker sizes it (autopilot). Batch(0) means unset.
+func (b *QueueBuilder) Batch(n int) *QueueBuilder {
+	b.batch, b.batchSet = n, n != 0
+	return b
+}
+
+// Partitions lets one pop take messages from up to n partitions (1..64),
+// with Batch as the total. All of them share one lease.
+func (b *QueueBuilder) Partitions(n int) *QueueBuilder {
+	b.partitions, b.partitionsSet = n, true
+	return b
+}
+
+// Wait sets whether a pop waits (long polls) for messages instead of
+// returning empty. The default is true, for up to TimeoutMillis.
+func (b *QueueBuilder) Wait(wait bool) *QueueBuilder { b.wait, b.waitSet = wait, true; return b }
+
+// TimeoutMillis sets how long a waiting pop waits, in milliseconds
+// (default 30000, at most 60000).
+func (b *QueueBuilder) TimeoutMillis(ms int) *QueueBuilder {
+	b.timeoutMs, b.timeoutSet = ms, true
+	return b
+}
+
+// Autopilot turns the broker's sizing of pops on (the default) or off. With
+// it on, the broker chooses Batch and Partitions when they are not set; a
+// value you set is never changed. Off, a pop takes one message from one
+// partition unless Batch/Partitions say otherwise.
+func (b *QueueBuilder) Autopilot(on bool) *QueueBuilder { b.autopilotOff = !on; return b }
+
+// Conflation(true) hands the group only the newest message of each
+// partition; an ack retires everything older. It needs a Group, cannot be
+// combined with CommitOnDelivery, and is decided by the group's first pop.
+func (b *QueueBuilder) Conflation(on bool) *QueueBuilder { b.conflation = on; return b }
+
+// CommitOnDelivery(true) moves the group's cursor as the messages are
+// handed out: no lease, nothing to ack, at-most-once. Pop only: a consume
+// loop refuses it.
+func (b *QueueBuilder) CommitOnDelivery(on bool) *QueueBuilder { b.commitOnDelivery = on; return b }
+
+// LeaseSeconds overrides the queue's lease time for the messages of this
+// pop (2.x brokers).
+func (b *QueueBuilder) LeaseSeconds(s int) *QueueBuilder { b.leaseSeconds = s; return b }
+
+// Each makes a consume loop call its handler once per message, in partition
+// order, instead of once per batch.
+func (b *QueueBuilder) Each() *QueueBuilder { b.each = true; return b }
+
+// AutoAck sets whether a consume loop acks for the handler (the default,
+// true). With false the handler acks itself; a handler that returns an error
+// is still nacked, so its partition is not stuck until the lease runs out.
+func (b *QueueBuilder) AutoAck(on bool) *QueueBuilder { b.autoAckOff = !on; return b }
+
+// RenewLease(true, ms) renews the lease of the messages being handled every
+// ms milliseconds while the handler runs.
+func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
+	b.renew, b.renewMs = on, everyMillis
+	if on && everyMillis <= 0 {
+		b.optErr = fmt.Errorf("%w: RenewLease interval %d ms must be positive", ErrInvalidOption, everyMillis)
+	}
+	return b
+}
+
+// Concurrency runs n handlers at once, each on its own partitions (default 1).
+func (b *QueueBuilder) Concurrency(n int) *QueueBuilder {
+	b.concurrency = n
+	if n < 1 {
+		b.optErr = fmt.Errorf("%w: Concurrency(%d) must be at least 1", ErrInvalidOption, n)
+	}
+	return b
+}
+
+// Limit stops a consume loop after n messages, counted across all slots.
+func (b *QueueBuilder) Limit(n int) *QueueBuilder {
+	b.limit = n
+	if n < 0 {
+		b.optErr = fmt.Errorf("%w: Limit(%d) must not be negative", ErrInvalidOption, n)
+	}
+	return b
+}
+
+// IdleMillis stops a consume loop after ms milliseconds with nothing to do
+// (no message in any slot).
+func (b *QueueBuilder) IdleMillis(ms int) *QueueBuilder {
+	b.idleMs = ms
+	if ms < 0 {
+		b.optErr = fmt.Errorf("%w: IdleMillis(%d) must not be negative", ErrInvalidOption, ms)
+	}
+	return b
+}
+
+// popRequest is a validated pop: its path and query.
+type popRequest struct {
+	path     string
+	query    wire.PopQuery
+	wait     bool
+	waitMs   int
+	discover bool
+}
+
+// popRequest validates the options and builds the wire request. It sends
+// nothing; every error matches ErrInvalidArgument.
+func (b *QueueBuilder) popRequest() (*popRequest, error) {
+	if b.optErr != nil {
+		return nil, b.optErr
+	}
+	discover := b.queue == "" && (b.namespace != "" || b.task != "")
+	if b.queue == "" && !discover {
+		return nil, ErrEmptyQueue
+	}
+	if b.conflation && b.group == "" {
+		return nil, ErrConflationNeedsGroup
+	}
+	if b.conflation && b.commitOnDelivery {
+		return nil, ErrConflationWithCommitOnDelivery
+	}
+	if b.partitionsSet && (b.partitions < 1 || b.partitions > MaxPartitions) {
+		return nil, fmt.Errorf("%w: got %d", ErrPartitionsOutOfRange, b.partitions)
+	}
+	if b.batch < 0 {
+		return nil, fmt.Errorf("%w: got %d", ErrNegativeBatch, b.batch)
+	}
+	if b.timeoutSet && (b.timeoutMs < 0 || b.timeoutMs > MaxTimeoutMillis) {
+		return nil, fmt.Errorf("%w: got %d", ErrTimeoutOutOfRange, b.timeoutMs)
+	}
+	if b.leaseSeconds < 0 {
+		return nil, fmt.Errorf("%w: LeaseSeconds(%d) must not be negative", ErrInvalidOption, b.leaseSeconds)
+	}
+	switch b.subMode {
+	case "", SubscriptionModeNew, SubscriptionModeAll:
+	default:
+		return nil, fmt.Errorf("%w: mode %q", ErrInvalidSubscription, b.subMode)
+	}
+	if b.subFrom != "" && b.subFrom != "now" {
+		if _, err := time.Parse(time.RFC3339Nano, b.subFrom); err != nil {
+			return nil, fmt.Errorf("%w: SubscriptionFrom(%q) is not an RFC 3339 time", ErrInvalidSubscription, b.subFrom)
+		}
+	}
+
+	r := &popRequest{wait: true, waitMs: DefaultTimeoutMillis, discover: discover}
+	if b.waitSet {
+		r.wait = b.wait
+	}
+	if b.timeoutSet {
+		r.waitMs = b.timeoutMs
+	}
+	q := &r.query
+	q.ConsumerGroup = b.group
+	if b.group != "" {
+		switch {
+		case b.subFrom != "":
+			q.SubscriptionFrom = b.subFrom
+			if b.subMode != "" {
+				q.SubscriptionMode = string(b.subMode)
+			}
+		case b.subMode != "":
+			q.SubscriptionMode = string(b.subMode)
+		default:
+			q.SubscriptionMode = string(SubscriptionModeNew)
+		}
+	}
+	q.Wait = &r.wait
+	if r.wait {
+		q.Timeout = &r.waitMs
+	}
+	q.AutoAck = b.commitOnDelivery
+	q.Conflation = b.conflation
+	q.LeaseSeconds = b.leaseSeconds
+
+	pinned := b.partition != "" && !discover
+	b.sizing(q, pinned)
+
+	switch {
+	case discover:
+		r.path = wire.RoutePopDiscover
+		q.Namespace, q.Task = b.namespace, b.task
+	case pinned:
+		r.path = "/api/v1/pop/queue/" + escape(b.queue) + "/partition/" + escape(b.partition)
+	default:
+		r.path = "/api/v1/pop/queue/" + escape(b.queue)
+	}
+	return r, nil
+}
+
+// sizing applies the autopilot rule of the wire protocol: unset knobs are
+// omitted and autopilot=true is sent; set knobs are pins; with both set no
+// autopilot flag travels. Autopilot off always sends a batch (1 when unset).
+func (b *QueueBuilder) sizing(q *wire.PopQuery, pinned bool) {
+	batch, parts := b.batch, b.partitions
+	if pinned {
+		// One partition by definition; the broker ignores partitions and
+		// autopilot on this route.
+		if b.batchSet {
+			q.Batch = &batch
+		} else if b.autopilotOff {
+			one := 1
+			q.Batch = &one
+		}
+		return
+	}
+	if b.autopilotOff {
+		if !b.batchSet {
+			batch = 1
+		}
+		q.Batch = &batch
+		if b.partitionsSet && parts > 1 {
+			q.Partitions = &parts
+		}
+		return
+	}
+	if b.batchSet {
+		q.Batch = &batch
+	}
+	if b.partitionsSet {
+		q.Partitions = &parts
+	}
+	// A conflating pop is exempt from autopilot on the broker.
+	q.Autopilot = !(b.batchSet && b.partitionsSet) && !b.conflation
+}
+
+// String describes the builder for logs.
+func (b *QueueBuilder) String() string {
+	var sb strings.Builder
+	sb.WriteString("queue=" + b.queue)
+	if b.partition != "" {
+		sb.WriteString(" partition=" + b.partition)
+	}
+	if b.group != "" {
+		sb.WriteString(" group=" + b.group)
+	}
+	return sb.String()
+}
