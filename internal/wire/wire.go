@@ -426,10 +426,19 @@ type DLQMessage struct {
 	FailedAt      string          `json:"failedAt"`
 }
 
-// DLQListResponse is the reply of GET /api/v1/dlq.
+// DLQListResponse is the reply of GET /api/v1/dlq. The 2.x broker answers
+// {messages, total, pagination:{limit, offset}}, newest failure first.
 type DLQListResponse struct {
-	Messages []DLQMessage `json:"messages"`
-	Total    int          `json:"total"`
+	Messages   []DLQMessage   `json:"messages"`
+	Total      int            `json:"total"`
+	Pagination *DLQPagination `json:"pagination,omitempty"`
+}
+
+// DLQPagination echoes the page a DLQ list answered (limit defaults to 100,
+// clamped 1..1000; offset defaults to 0).
+type DLQPagination struct {
+	Limit  int `json:"limit"`
+	Offset int `json:"offset"`
 }
 
 // DLQReplayRequest is the body of POST /api/v1/dlq/{id}/replay.
@@ -493,9 +502,21 @@ type FetchRecord struct {
 
 // HealthResponse is the reply of GET /health (2.x and 0.15.1 fields).
 type HealthResponse struct {
-	Status   string `json:"status"`
-	Engine   string `json:"engine,omitempty"`
-	Version  string `json:"version,omitempty"`
-	Database string `json:"database,omitempty"`
-	Server   string `json:"server,omitempty"`
+	Status   string      `json:"status"`
+	Engine   string      `json:"engine,omitempty"`
+	Version  string      `json:"version,omitempty"`
+	Database string      `json:"database,omitempty"`
+	Server   string      `json:"server,omitempty"`
+	Raft     *HealthRaft `json:"raft,omitempty"`
+}
+
+// HealthRaft is the node block a 2.x broker adds to /health.
+type HealthRaft struct {
+	Role         string `json:"role"`
+	Leader       bool   `json:"leader"`
+	Term         uint64 `json:"term"`
+	Applied      uint64 `json:"applied"`
+	Commit       uint64 `json:"commit"`
+	Lag          uint64 `json:"lag"`
+	StorageReady bool   `json:"storageReady"`
 }
