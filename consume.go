@@ -1,0 +1,843 @@
+package queen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultGracePeriod is how long, after a stop, the handlers already running
+// may go on before their context is cancelled (see ConsumeBuilder.GracePeriod).
+const DefaultGracePeriod = 10 * time.Second
+
+// Tuning of the consume loop. Requests that settle or renew run on their own
+// context bounded by these, never on the caller's (possibly cancelled) one.
+const (
+	settleTimeout     = 15 * time.Second
+	renewTimeout      = 10 * time.Second
+	emptyPollDelay    = 100 * time.Millisecond
+	popBackoffMin     = 100 * time.Millisecond
+	popBackoffMax     = 5 * time.Second
+	autopilotMaxBatch = 1000 // the most messages the broker hands out when it sizes a pop
+)
+
+// ErrHandlerPanic is matched (errors.Is) by the error a consume loop reports
+// for a handler that panicked: the panic is recovered, logged with its
+// stack, and the message is treated as failed.
+var ErrHandlerPanic = errors.New("queen: consume handler panicked")
+
+// Outcome is what happens to a message after its handler ran: one of the
+// four ack statuses, with an error text for failed and dead-lettered
+// messages. Build it with Complete, Fail, Retry or DeadLetter. The zero
+// Outcome stands for the loop's own choice (completed after success, failed
+// after an error).
+type Outcome struct {
+	// Status is the ack status sent to the broker.
+	Status AckStatus
+	// Error is the reason stored with a failed or dead-lettered message.
+	Error string
+}
+
+// Complete is the outcome of a message that is done: the group's cursor
+// moves past it.
+func Complete() Outcome { return Outcome{Status: StatusCompleted} }
+
+// Fail is the outcome of a message to try again: one retry is spent and the
+// message (with what follows it in its partition) comes back after the
+// queue's retryDelay; after the last retry it is dead-lettered. err's text
+// is stored as the reason.
+func Fail(err error) Outcome { return Outcome{Status: StatusFailed, Error: errText(err)} }
+
+// Retry is the outcome of a message given back at once without spending a
+// retry: it is delivered again, first of its partition.
+func Retry() Outcome { return Outcome{Status: StatusRetry} }
+
+// DeadLetter is the outcome of a message that can never succeed: it goes to
+// the dead-letter queue at once, with err's text as the reason.
+func DeadLetter(err error) Outcome { return Outcome{Status: StatusDLQ, Error: errText(err)} }
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// ConsumeBuilder is a consume loop ready to run: the options of the
+// QueueBuilder it came from, the handler, and the outcome callbacks. Start it
+// with Execute. Create it with QueueBuilder.Consume or ConsumeBatch.
+type ConsumeBuilder struct {
+	qb          QueueBuilder
+	ctx         context.Context
+	handle      func(ctx context.Context, msg *Message) error
+	handleBatch func(ctx context.Context, msgs []*Message) error
+	onSuccess   func(ctx context.Context, msg *Message) Outcome
+	onError     func(ctx context.Context, msg *Message, err error) Outcome
+	grace       time.Duration
+}
+
+// Consume prepares a loop that pops messages and calls h once per message,
+// in partition order, never two messages of one partition at once. When h
+// returns nil the message is acked completed; when it returns an error it is
+// acked failed with the error's text, and the messages after it in its
+// partition are left for the broker to deliver again after it. The
+// completed and failed outcomes of one pop go to the broker in one batch
+// ack. See Execute for when the loop stops and what it gives back.
+//
+// The loop stops when ctx or the ctx given to Execute ends. The ctx passed to
+// h keeps ctx's values; it is cancelled when the grace period after a stop
+// runs out, or when the lease of the message is lost.
+//
+// Every option of the QueueBuilder applies (Group, SubscriptionMode, Batch,
+// Partitions, Wait, ..., Each, AutoAck, RenewLease, Concurrency, Limit,
+// IdleMillis); they are copied when Consume is called.
+func (b *QueueBuilder) Consume(ctx context.Context, h func(ctx context.Context, msg *Message) error) *ConsumeBuilder {
+	return &ConsumeBuilder{qb: *b, ctx: ctx, handle: h, grace: DefaultGracePeriod}
+}
+
+// ConsumeBatch prepares a loop that calls h once per pop with the whole
+// batch (which may span several partitions of the pop). When h returns nil
+// every message is acked completed in one batch ack; when it returns an
+// error every message is nacked: each partition's first message of the
+// batch is acked failed with the error's text, and the rest of the partition
+// comes back after it. With Each() set, h is called once per message with a
+// one-message slice, under the rules of Consume. Otherwise as Consume.
+func (b *QueueBuilder) ConsumeBatch(ctx context.Context, h func(ctx context.Context, msgs []*Message) error) *ConsumeBuilder {
+	return &ConsumeBuilder{qb: *b, ctx: ctx, handleBatch: h, grace: DefaultGracePeriod}
+}
+
+// OnSuccess hands the outcome of every message whose handler returned nil to
+// f: the loop acks what f returns (still in the pop's one batch ack) instead
+// of completed. It applies with AutoAck(false) too. Under ConsumeBatch, f is
+// called for each message of the batch.
+func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Outcome) *ConsumeBuilder {
+	cb.onSuccess = f
+	return cb
+}
+
+// OnError hands the outcome of every message whose handler returned an
+// error (or panicked) to f: the loop acks what f returns instead of failed,
+// for example DeadLetter for an error that retrying cannot fix. Under
+// ConsumeBatch, f is called for each message of the failed batch, in order,
+// until it returns Fail or Retry for a message: the rest of that partition
+// then comes back after it without a call. A handler stopped by the end of
+// the grace period (its error returned after its ctx was cancelled by the
+// stop) is given back with Retry without calling f.
+func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err error) Outcome) *ConsumeBuilder {
+	cb.onError = f
+	return cb
+}
+
+// GracePeriod sets how long the handlers already running may go on after a
+// stop before their ctx is cancelled (default DefaultGracePeriod; 0 cancels
+// them at once). Their outcomes are acked either way; a handler that returns
+// an error because of that cancellation has its message given back with a
+// retry ack, which spends no retry.
+func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
+	cb.grace = d
+	return cb
+}
+
+// Execute runs the loop until one of these:
+//   - ctx, or the ctx given to Consume, ends: Execute returns nil;
+//   - Limit messages were handled, counted across all slots: nil;
+//   - IdleMillis passed with no message in any slot: nil;
+//   - the broker refuses a pop for good (a 4xx answer other than 408 and
+//     429, a closed client, a broker without conflation): that error.
+//
+// Transient failures (network errors, 5xx, 429) are retried with a backoff;
+// by default each pop long polls (wait=true, 30 s).
+//
+// On every stop the long polls in flight are abandoned at once; handlers
+// already running get the grace period and their outcomes are acked;
+// messages popped but not started are given back with a retry ack (no
+// retry spent) in the same batch ack, so that another worker gets them at
+// once. Acks, renewals and give-backs go out on their own short-lived
+// context, never on a cancelled one. When Execute returns, none of its
+// goroutines is left and every message it popped has been settled or
+// given back.
+//
+// Invalid options fail before any request with an error matching
+// ErrInvalidArgument: CommitOnDelivery(true) (ErrCommitOnDeliveryConsume),
+// conflation without a group, and the checks of Pop. Execute may be called
+// again after it returned.
+func (cb *ConsumeBuilder) Execute(ctx context.Context) error {
+	r, err := cb.newRun(ctx)
+	if err != nil {
+		return err
+	}
+	return r.run()
+}
+
+// consumeRun is the state of one Execute.
+type consumeRun struct {
+	c      *Client
+	cb     *ConsumeBuilder
+	req    *popRequest
+	vals   url.Values // the encoded query of a pop that the limit does not shrink
+	group  string
+	queue  string
+	each   bool
+	ackOff bool
+
+	renewEvery time.Duration
+	renewSecs  int
+	idle       time.Duration
+	limited    bool
+
+	execCtx    context.Context
+	reqCtx     context.Context // values of execCtx, never cancelled: acks, renewals
+	pollCtx    context.Context // cancelled by stop: abandons long polls
+	pollCancel context.CancelFunc
+	hctx       context.Context // base of the handlers' contexts
+	hcancel    context.CancelCauseFunc
+
+	stopCh    chan struct{}
+	stopOnce  sync.Once
+	slotsDone chan struct{}
+
+	mu          sync.Mutex
+	fatal       error
+	budget      int           // Limit left to reserve
+	outstanding int           // reserved by slots, not yet released
+	budgetCh    chan struct{} // closed and replaced when budget changes
+
+	start  time.Time
+	busy   atomic.Int32
+	active atomic.Int64 // last activity, as time since start
+}
+
+// Causes of a handler ctx's cancellation.
+var (
+	errConsumeStopped = errors.New("queen: consume loop stopped and its grace period ended")
+	errLeaseLostCause = fmt.Errorf("%w: renewal refused while the handler ran", ErrLeaseLost)
+)
+
+func (cb *ConsumeBuilder) newRun(ctx context.Context) (*consumeRun, error) {
+	qb := &cb.qb
+	if cb.handle == nil && cb.handleBatch == nil {
+		return nil, fmt.Errorf("%w: nil consume handler", ErrInvalidOption)
+	}
+	if qb.c == nil {
+		return nil, fmt.Errorf("%w: builder has no client", ErrInvalidOption)
+	}
+	if qb.commitOnDelivery {
+		return nil, ErrCommitOnDeliveryConsume
+	}
+	if cb.grace < 0 {
+		return nil, fmt.Errorf("%w: GracePeriod(%v) must not be negative", ErrInvalidOption, cb.grace)
+	}
+	req, err := qb.popRequest()
+	if err != nil {
+		return nil, err
+	}
+	vals, err := req.query.Values()
+	if err != nil {
+		return nil, fmt.Errorf("queen: encode pop query: %w", err)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	hbase := cb.ctx
+	if hbase == nil {
+		hbase = ctx
+	}
+	r := &consumeRun{
+		c: qb.c, cb: cb, req: req, vals: vals,
+		group: qb.group, queue: qb.queue,
+		each:      qb.each || cb.handle != nil,
+		ackOff:    qb.autoAckOff,
+		idle:      time.Duration(qb.idleMs) * time.Millisecond,
+		limited:   qb.limit > 0,
+		budget:    qb.limit,
+		budgetCh:  make(chan struct{}),
+		execCtx:   ctx,
+		reqCtx:    context.WithoutCancel(ctx),
+		stopCh:    make(chan struct{}),
+		slotsDone: make(chan struct{}),
+		start:     time.Now(),
+	}
+	if qb.renew {
+		r.renewEvery = time.Duration(qb.renewMs) * time.Millisecond
+		r.renewSecs = renewSeconds(qb.renewMs, qb.leaseSeconds)
+	}
+	r.pollCtx, r.pollCancel = context.WithCancel(r.reqCtx)
+	r.hctx, r.hcancel = context.WithCancelCause(context.WithoutCancel(hbase))
+	return r, nil
+}
+
+// renewSeconds is how far each renewal extends the lease: at least three
+// renewal intervals, and never less than the pop's own lease override or
+// DefaultRenewSeconds (a renewal never shortens a lease on 2.x brokers, but
+// may on older ones).
+func renewSeconds(everyMs, leaseSeconds int) int {
+	s := int(math.Ceil(3 * float64(everyMs) / 1000))
+	base := DefaultRenewSeconds
+	if leaseSeconds > 0 {
+		base = leaseSeconds
+	}
+	return max(s, base)
+}
+
+func (r *consumeRun) run() error {
+	n := r.cb.qb.concurrency
+	if n < 1 {
+		n = 1
+	}
+	var sup sync.WaitGroup
+	sup.Add(1)
+	go func() {
+		defer sup.Done()
+		r.supervise()
+	}()
+	var slots sync.WaitGroup
+	for range n {
+		slots.Add(1)
+		go func() {
+			defer slots.Done()
+			r.slot()
+		}()
+	}
+	slots.Wait()
+	close(r.slotsDone)
+	r.stop()
+	sup.Wait()
+	r.hcancel(errConsumeStopped)
+	r.pollCancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fatal
+}
+
+// stop ends the loop: no new pop or handler starts, long polls in flight are
+// abandoned. Running handlers get the grace period (see supervise).
+func (r *consumeRun) stop() {
+	r.stopOnce.Do(func() {
+		close(r.stopCh)
+		r.pollCancel()
+	})
+}
+
+func (r *consumeRun) stopping() bool {
+	select {
+	case <-r.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail records a terminal error and stops the loop.
+func (r *consumeRun) fail(err error) {
+	r.mu.Lock()
+	if r.fatal == nil {
+		r.fatal = err
+	}
+	r.mu.Unlock()
+	r.stop()
+}
+
+// supervise turns the end of either ctx and idleness into a stop, then
+// cancels the running handlers once the grace period is over (or at once
+// when the slots are all done).
+func (r *consumeRun) supervise() {
+	var idleT *time.Timer
+	if r.idle > 0 {
+		idleT = time.NewTimer(r.idle)
+		defer idleT.Stop()
+	}
+	r.waitStop(idleT)
+	if g := r.cb.grace; g > 0 {
+		t := time.NewTimer(g)
+		select {
+		case <-t.C:
+		case <-r.slotsDone:
+		}
+		t.Stop()
+	}
+	r.hcancel(errConsumeStopped)
+}
+
+func (r *consumeRun) waitStop(idleT *time.Timer) {
+	var idleC <-chan time.Time
+	if idleT != nil {
+		idleC = idleT.C
+	}
+	var consumeDone <-chan struct{}
+	if r.cb.ctx != nil {
+		consumeDone = r.cb.ctx.Done()
+	}
+	for {
+		select {
+		case <-r.stopCh:
+			return
+		case <-r.execCtx.Done():
+			r.stop()
+			return
+		case <-consumeDone:
+			r.stop()
+			return
+		case <-idleC:
+			if r.busy.Load() > 0 {
+				idleT.Reset(r.idle)
+				continue
+			}
+			since := time.Since(r.start) - time.Duration(r.active.Load())
+			if since >= r.idle {
+				r.c.log.Debug("queen: consume loop idle, stopping", "queue", r.queue, "group", r.group, "idle", r.idle)
+				r.stop()
+				return
+			}
+			idleT.Reset(r.idle - since)
+		}
+	}
+}
+
+func (r *consumeRun) touch() { r.active.Store(int64(time.Since(r.start))) }
+
+// sleep waits d or until the loop stops.
+func (r *consumeRun) sleep(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.stopCh:
+	case <-t.C:
+	}
+}
+
+// reserve takes the number of messages the next pop may take from the
+// Limit. It returns 0, true without a limit; false when the limit is
+// reached (or the loop stops while waiting for budget other slots hold).
+func (r *consumeRun) reserve() (int, bool) {
+	if !r.limited {
+		return 0, true
+	}
+	want := autopilotMaxBatch
+	if r.req.query.Batch != nil {
+		want = max(*r.req.query.Batch, 1)
+	}
+	for {
+		r.mu.Lock()
+		if r.budget > 0 {
+			n := min(r.budget, want)
+			r.budget -= n
+			r.outstanding += n
+			r.mu.Unlock()
+			return n, true
+		}
+		if r.outstanding == 0 {
+			r.mu.Unlock()
+			return 0, false
+		}
+		ch := r.budgetCh
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-r.stopCh:
+			return 0, false
+		}
+	}
+}
+
+// release gives back the part of a reservation of n that was not used.
+func (r *consumeRun) release(n, used int) {
+	if !r.limited {
+		return
+	}
+	r.mu.Lock()
+	r.outstanding -= n
+	r.budget += n - used
+	close(r.budgetCh)
+	r.budgetCh = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// slot is one of the Concurrency loops: pop, handle, settle, again.
+func (r *consumeRun) slot() {
+	var backoff time.Duration
+	for !r.stopping() {
+		n, ok := r.reserve()
+		if !ok {
+			return
+		}
+		began := time.Now()
+		res, err := r.popOnce(n)
+		if err != nil {
+			r.release(n, 0)
+			if r.stopping() {
+				return
+			}
+			if fatalPopError(err) {
+				r.c.log.Error("queen: consume loop stopped by the broker's refusal", "queue", r.queue, "group", r.group, "err", err)
+				r.fail(err)
+				return
+			}
+			backoff = r.nextBackoff(backoff)
+			r.c.log.Warn("queen: pop failed, backing off", "queue", r.queue, "group", r.group, "err", err, "backoff", backoff)
+			r.sleep(backoff)
+			continue
+		}
+		backoff = 0
+		if len(res.messages) == 0 {
+			r.release(n, 0)
+			r.sleep(r.emptyDelay(res, time.Since(began)))
+			continue
+		}
+		used := r.handlePop(res)
+		r.release(n, used)
+	}
+}
+
+// emptyDelay is the pause after an empty pop, so that pops that do not wait
+// (Wait(false), discovery, a broker that answers at once) do not spin.
+func (r *consumeRun) emptyDelay(res *popResult, took time.Duration) time.Duration {
+	d := emptyPollDelay
+	if res.autopilot != nil && res.autopilot.WaitMs != nil && *res.autopilot.WaitMs >= 0 {
+		d = time.Duration(*res.autopilot.WaitMs) * time.Millisecond
+	}
+	return d - took
+}
+
+// nextBackoff is the pause after a failed pop: the client's retry policy
+// bounds (MinBackoff, MaxBackoff, at most popBackoffMax), doubling.
+func (r *consumeRun) nextBackoff(prev time.Duration) time.Duration {
+	lo, hi := popBackoffMin, popBackoffMax
+	if p := r.c.cfg.retry; p.MinBackoff > 0 {
+		lo = p.MinBackoff
+		if p.MaxBackoff > 0 {
+			hi = min(p.MaxBackoff, popBackoffMax)
+		}
+		hi = max(hi, lo)
+	}
+	d := lo
+	if prev > 0 {
+		d = min(prev*2, hi)
+	}
+	// ±20 % jitter, so that many workers do not retry in step.
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// fatalPopError says whether a pop error ends the loop: a refusal that
+// asking again cannot change.
+func fatalPopError(err error) bool {
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrConflationUnsupported) || errors.Is(err, ErrInvalidArgument) {
+		return true
+	}
+	var be *BrokerError
+	if errors.As(err, &be) {
+		return be.Status >= 400 && be.Status < 500 && be.Status != http.StatusRequestTimeout && be.Status != http.StatusTooManyRequests
+	}
+	return false
+}
+
+// popOnce sends one pop, its batch capped to n when n > 0.
+func (r *consumeRun) popOnce(n int) (*popResult, error) {
+	vals := r.vals
+	if n > 0 {
+		vals = r.valuesFor(n)
+	}
+	cl := call{method: http.MethodGet, path: r.req.path, query: vals}
+	if r.req.wait && !r.req.discover {
+		cl.longPoll = true
+		cl.timeout = time.Duration(r.req.waitMs)*time.Millisecond + popMargin
+	}
+	resp, err := r.c.do(r.pollCtx, cl)
+	if err != nil {
+		return nil, err
+	}
+	if resp.status == http.StatusNoContent || len(resp.body) == 0 {
+		return &popResult{}, nil
+	}
+	return r.c.decodePop(resp.body, r.req.path, r.cb.qb.conflation)
+}
+
+// valuesFor is the pop query with its batch capped to n (the rest of the
+// Limit), so that nothing is popped only to be given back.
+func (r *consumeRun) valuesFor(n int) url.Values {
+	q := r.req.query
+	switch {
+	case q.Batch != nil && *q.Batch <= n:
+		return r.vals
+	case q.Batch == nil && n >= autopilotMaxBatch:
+		return r.vals
+	case q.Batch == nil:
+		// The batch becomes a pin; autopilot still sizes the partitions
+		// if they are not set (with both set no autopilot flag travels).
+		q.Autopilot = q.Autopilot && q.Partitions == nil
+	}
+	q.Batch = &n
+	vals, err := q.Values()
+	if err != nil { // cannot happen: the same struct encoded once already
+		return r.vals
+	}
+	return vals
+}
+
+// partSet is a small set of partition ids (a pop spans at most 64).
+type partSet []string
+
+func (s partSet) has(id string) bool {
+	for _, p := range s {
+		if p == id {
+			return true
+		}
+	}
+	return false
+}
+
+// handlePop runs the handler over one pop's messages and settles their
+// outcomes in one batch ack. It returns how many messages the handler got.
+func (r *consumeRun) handlePop(res *popResult) int {
+	r.busy.Add(1)
+	r.touch()
+	defer func() {
+		r.touch()
+		r.busy.Add(-1)
+	}()
+
+	msgs := res.messages
+	pctx, pcancel := context.WithCancelCause(r.hctx)
+	defer pcancel(nil)
+	var rn *renewer
+	if r.renewEvery > 0 && res.leaseID != "" {
+		rn = r.startRenewer(res.leaseID, pcancel)
+	}
+
+	acks := make([]Settlement, 0, len(msgs))
+	var skip partSet
+	handled := 0
+	lost := false
+
+	giveBack := func(rest []*Message) {
+		for _, m := range rest {
+			if !skip.has(m.PartitionID) {
+				acks = append(acks, Settlement{Message: m, Status: StatusRetry})
+			}
+		}
+	}
+
+	if r.each {
+		for i, m := range msgs {
+			if leaseLost(pctx) {
+				lost = true
+				break
+			}
+			if r.stopping() {
+				giveBack(msgs[i:])
+				break
+			}
+			if skip.has(m.PartitionID) {
+				continue
+			}
+			handled++
+			var err error
+			if r.cb.handle != nil {
+				err = r.call(pctx, m)
+			} else {
+				err = r.callBatch(pctx, msgs[i:i+1:i+1])
+			}
+			if leaseLost(pctx) {
+				lost = true
+				break
+			}
+			o, send := r.decide(pctx, m, err)
+			if send {
+				acks = append(acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
+			}
+			if o.Status == StatusFailed || o.Status == StatusRetry {
+				skip = append(skip, m.PartitionID)
+			}
+		}
+	} else if r.stopping() {
+		giveBack(msgs)
+	} else {
+		handled = len(msgs)
+		err := r.callBatch(pctx, msgs)
+		lost = leaseLost(pctx)
+		for _, m := range msgs {
+			if lost {
+				break
+			}
+			if skip.has(m.PartitionID) {
+				continue
+			}
+			var o Outcome
+			var send bool
+			if err != nil && r.cb.onError == nil && !stoppedCtx(pctx) {
+				o, send = Fail(err), true // the first of the partition; the rest follow it
+			} else {
+				o, send = r.decide(pctx, m, err)
+			}
+			if send {
+				acks = append(acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
+			}
+			if o.Status == StatusFailed || o.Status == StatusRetry {
+				skip = append(skip, m.PartitionID)
+			}
+		}
+	}
+
+	if rn != nil {
+		rn.stop()
+	}
+	if lost {
+		r.c.log.Warn("queen: lease lost while handling; the running handler's outcome is not acked",
+			"queue", r.queue, "group", r.group, "leaseId", res.leaseID)
+	}
+	r.settle(acks)
+	return handled
+}
+
+func leaseLost(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), errLeaseLostCause)
+}
+
+func stoppedCtx(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), errConsumeStopped)
+}
+
+// decide turns a handler's result into the message's outcome; send is false
+// when the loop leaves the ack to the handler (AutoAck(false), success).
+func (r *consumeRun) decide(ctx context.Context, m *Message, err error) (o Outcome, send bool) {
+	if err == nil {
+		if f := r.cb.onSuccess; f != nil {
+			return r.checked(r.callback(func() Outcome { return f(ctx, m) }, m), Complete()), true
+		}
+		if r.ackOff {
+			return Outcome{}, false
+		}
+		return Complete(), true
+	}
+	if stoppedCtx(ctx) {
+		// Stopped by the end of the grace period: give it back, spend nothing.
+		return Retry(), true
+	}
+	if f := r.cb.onError; f != nil {
+		return r.checked(r.callback(func() Outcome { return f(ctx, m, err) }, m), Fail(err)), true
+	}
+	return Fail(err), true
+}
+
+// checked replaces the zero Outcome by def and an unknown status by a
+// failure, so that one bad callback answer cannot sink the pop's batch ack.
+func (r *consumeRun) checked(o, def Outcome) Outcome {
+	if o.Status == "" {
+		return def
+	}
+	if !o.Status.valid() {
+		r.c.log.Error("queen: outcome callback returned an unknown status; acking failed", "status", string(o.Status))
+		return Outcome{Status: StatusFailed, Error: fmt.Sprintf("unknown outcome status %q", o.Status)}
+	}
+	return o
+}
+
+// callback runs an outcome callback, turning a panic into a failure.
+func (r *consumeRun) callback(f func() Outcome, m *Message) (o Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			o = Fail(r.panicked(v, m, "outcome callback"))
+		}
+	}()
+	return f()
+}
+
+func (r *consumeRun) call(ctx context.Context, m *Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = r.panicked(v, m, "handler")
+		}
+	}()
+	return r.cb.handle(ctx, m)
+}
+
+func (r *consumeRun) callBatch(ctx context.Context, msgs []*Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = r.panicked(v, msgs[0], "batch handler")
+		}
+	}()
+	return r.cb.handleBatch(ctx, msgs)
+}
+
+// panicked logs a recovered panic with its stack and returns it as an error.
+func (r *consumeRun) panicked(v any, m *Message, what string) error {
+	r.c.log.Error("queen: consume "+what+" panicked; the message is nacked",
+		"queue", r.queue, "group", r.group, "transactionId", m.TransactionID, "partition", m.Partition,
+		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	return fmt.Errorf("%w: %v", ErrHandlerPanic, v)
+}
+
+// settle sends the outcomes of one pop in one batch ack, on its own context.
+func (r *consumeRun) settle(acks []Settlement) {
+	if len(acks) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.reqCtx, settleTimeout)
+	defer cancel()
+	_, err := r.c.SettleBatch(ctx, acks, AckOptions{ConsumerGroup: r.group})
+	if err != nil {
+		var ae *AckError
+		if errors.As(err, &ae) {
+			r.c.log.Warn("queen: broker refused some acks of a pop", "queue", r.queue, "group", r.group, "err", err)
+			return
+		}
+		r.c.log.Error("queen: batch ack failed; its messages come back when their lease ends",
+			"queue", r.queue, "group", r.group, "messages", len(acks), "err", err)
+	}
+}
+
+// renewer renews one pop's lease on a ticker while its handlers run.
+type renewer struct {
+	cancel   context.CancelFunc
+	finished chan struct{}
+}
+
+func (r *consumeRun) startRenewer(leaseID string, lost context.CancelCauseFunc) *renewer {
+	ctx, cancel := context.WithCancel(r.reqCtx)
+	rn := &renewer{cancel: cancel, finished: make(chan struct{})}
+	go func() {
+		defer close(rn.finished)
+		t := time.NewTicker(r.renewEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			cctx, ccancel := context.WithTimeout(ctx, renewTimeout)
+			res, err := r.c.renewLease(cctx, leaseID, r.renewSecs)
+			ccancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				r.c.log.Warn("queen: lease renewal failed; trying again at the next tick", "leaseId", leaseID, "err", err)
+				continue
+			}
+			if !res.Success {
+				r.c.log.Warn("queen: lease lost; cancelling its handlers", "leaseId", leaseID, "reason", res.Error)
+				lost(errLeaseLostCause)
+				return
+			}
+		}
+	}()
+	return rn
+}
+
+// stop ends the renewals and waits for the renewer to exit.
+func (rn *renewer) stop() {
+	rn.cancel()
+	<-rn.finished
+}
