@@ -1,0 +1,805 @@
+package queen_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
+)
+
+func noRetryDelay(q *queentest.QueueConfig) { q.RetryDelay = 0 }
+
+// Handler returns nil: acked completed, and the outcomes of one pop go to
+// the broker in ONE batch ack.
+func TestConsumeCompletesInOneBatchAck(t *testing.T) {
+	e := newEnv(t, withSpy())
+	e.pushN("q", "p", 10)
+	var rec recorder
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(10).Each().Limit(10).
+			Consume(ctx, func(_ context.Context, m *queen.Message) error {
+				rec.add(key(m))
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"p/0", "p/1", "p/2", "p/3", "p/4", "p/5", "p/6", "p/7", "p/8", "p/9"}
+	if got := rec.get(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("handled %v, want %v", got, want)
+	}
+	if n := e.srv.Requests(queentest.RoutePop); n != 1 {
+		t.Fatalf("%d pops, want 1", n)
+	}
+	acks := e.spy.ackRequests()
+	if len(acks) != 1 || acks[0].Path != "/api/v1/ack/batch" || len(acks[0].Items) != 10 {
+		t.Fatalf("ack requests %+v, want one batch ack of 10", acks)
+	}
+	for _, it := range acks[0].Items {
+		if it.Status != "completed" {
+			t.Fatalf("ack item %+v, want completed", it)
+		}
+	}
+	if n := e.srv.LeasedCount("q", ""); n != 0 {
+		t.Fatalf("%d messages still leased", n)
+	}
+	if left := e.peek("q", ""); len(left) != 0 {
+		t.Fatalf("messages left after completion: %v", keys(left))
+	}
+}
+
+// ConsumeBatch: the whole batch is acked when the handler returns nil, and
+// comes back when it returns an error.
+func TestConsumeBatchAllOrNothing(t *testing.T) {
+	t.Run("nil acks all", func(t *testing.T) {
+		e := newEnv(t)
+		e.pushN("q", "p", 5)
+		var calls [][]string
+		err := execute(t, context.Background(), func(ctx context.Context) error {
+			return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).Batch(5).Limit(5).
+				ConsumeBatch(ctx, func(_ context.Context, ms []*queen.Message) error {
+					calls = append(calls, keys(ms))
+					return nil
+				}).Execute(ctx)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(calls) != 1 || len(calls[0]) != 5 {
+			t.Fatalf("handler calls %v, want one call with 5 messages", calls)
+		}
+		if n := e.srv.Requests(queentest.RouteAckBatch); n != 1 {
+			t.Fatalf("%d batch acks, want 1", n)
+		}
+		if left := e.peek("q", "g"); len(left) != 0 {
+			t.Fatalf("left %v", keys(left))
+		}
+	})
+	t.Run("error nacks all", func(t *testing.T) {
+		e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+		e.pushN("q", "a", 3)
+		e.pushN("q", "b", 2)
+		err := execute(t, context.Background(), func(ctx context.Context) error {
+			return e.c.Queue("q").Batch(5).Partitions(2).Limit(5).
+				ConsumeBatch(ctx, func(_ context.Context, ms []*queen.Message) error {
+					return errors.New("db down")
+				}).Execute(ctx)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks := e.spy.ackRequests()
+		if len(acks) != 1 {
+			t.Fatalf("%d ack requests, want 1", len(acks))
+		}
+		for _, it := range acks[0].Items {
+			if it.Status != "failed" || it.Error != "db down" {
+				t.Fatalf("ack item %+v, want failed with the error text", it)
+			}
+		}
+		left := e.peek("q", "")
+		if len(left) != 5 {
+			t.Fatalf("after a failed batch %v came back, want all 5", keys(left))
+		}
+		for _, m := range left {
+			if m.DeliveryAttempt != 2 {
+				t.Fatalf("%s delivery attempt %d, want 2", key(m), m.DeliveryAttempt)
+			}
+		}
+	})
+}
+
+// Handler error under Each(): that message is acked failed with the error
+// text; the rest of its partition in the batch is skipped (it comes back
+// after the failed one); other partitions go on.
+func TestConsumeErrorSkipsRestOfPartition(t *testing.T) {
+	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+	e.pushN("q", "a", 3)
+	e.pushN("q", "b", 2)
+	var rec recorder
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(10).Partitions(2).Each().Limit(5).
+			Consume(ctx, func(_ context.Context, m *queen.Message) error {
+				rec.add(key(m))
+				if key(m) == "a/1" && m.DeliveryAttempt == 1 {
+					return errors.New("boom a/1")
+				}
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a/2 skipped, b handled; then a/1 comes back first (the Limit of 5
+	// caps that second pop to the one message left to handle).
+	if got, want := rec.get(), []string{"a/0", "a/1", "b/0", "b/1", "a/1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("handled %v, want %v", got, want)
+	}
+	acks := e.spy.ackRequests()
+	if len(acks) != 2 {
+		t.Fatalf("%d ack requests, want one batch ack per pop (2)", len(acks))
+	}
+	var got []string
+	for _, it := range acks[0].Items {
+		got = append(got, it.Status+":"+it.Error)
+	}
+	if want := []string{"completed:", "failed:boom a/1", "completed:", "completed:"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("acked %v, want %v", got, want)
+	}
+	left := e.peek("q", "")
+	if got, want := keys(left), []string{"a/2"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("left %v, want %v", got, want)
+	}
+	if e.srv.DLQCount("q") != 0 {
+		t.Fatal("a failed ack with retries left dead-lettered")
+	}
+}
+
+// AutoAck(false): the handler acks itself; a handler that errors is still
+// nacked, so its partition is not stuck until the lease runs out.
+func TestConsumeAutoAckOff(t *testing.T) {
+	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+	e.pushN("q", "p", 3)
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Group("billing").SubscriptionMode(queen.SubscriptionModeAll).
+			Batch(3).AutoAck(false).Each().Limit(2).
+			Consume(ctx, func(ctx context.Context, m *queen.Message) error {
+				if key(m) == "p/0" {
+					_, err := e.c.Ack(ctx, m, true, queen.AckOptions{ConsumerGroup: "billing"})
+					return err
+				}
+				return errors.New("no funds")
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := e.spy.ackRequests()
+	var got []string
+	for _, a := range acks {
+		for _, it := range a.Items {
+			got = append(got, a.Group+":"+it.Status+":"+it.Error)
+		}
+	}
+	// The handler's own completed ack, then the loop's nack; nothing else.
+	if want := []string{"billing:completed:", "billing:failed:no funds"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("acks %v, want %v", got, want)
+	}
+	if n := e.srv.LeasedCount("q", "billing"); n != 0 {
+		t.Fatalf("%d messages still leased: the erroring handler's partition is stuck", n)
+	}
+	if got, want := keys(e.peek("q", "billing")), []string{"p/1", "p/2"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("redelivered %v, want %v", got, want)
+	}
+}
+
+// A handler panic is recovered, nacked, logged with its stack; the loop
+// goes on.
+func TestConsumePanicRecovered(t *testing.T) {
+	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+	e.pushN("q", "p", 2)
+	var rec recorder
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(1).Each().Limit(3).
+			Consume(ctx, func(_ context.Context, m *queen.Message) error {
+				rec.add(fmt.Sprintf("%s#%d", key(m), m.DeliveryAttempt))
+				if key(m) == "p/0" && m.DeliveryAttempt == 1 {
+					panic("kaboom")
+				}
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rec.get(), []string{"p/0#1", "p/0#2", "p/1#1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("handled %v, want %v", got, want)
+	}
+	first := e.spy.ackRequests()[0].Items[0]
+	if first.Status != "failed" || !strings.Contains(first.Error, "kaboom") {
+		t.Fatalf("first ack %+v, want failed with the panic", first)
+	}
+	logs := e.logs.String()
+	if !strings.Contains(logs, "panicked") || !strings.Contains(logs, "kaboom") || !strings.Contains(logs, "consume_test.go") {
+		t.Fatalf("panic not logged with its stack:\n%s", logs)
+	}
+}
+
+// Partition order under Concurrency: every partition's messages are handled
+// in order and never two at once; n handlers do run at once.
+func TestConsumePartitionOrderUnderConcurrency(t *testing.T) {
+	e := newEnv(t)
+	const parts, per, slots = 8, 20, 4
+	for p := range parts {
+		e.pushN("q", fmt.Sprint("p", p), per)
+	}
+	var (
+		mu       sync.Mutex
+		next     = map[string]int{}
+		inflight = map[string]int{}
+		bad      []string
+		arrived  atomic.Int32
+		allIn    = make(chan struct{})
+	)
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).
+			Batch(5).Partitions(1).Concurrency(slots).Each().Limit(parts*per).
+			Consume(ctx, func(_ context.Context, m *queen.Message) error {
+				p, i := m.Data["p"].(string), int(m.Data["i"].(float64))
+				mu.Lock()
+				inflight[p]++
+				if inflight[p] > 1 {
+					bad = append(bad, "two at once in "+p)
+				}
+				if next[p] != i {
+					bad = append(bad, fmt.Sprintf("%s: got %d, want %d", p, i, next[p]))
+				}
+				next[p] = i + 1
+				mu.Unlock()
+				// The first `slots` handlers meet: they must run at once.
+				if n := arrived.Add(1); n <= slots {
+					if n == slots {
+						close(allIn)
+					}
+					select {
+					case <-allIn:
+					case <-time.After(3 * time.Second):
+						mu.Lock()
+						bad = append(bad, "fewer than 4 handlers ran at once")
+						mu.Unlock()
+					}
+				}
+				mu.Lock()
+				inflight[p]--
+				mu.Unlock()
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Fatalf("order violations: %v", bad)
+	}
+	for p := range parts {
+		if n := next[fmt.Sprint("p", p)]; n != per {
+			t.Fatalf("partition p%d: %d handled, want %d", p, n, per)
+		}
+	}
+}
+
+// Limit counts across all slots, and caps each pop's batch so that nothing
+// is popped only to be given back.
+func TestConsumeLimitAcrossSlots(t *testing.T) {
+	e := newEnv(t)
+	for p := range 5 {
+		e.pushN("q", fmt.Sprint("p", p), 10)
+	}
+	var n atomic.Int32
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(10).Partitions(1).Concurrency(3).Each().Limit(5).
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				n.Add(1)
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 5 {
+		t.Fatalf("handled %d, want exactly 5 across 3 slots", n.Load())
+	}
+	if l := e.srv.LeasedCount("q", ""); l != 0 {
+		t.Fatalf("%d leased after the limit", l)
+	}
+	left := e.peek("q", "")
+	if len(left) != 45 {
+		t.Fatalf("%d left, want 45", len(left))
+	}
+	for _, m := range left {
+		if m.DeliveryAttempt != 1 {
+			t.Fatalf("%s was popped before (attempt %d): popped needlessly", key(m), m.DeliveryAttempt)
+		}
+	}
+}
+
+// IdleMillis: the loop stops after that long with no message in any slot,
+// and not while a handler runs.
+func TestConsumeIdleMillis(t *testing.T) {
+	t.Run("nothing to do", func(t *testing.T) {
+		e := newEnv(t)
+		start := time.Now()
+		err := execute(t, context.Background(), func(ctx context.Context) error {
+			return e.c.Queue("q").Concurrency(3).IdleMillis(100).
+				Consume(ctx, func(context.Context, *queen.Message) error { return nil }).Execute(ctx)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d < 100*time.Millisecond || d > 3*time.Second {
+			t.Fatalf("idle stop after %v, want about 100 ms (the 30 s long polls abandoned)", d)
+		}
+	})
+	t.Run("busy is not idle", func(t *testing.T) {
+		e := newEnv(t)
+		e.pushN("q", "p", 2)
+		var rec recorder
+		var lastDone atomic.Int64
+		start := time.Now()
+		err := execute(t, context.Background(), func(ctx context.Context) error {
+			return e.c.Queue("q").Batch(1).Concurrency(3).Each().IdleMillis(100).
+				Consume(ctx, func(_ context.Context, m *queen.Message) error {
+					rec.add(key(m))
+					if key(m) == "p/0" {
+						time.Sleep(300 * time.Millisecond) // longer than the idle time
+					}
+					lastDone.Store(int64(time.Since(start)))
+					return nil
+				}).Execute(ctx)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.get(); len(got) != 2 {
+			t.Fatalf("handled %v: the loop went idle while a handler ran", got)
+		}
+		if d := time.Since(start) - time.Duration(lastDone.Load()); d < 100*time.Millisecond {
+			t.Fatalf("stopped %v after the last handler, want at least the idle time", d)
+		}
+	})
+}
+
+// RenewLease keeps a long handler's lease past the queue's leaseTime; without
+// it the lease runs out and the ack is refused (so the test can fail).
+func TestConsumeRenewLease(t *testing.T) {
+	for _, renew := range []bool{true, false} {
+		t.Run(fmt.Sprint("renew=", renew), func(t *testing.T) {
+			e := newEnv(t, withFakeClock()) // lease 60 s
+			e.pushN("q", "p", 1)
+			started, release := make(chan struct{}), make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				ctx := context.Background()
+				qb := e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).Each().Limit(1)
+				if renew {
+					qb = qb.RenewLease(true, 5)
+				}
+				done <- qb.Consume(ctx, func(context.Context, *queen.Message) error {
+					close(started)
+					<-release
+					return nil
+				}).Execute(ctx)
+			}()
+			<-started
+			for range 4 { // 160 s of broker time, lease 60 s
+				if renew {
+					n := e.srv.Requests(queentest.RouteRenew)
+					waitFor(t, "two renewals", func() bool { return e.srv.Requests(queentest.RouteRenew) >= n+2 })
+				}
+				e.clock.Advance(40 * time.Second)
+			}
+			close(release)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Execute did not return")
+			}
+			left := e.peek("q", "g")
+			if renew && len(left) != 0 {
+				t.Fatalf("with renewal the message came back: %v", keys(left))
+			}
+			if !renew && len(left) != 1 {
+				t.Fatalf("without renewal the lease must run out and the message come back; left %v", keys(left))
+			}
+		})
+	}
+}
+
+// A renewal that reports the lease lost cancels the handler's ctx, and its
+// outcome is not acked.
+func TestConsumeLostLeaseCancelsHandler(t *testing.T) {
+	e := newEnv(t, withFakeClock())
+	e.pushN("q", "p", 1)
+	started := make(chan struct{})
+	var cause error
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		go func() {
+			<-started
+			e.clock.Advance(61 * time.Second) // the lease (60 s) runs out
+		}()
+		return e.c.Queue("q").RenewLease(true, 5).Each().Limit(1).
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				close(started)
+				select {
+				case <-hctx.Done():
+					cause = context.Cause(hctx)
+				case <-time.After(5 * time.Second):
+				}
+				return nil // would be acked completed if the loop did not know
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(cause, queen.ErrLeaseLost) {
+		t.Fatalf("handler ctx cause %v, want ErrLeaseLost", cause)
+	}
+	if n := e.acks(); n != 0 {
+		t.Fatalf("%d acks sent for a lost lease, want 0", n)
+	}
+	left := e.peek("q", "")
+	if len(left) != 1 || left[0].DeliveryAttempt != 2 {
+		t.Fatalf("want the message redelivered (attempt 2), got %v", keys(left))
+	}
+}
+
+// Transient broker errors back off and the loop goes on.
+func TestConsumeTransientErrorsBackOff(t *testing.T) {
+	cases := []struct {
+		name  string
+		fault func(*queentest.Server)
+		wait  bool
+	}{
+		{"503 short polls", func(s *queentest.Server) { s.FailNext(queentest.RoutePop, 3, 503, 0) }, false},
+		{"500 short polls", func(s *queentest.Server) { s.FailNext(queentest.RoutePop, 2, 500, 0) }, false},
+		{"429 short polls", func(s *queentest.Server) { s.FailNext(queentest.RoutePop, 2, 429, 0) }, false},
+		{"503 long polls", func(s *queentest.Server) { s.FailNext(queentest.RoutePop, 3, 503, 0) }, true},
+		{"connection refused", func(s *queentest.Server) { s.RefuseConnections(100 * time.Millisecond) }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, withRetry(queen.RetryPolicy{MaxAttempts: 1, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}))
+			e.pushN("q", "p", 1)
+			tc.fault(e.srv)
+			var n atomic.Int32
+			err := execute(t, context.Background(), func(ctx context.Context) error {
+				return e.c.Queue("q").Wait(tc.wait).Each().Limit(1).
+					Consume(ctx, func(context.Context, *queen.Message) error { n.Add(1); return nil }).Execute(ctx)
+			})
+			if err != nil {
+				t.Fatalf("Execute = %v, want nil after the broker recovered", err)
+			}
+			if n.Load() != 1 {
+				t.Fatalf("handled %d, want 1", n.Load())
+			}
+		})
+	}
+}
+
+// A non-retryable broker refusal ends Execute with that error.
+func TestConsumeBrokerRefusalEndsExecute(t *testing.T) {
+	for _, status := range []int{400, 401, 403, 404} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			e := newEnv(t)
+			e.srv.FailNext(queentest.RoutePop, 1, status, 0)
+			err := execute(t, context.Background(), func(ctx context.Context) error {
+				return e.c.Queue("q").Concurrency(2).
+					Consume(ctx, func(context.Context, *queen.Message) error { return nil }).Execute(ctx)
+			})
+			var be *queen.BrokerError
+			if !errors.As(err, &be) || be.Status != status {
+				t.Fatalf("Execute = %v, want the broker's %d", err, status)
+			}
+		})
+	}
+}
+
+// Stop on ctx cancel: the running handler finishes within the grace period
+// and is acked; popped but unstarted messages go back with a retry ack (no
+// retry spent, back at once, not after retryDelay) in the same batch ack;
+// nothing stays leased; the other slot's long poll is abandoned.
+func TestConsumeStopGivesBackUnstarted(t *testing.T) {
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }), withSpy())
+	e.pushN("q", "p", 5)
+	started, finish := make(chan struct{}), make(chan struct{})
+	var rec recorder
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- e.c.Queue("q").Batch(5).Partitions(1).Concurrency(2).Each().
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				if rec.add(key(m)) == 1 {
+					close(started)
+					<-finish
+					if hctx.Err() != nil {
+						return errors.New("handler ctx cancelled within the grace period")
+					}
+				}
+				return nil
+			}).Execute(ctx)
+	}()
+	<-started
+	waitFor(t, "the second slot's long poll", func() bool { return e.srv.Requests(queentest.RoutePop) >= 2 })
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Execute returned (%v) before the running handler finished", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(finish)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Execute = %v, want nil on cancel", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Execute did not return at once after the handler finished")
+	}
+	if got := rec.get(); !reflect.DeepEqual(got, []string{"p/0"}) {
+		t.Fatalf("handled %v, want only p/0", got)
+	}
+	acks := e.spy.ackRequests()
+	if len(acks) != 1 {
+		t.Fatalf("%d ack requests, want one batch", len(acks))
+	}
+	var got []string
+	for _, it := range acks[0].Items {
+		got = append(got, it.Status)
+	}
+	if want := []string{"completed", "retry", "retry", "retry", "retry"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("acked %v, want %v", got, want)
+	}
+	if n := e.srv.LeasedCount("q", ""); n != 0 {
+		t.Fatalf("%d still leased after Execute returned", n)
+	}
+	left := e.peek("q", "")
+	if got, want := keys(left), []string{"p/1", "p/2", "p/3", "p/4"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("given back %v, want %v at once", got, want)
+	}
+}
+
+// After the grace period the handler's ctx is cancelled; a handler that
+// gives up because of it has its message given back with retry (no retry
+// spent), not failed.
+func TestConsumeGracePeriodCancelsHandlers(t *testing.T) {
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000; q.RetryLimit = 0 }))
+	e.pushN("q", "p", 1)
+	started := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var stoppedAfter time.Duration
+	err := execute(t, ctx, func(ctx context.Context) error {
+		go func() { <-started; cancel() }()
+		return e.c.Queue("q").Each().
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				close(started)
+				t0 := time.Now()
+				<-hctx.Done()
+				stoppedAfter = time.Since(t0)
+				return hctx.Err()
+			}).GracePeriod(50 * time.Millisecond).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stoppedAfter < 40*time.Millisecond {
+		t.Fatalf("handler ctx cancelled after %v, want the 50 ms grace period", stoppedAfter)
+	}
+	if e.srv.DLQCount("q") != 0 {
+		t.Fatal("a stopped handler was nacked failed (dead-lettered with retryLimit 0)")
+	}
+	if left := e.peek("q", ""); len(left) != 1 {
+		t.Fatalf("the stopped message did not come back at once: %v", keys(left))
+	}
+}
+
+// Either ctx ends the loop, and the in-flight long poll is abandoned at once.
+func TestConsumeStopsOnEitherContext(t *testing.T) {
+	for _, which := range []string{"execute", "consume"} {
+		t.Run(which, func(t *testing.T) {
+			e := newEnv(t)
+			cctx, ccancel := context.WithCancel(context.Background())
+			xctx, xcancel := context.WithCancel(context.Background())
+			defer ccancel()
+			defer xcancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- e.c.Queue("q").Concurrency(2).
+					Consume(cctx, func(context.Context, *queen.Message) error { return nil }).Execute(xctx)
+			}()
+			waitFor(t, "two long polls", func() bool { return e.srv.Requests(queentest.RoutePop) >= 2 })
+			start := time.Now()
+			if which == "execute" {
+				xcancel()
+			} else {
+				ccancel()
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Execute = %v, want nil", err)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("the 30 s long polls were not abandoned")
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Fatalf("stop took %v", d)
+			}
+		})
+	}
+}
+
+// Outcome callbacks decide instead of the loop, still in one batch ack.
+func TestConsumeOutcomeCallbacks(t *testing.T) {
+	errPermanent := errors.New("no such address")
+	t.Run("OnError dead-letters", func(t *testing.T) {
+		e := newEnv(t, withSpy())
+		e.pushN("q", "p", 2)
+		var rec recorder
+		err := execute(t, context.Background(), func(ctx context.Context) error {
+			return e.c.Queue("q").Batch(2).Each().Limit(2).
+				Consume(ctx, func(_ context.Context, m *queen.Message) error {
+					rec.add(key(m))
+					if key(m) == "p/0" {
+						return fmt.Errorf("send: %w", errPermanent)
+					}
+					return nil
+				}).
+				OnError(func(_ context.Context, m *queen.Message, err error) queen.Outcome {
+					if errors.Is(err, errPermanent) {
+						return queen.DeadLetter(err)
+					}
+					return queen.Fail(err)
+				}).Execute(ctx)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// dlq moves past the message: the rest of the partition goes on.
+		if got := rec.get(); !reflect.DeepEqual(got, []string{"p/0", "p/1"}) {
+			t.Fatalf("handled %v", got)
+		}
+		acks := e.spy.ackRequests()
+		if len(acks) != 1 || acks[0].Items[0].Status != "dlq" || acks[0].Items[0].Error != "send: no such address" {
+			t.Fatalf("acks %+v, want one batch starting with dlq", acks)
+		}
+		if e.srv.DLQCount("q") != 1 {
+			t.Fatalf("DLQ holds %d, want 1", e.srv.DLQCount("q"))
+		}
+		if left := e.peek("q", ""); len(left) != 0 {
+			t.Fatalf("left %v", keys(left))
+		}
+	})
+	t.Run("OnSuccess retries", func(t *testing.T) {
+		e := newEnv(t)
+		e.pushN("q", "p", 1)
+		var rec recorder
+		err := execute(t, context.Background(), func(ctx context.Context) error {
+			return e.c.Queue("q").Each().Limit(2).
+				Consume(ctx, func(_ context.Context, m *queen.Message) error {
+					rec.add(fmt.Sprint(m.DeliveryAttempt))
+					return nil
+				}).
+				OnSuccess(func(_ context.Context, m *queen.Message) queen.Outcome {
+					if m.DeliveryAttempt == 1 {
+						return queen.Retry()
+					}
+					return queen.Complete()
+				}).Execute(ctx)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.get(); !reflect.DeepEqual(got, []string{"1", "2"}) {
+			t.Fatalf("attempts %v, want [1 2]", got)
+		}
+		if left := e.peek("q", ""); len(left) != 0 {
+			t.Fatalf("left %v", keys(left))
+		}
+	})
+	t.Run("unknown status fails", func(t *testing.T) {
+		e := newEnv(t, withSpy())
+		e.pushN("q", "p", 1)
+		err := execute(t, context.Background(), func(ctx context.Context) error {
+			return e.c.Queue("q").Each().Limit(1).
+				Consume(ctx, func(context.Context, *queen.Message) error { return nil }).
+				OnSuccess(func(context.Context, *queen.Message) queen.Outcome {
+					return queen.Outcome{Status: "maybe"}
+				}).Execute(ctx)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := e.spy.ackRequests(); len(a) != 1 || a[0].Items[0].Status != "failed" {
+			t.Fatalf("acks %+v, want failed", a)
+		}
+	})
+}
+
+// ConsumeBatch with Each() hands one message at a time.
+func TestConsumeBatchEach(t *testing.T) {
+	e := newEnv(t)
+	e.pushN("q", "p", 3)
+	var sizes []int
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(3).Each().Limit(3).
+			ConsumeBatch(ctx, func(_ context.Context, ms []*queen.Message) error {
+				sizes = append(sizes, len(ms))
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sizes, []int{1, 1, 1}) {
+		t.Fatalf("batch sizes %v, want [1 1 1]", sizes)
+	}
+}
+
+// A dropped ack answer (applied by the broker, connection closed) is retried
+// and nothing is left leased or lost.
+func TestConsumeDroppedAckAnswer(t *testing.T) {
+	e := newEnv(t)
+	e.pushN("q", "p", 4)
+	e.srv.DropNextResponses(queentest.RouteAckBatch, 1)
+	var n atomic.Int32
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(4).Each().Limit(4).
+			Consume(ctx, func(context.Context, *queen.Message) error { n.Add(1); return nil }).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 4 || e.srv.LeasedCount("q", "") != 0 {
+		t.Fatalf("handled %d, leased %d", n.Load(), e.srv.LeasedCount("q", ""))
+	}
+	if left := e.peek("q", ""); len(left) != 0 {
+		t.Fatalf("left %v", keys(left))
+	}
+}
+
+// Bounded memory: at most Concurrency × Batch messages are ever leased to the
+// loop at once.
+func TestConsumeBoundedInFlight(t *testing.T) {
+	e := newEnv(t)
+	for p := range 10 {
+		e.pushN("q", fmt.Sprint("p", p), 5)
+	}
+	var peak atomic.Int32
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(5).Concurrency(2).Each().Limit(50).
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				if l := int32(e.srv.LeasedCount("q", "")); l > peak.Load() {
+					peak.Store(l)
+				}
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := peak.Load(); p > 10 || p == 0 {
+		t.Fatalf("peak leased %d, want 1..10", p)
+	}
+}
