@@ -1,0 +1,118 @@
+package queen_test
+
+// The consume snippets of the product page (shared/spec/pop-and-consume.md),
+// pasted unchanged into functions; consume_snippets_test.go runs them
+// against queentest and checks what the page says they do.
+//
+// The mailer snippet (onSuccess/onError, dlq through a transaction) needs
+// Client.Transaction, which lands with issue 6.
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os/signal"
+	"syscall"
+
+	"github.com/queen-go/queen"
+)
+
+// runTask is what the page's worker runs per task; tests set it.
+var runTask func(data map[string]any) error
+
+// snippetQueueMode: Queue mode: one message at a time, Limit(1).
+func snippetQueueMode(ctx context.Context, client *queen.Client) {
+	var err error
+	err = client.Queue("orders").
+		Each().   // the handler gets one message at a time
+		Limit(1). // stop after one message; a worker leaves this out
+		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
+			fmt.Println(msg.Data) // acked when this returns nil, retried on an error
+			return nil
+		}).
+		Execute(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// snippetBillingGroup: Consumer group with every option set by hand; the handler acks.
+func snippetBillingGroup(ctx context.Context, client *queen.Client) {
+	var err error
+	err = client.Queue("orders").
+		Group("billing").                            // every group gets every message
+		SubscriptionMode(queen.SubscriptionModeAll). // a new group starts at the tail unless told otherwise
+		Batch(100).                                  // up to 100 messages per pop...
+		Partitions(10).                              // ...from up to 10 partitions
+		RenewLease(true, 2000).                      // heartbeat every 2 s while the handler runs
+		AutoAck(false).                              // the handler decides the outcome
+		Each().
+		Limit(1).
+		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
+			ok := msg.Data["total"].(float64) > 0
+			_, err := client.Ack(ctx, msg, ok, queen.AckOptions{ConsumerGroup: "billing"})
+			return err
+		}).
+		Execute(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// snippetArchiverBatch: The whole batch per call: ConsumeBatch.
+func snippetArchiverBatch(ctx context.Context, client *queen.Client) {
+	var err error
+	err = client.Queue("events").
+		Group("archiver").
+		SubscriptionMode(queen.SubscriptionModeAll).
+		Batch(100). // up to 100 messages per call
+		Limit(1000).
+		// ConsumeBatch, not Consume: the handler gets the whole batch
+		ConsumeBatch(ctx, func(ctx context.Context, messages []*queen.Message) error {
+			fmt.Println("archiving", len(messages))
+			return nil // all acked if it returns nil, all nacked if it returns an error
+		}).
+		Execute(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// snippetRunningForReal: Running a consumer for real: SIGTERM, Concurrency, RenewLease, IdleMillis.
+func snippetRunningForReal(ctx context.Context, client *queen.Client) {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM) // a deploy stops it cleanly
+	defer stop()
+
+	err := client.Queue("tasks").
+		Group("workers").
+		SubscriptionMode(queen.SubscriptionModeAll).
+		Concurrency(4).          // four handlers at once, on four partitions
+		RenewLease(true, 10000). // long tasks keep their lease alive
+		IdleMillis(60000).       // or stop after a minute with nothing to do
+		Each().
+		Consume(ctx, func(ctx context.Context, task *queen.Message) error {
+			return runTask(task.Data)
+		}).
+		Execute(ctx) // returns once ctx is cancelled
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// snippetReadAgain: Read it again: a new group from a point in time.
+func snippetReadAgain(ctx context.Context, client *queen.Client) {
+	var err error
+	err = client.Queue("orders").
+		Group("audit").                           // a new group, with its own cursor
+		SubscriptionFrom("2026-10-22T00:00:00Z"). // everything pushed from this time on
+		Each().
+		Limit(1).
+		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
+			fmt.Println("again:", msg.Data)
+			return nil
+		}).
+		Execute(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+}
