@@ -102,7 +102,9 @@ func TestTransactionBadInputSendsNothing(t *testing.T) {
 	}{
 		{"empty", func(tx *queen.TransactionBuilder) *queen.TransactionBuilder { return tx }, queen.ErrEmptyTransaction},
 		{"unknown status", func(tx *queen.TransactionBuilder) *queen.TransactionBuilder { return tx.Ack(good, "done") }, queen.ErrUnknownStatus},
-		{"nil message", func(tx *queen.TransactionBuilder) *queen.TransactionBuilder { return tx.Ack(nil, queen.StatusCompleted) }, queen.ErrNotAckable},
+		{"nil message", func(tx *queen.TransactionBuilder) *queen.TransactionBuilder {
+			return tx.Ack(nil, queen.StatusCompleted)
+		}, queen.ErrNotAckable},
 		{"no partition id", func(tx *queen.TransactionBuilder) *queen.TransactionBuilder {
 			return tx.Ack(&queen.Message{TransactionID: "m", LeaseID: "L"}, queen.StatusCompleted)
 		}, queen.ErrNotAckable},
