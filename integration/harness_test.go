@@ -461,4 +461,3 @@ func isNotSupported(err error) bool {
 	var be *queen.BrokerError
 	return errors.As(err, &be) && be.Status == http.StatusNotFound
 }
-
