@@ -1,0 +1,507 @@
+package queentest
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// Per-item ack errors of the 2.x broker (rsm/facade/real.rs render_ack).
+const (
+	errInvalidLease = "invalid or expired lease"
+	errStaleAck     = "transaction is unresolvable, already committed, or acknowledgment is stale"
+	errNotPID       = "partitionId is not a partition id"
+	defaultDLQError = "Retries exhausted"
+)
+
+// ackResult is one entry of the ack reply (a JSON array in input order).
+type ackResult struct {
+	Index         int     `json:"index"`
+	TransactionID string  `json:"transactionId"`
+	Success       bool    `json:"success"`
+	Error         *string `json:"error"`
+	LeaseReleased bool    `json:"leaseReleased"`
+	DLQ           bool    `json:"dlq"`
+	Noop          bool    `json:"noop"`
+}
+
+// ackBodyItem is one acknowledgment as it arrives (both body shapes).
+type ackBodyItem struct {
+	TransactionID *string `json:"transactionId"`
+	PartitionID   *string `json:"partitionId"`
+	Status        *string `json:"status"`
+	LeaseID       *string `json:"leaseId"`
+	Error         *string `json:"error"`
+}
+
+type ackBody struct {
+	ackBodyItem
+	ConsumerGroup   *string       `json:"consumerGroup"`
+	Acknowledgments []ackBodyItem `json:"acknowledgments"`
+}
+
+// ackIn is one acknowledgment, normalised.
+type ackIn struct {
+	index   int
+	txn     string
+	pid     string
+	status  string // completed, failed, retry or dlq
+	leaseID string
+	errMsg  *string
+}
+
+// ackOut is the verdict on one acknowledgment.
+type ackOut struct {
+	success       bool
+	err           string
+	leaseReleased bool
+	dlq           bool
+	noop          bool
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// ackStatus maps the wire status: anything unknown is `completed` (2.x
+// ack_status_of, case-insensitive).
+func ackStatus(s string) string {
+	switch strings.ToLower(s) {
+	case wire.StatusFailed:
+		return wire.StatusFailed
+	case wire.StatusDLQ:
+		return wire.StatusDLQ
+	case wire.StatusRetry:
+		return wire.StatusRetry
+	}
+	return wire.StatusCompleted
+}
+
+func isSignal(status string) bool { return status != wire.StatusCompleted }
+
+// signalRank orders signals at one position: dlq beats failed beats retry.
+func signalRank(status string) int {
+	switch status {
+	case wire.StatusDLQ:
+		return 0
+	case wire.StatusFailed:
+		return 1
+	case wire.StatusRetry:
+		return 2
+	}
+	return 3
+}
+
+func (it ackBodyItem) in(i int) ackIn {
+	return ackIn{index: i, txn: str(it.TransactionID), pid: str(it.PartitionID), status: ackStatus(str(it.Status)), leaseID: str(it.LeaseID), errMsg: it.Error}
+}
+
+// handleAck is POST /api/v1/ack and POST /api/v1/ack/batch; both accept both
+// body shapes (one acknowledgment at top level, or `acknowledgments`). The
+// consumer group is top-level only. The answer is 200 with one result per
+// acknowledgment; a refused one has success:false and an error.
+func (s *Server) handleAck(w *recorder, req *request) {
+	var body ackBody
+	if err := decodeBody(req.body, &body); err != nil {
+		w.error(http.StatusBadRequest, "bad_body", "bad ack body: "+err.Error())
+		return
+	}
+	group := str(body.ConsumerGroup)
+	if group == "" {
+		group = queueModeGroup
+	}
+	if nameTooLong(w, "", group) {
+		return
+	}
+	var items []ackIn
+	if len(body.Acknowledgments) > 0 {
+		for i, it := range body.Acknowledgments {
+			items = append(items, it.in(i))
+		}
+	} else {
+		items = append(items, body.ackBodyItem.in(0))
+	}
+
+	b := s.b
+	b.mu.Lock()
+	now := b.now()
+	outs := b.ack(group, items, now)
+	// Autopilot drain samples: runs of one lease acked together.
+	for i := 0; i < len(items); {
+		j := i
+		for j < len(items) && items[j].leaseID == items[i].leaseID {
+			j++
+		}
+		b.ap.acked(items[i].leaseID, j-i, now)
+		i = j
+	}
+	b.bump()
+	b.mu.Unlock()
+
+	res := make([]ackResult, len(items))
+	for i, it := range items {
+		o := outs[i]
+		res[i] = ackResult{Index: i, TransactionID: it.txn, Success: o.success, LeaseReleased: o.leaseReleased, DLQ: o.dlq, Noop: o.noop}
+		if o.err != "" {
+			e := o.err
+			res[i].Error = &e
+		}
+	}
+	w.json(http.StatusOK, res)
+}
+
+// ackTargetKey groups acknowledgments by (partition, lease): each group is
+// settled against one cursor, in first-seen order.
+type ackTargetKey struct {
+	pid   int64
+	lease string
+}
+
+// ack applies plain acknowledgments of group. Callers hold mu.
+func (b *broker) ack(group string, items []ackIn, now time.Time) []ackOut {
+	outs := make([]ackOut, len(items))
+	var order []ackTargetKey
+	targets := map[ackTargetKey][]int{}
+	for i, it := range items {
+		pid, err := strconv.ParseInt(it.pid, 10, 64)
+		if err != nil || pid < 0 {
+			outs[i] = ackOut{err: errNotPID}
+			continue
+		}
+		if b.parts[pid] == nil {
+			outs[i] = ackOut{err: fmt.Sprintf("no partition %d", pid)}
+			continue
+		}
+		k := ackTargetKey{pid, it.leaseID}
+		if _, ok := targets[k]; !ok {
+			order = append(order, k)
+		}
+		targets[k] = append(targets[k], i)
+	}
+	for _, k := range order {
+		p := b.parts[k.pid]
+		idx := targets[k]
+		in := make([]ackIn, len(idx))
+		for j, i := range idx {
+			in[j] = items[i]
+		}
+		tr := ackTarget(p, p.cursors[group], k.lease, in, now, true)
+		b.commitTarget(p, group, tr, now)
+		for j, i := range idx {
+			outs[i] = tr.per[j]
+		}
+	}
+	return outs
+}
+
+// commitTarget stores a settled cursor and files its dead letters.
+func (b *broker) commitTarget(p *partition, group string, tr targetResult, now time.Time) {
+	if tr.cur == nil {
+		return
+	}
+	p.cursors[group] = tr.cur
+	for _, f := range tr.files {
+		b.fileDLQ(p, group, f.off, f.errMsg, f.retry, now)
+	}
+}
+
+type dlqFile struct {
+	off    int64
+	errMsg string
+	retry  int
+}
+
+// targetResult is the outcome of settling one (partition, lease) target.
+type targetResult struct {
+	per   []ackOut
+	cur   *cursor // the new cursor; nil when the group has none here
+	files []dlqFile
+	stale bool // some acknowledgment was refused
+}
+
+func (c *cursor) clone() *cursor {
+	n := *c
+	n.attempts = make(map[int64]int, len(c.attempts))
+	for k, v := range c.attempts {
+		n.attempts[k] = v
+	}
+	if c.lease != nil {
+		l := *c.lease
+		l.delivered = append([]int64(nil), c.lease.delivered...)
+		n.lease = &l
+	}
+	if c.released != nil {
+		r := *c.released
+		n.released = &r
+	}
+	return &n
+}
+
+// ackTarget settles acknowledgments of one (partition, lease) against the
+// group's cursor cur0, as the 2.x engine does (rsm/consume/ack.rs):
+//
+//   - A non-empty leaseId must be the cursor's live lease; if not, every
+//     item is refused "invalid or expired lease", except the identical
+//     repeat of an ack that released this lease, answered as the first time
+//     (plain acks only: repeatOK). An empty leaseId skips the check.
+//   - `completed` advances over the acked prefix: the highest completed
+//     position below the first signal (implicit ack of what precedes it).
+//     The lease is released once the leased batch is settled; a partial ack
+//     keeps it.
+//   - The lowest signal decides the rest: `dlq` files that message and moves
+//     past it; `failed` spends one retry of the batch and releases, so it
+//     and what follows come back after retryDelay, or, with the budget
+//     spent, files it in the DLQ (dropped when the queue has none); `retry`
+//     releases without spending. After a dlq or a spent failure, the later
+//     positions this call names are settled in order.
+//   - An item below the cursor is a noop success (a signal there is stale);
+//     an item not in the leased span is stale.
+//
+// cur0 is not modified: the result holds a new cursor.
+func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now time.Time, repeatOK bool) targetResult {
+	cfg := p.q.cfg
+	res := targetResult{per: make([]ackOut, len(items))}
+	refuse := func(msg string) targetResult {
+		for i := range items {
+			res.per[i] = ackOut{err: msg}
+		}
+		res.stale = true
+		return res
+	}
+	if cur0 == nil {
+		if worker != "" {
+			return refuse(errInvalidLease)
+		}
+		return refuse(errStaleAck)
+	}
+	c := cur0.clone()
+	res.cur = c
+	l := c.liveLease(now)
+	if worker != "" && (l == nil || l.id != worker) {
+		if repeatOK && c.released != nil && c.released.id == worker {
+			any := false
+			for i, it := range items {
+				off, ok := p.byTxn[it.txn]
+				if ok && off >= c.released.lo && off <= c.released.hi && off <= c.committed {
+					res.per[i] = ackOut{success: true, leaseReleased: true}
+					any = true
+				} else {
+					res.per[i] = ackOut{err: errStaleAck}
+					res.stale = true
+				}
+			}
+			if any {
+				return res
+			}
+			res.stale = false
+		}
+		return refuse(errInvalidLease)
+	}
+
+	committed0 := c.committed
+	hasLease := l != nil
+	end := int64(math.MaxInt64)
+	if hasLease {
+		end = l.end
+	}
+	type resolved struct {
+		off   int64
+		found bool // in the span (committed, end]
+		below bool // at or below the cursor
+	}
+	rs := make([]resolved, len(items))
+	for i, it := range items {
+		off, ok := p.byTxn[it.txn]
+		switch {
+		case !ok:
+		case off > committed0 && off <= end:
+			rs[i] = resolved{off: off, found: true}
+		case off <= committed0:
+			rs[i] = resolved{off: off, below: true}
+		}
+	}
+
+	// The head signal: the lowest signalled position.
+	sig := -1
+	for i, it := range items {
+		if !rs[i].found || !isSignal(it.status) {
+			continue
+		}
+		if sig < 0 || rs[i].off < rs[sig].off || rs[i].off == rs[sig].off && signalRank(it.status) < signalRank(items[sig].status) {
+			sig = i
+		}
+	}
+	sigOff, sigKind := int64(-1), ""
+	if sig >= 0 {
+		sigOff, sigKind = rs[sig].off, items[sig].status
+	}
+	maxOK, maxOKAll := int64(-2), int64(-2)
+	for i, it := range items {
+		if !rs[i].found || it.status != wire.StatusCompleted {
+			continue
+		}
+		maxOKAll = max(maxOKAll, rs[i].off)
+		if sig < 0 || rs[i].off < sigOff {
+			maxOK = max(maxOK, rs[i].off)
+		}
+	}
+	next := committed0
+	if maxOK > -2 {
+		next = maxOK
+	}
+
+	dlqError := func() string {
+		if sig >= 0 && items[sig].errMsg != nil {
+			return *items[sig].errMsg
+		}
+		for _, it := range items {
+			if it.status != wire.StatusCompleted && it.errMsg != nil {
+				return *it.errMsg
+			}
+		}
+		return defaultDLQError
+	}
+	retryLimit := max(cfg.RetryLimit, 0)
+	filed := 0
+	file := func(off int64, msg string, retry int) {
+		res.files = append(res.files, dlqFile{off: off, errMsg: msg, retry: retry})
+		filed++
+	}
+
+	// settle walks the positions above the head signal in order, as far as
+	// this call decides them; it reports whether it stopped at a `failed`
+	// whose budget remains.
+	settle := func(exhausted bool, retry int) bool {
+		type named struct {
+			status string
+			i      int
+		}
+		above := map[int64]named{}
+		for i, it := range items {
+			if !rs[i].found || rs[i].off <= sigOff {
+				continue
+			}
+			cur, ok := above[rs[i].off]
+			if !ok || signalRank(it.status) < signalRank(cur.status) {
+				above[rs[i].off] = named{it.status, i}
+			}
+		}
+		last := int64(-2)
+		stopped := false
+	walk:
+		for pos := sigOff + 1; hasLease && pos <= end; pos++ {
+			e, ok := above[pos]
+			switch {
+			case ok && e.status == wire.StatusDLQ:
+				file(pos, orDefault(items[e.i].errMsg, dlqError()), retry)
+			case ok && e.status == wire.StatusFailed && exhausted:
+				if cfg.dlqEnabled() {
+					file(pos, orDefault(items[e.i].errMsg, dlqError()), retry)
+				}
+			case ok && e.status == wire.StatusFailed:
+				stopped = true
+				break walk
+			case ok && e.status == wire.StatusCompleted:
+			case ok:
+				break walk
+			case maxOKAll > pos:
+			default:
+				break walk
+			}
+			last = pos
+		}
+		if last > -2 {
+			c.setCommitted(last, now)
+		}
+		return stopped
+	}
+
+	releasedForRetry := false
+	brc0 := c.batchRetry
+	switch {
+	case sigKind == wire.StatusDLQ && hasLease:
+		c.setCommitted(max(next, sigOff), now)
+		file(sigOff, dlqError(), brc0)
+		c.release()
+		c.batchRetry = 0
+		if settle(brc0 >= retryLimit, brc0) {
+			c.batchRetry = brc0 // the rest keeps the budget it used
+		}
+	case sigKind == wire.StatusFailed && hasLease:
+		switch {
+		case brc0 < retryLimit:
+			c.setCommitted(next, now)
+			c.release()
+			c.batchRetry = brc0 + 1
+			c.notBefore = now.Add(time.Duration(cfg.RetryDelay) * time.Millisecond)
+			releasedForRetry = true
+		case cfg.dlqEnabled():
+			c.setCommitted(sigOff, now)
+			file(sigOff, dlqError(), brc0)
+			c.release()
+			c.batchRetry = 0
+			settle(true, brc0)
+		default: // no DLQ: the poison is dropped
+			c.setCommitted(sigOff, now)
+			c.release()
+			c.batchRetry = 0
+			settle(true, brc0)
+		}
+	case sigKind == wire.StatusRetry && hasLease:
+		c.setCommitted(next, now)
+		c.release()
+	default: // all completed, or a lease-less ack
+		if hasLease && l.conflated && maxOK > -2 {
+			next = l.end // a clean ack retires the whole conflated span
+		}
+		c.setCommitted(next, now)
+		if hasLease && next >= l.end {
+			c.release()
+			c.batchRetry = 0
+		}
+	}
+
+	leaseReleased := hasLease && c.lease == nil
+	if hasLease && leaseReleased && !releasedForRetry && c.committed >= l.end && worker != "" {
+		c.released = &releasedLease{id: worker, lo: committed0 + 1, hi: l.end}
+	}
+	for i, it := range items {
+		r := rs[i]
+		switch {
+		case r.found:
+			res.per[i] = ackOut{success: true}
+		case r.below && !isSignal(it.status):
+			res.per[i] = ackOut{success: true, noop: true}
+		default:
+			res.per[i] = ackOut{err: errStaleAck}
+			res.stale = true
+		}
+		res.per[i].leaseReleased = leaseReleased
+		res.per[i].dlq = filed > 0 && (it.status == wire.StatusDLQ || it.status == wire.StatusFailed)
+	}
+	return res
+}
+
+func orDefault(p *string, def string) string {
+	if p != nil {
+		return *p
+	}
+	return def
+}
+
+// decodeJSONLenient is json.Unmarshal that also accepts an empty body.
+func decodeJSONLenient(body []byte, v any) error {
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	return json.Unmarshal(body, v)
+}

@@ -1,0 +1,434 @@
+package queentest
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// The whole broker state lives here, behind one mutex: queues with their
+// configuration, partitions as ordered logs, one cursor per (partition,
+// consumer group) with its lease, consumer-group registrations and the
+// dead-letter queue. Route files (push.go, pop.go, ack.go, ...) read and
+// change it only while holding broker.mu, so every request is applied
+// atomically and concurrent clients are safe.
+
+const queueModeGroup = wire.QueueModeGroup
+
+// nameBudget is the 2.x broker's bound on queue + max(group, partition)
+// bytes (511-byte store key minus 64 bytes of overhead); past it the broker
+// answers 413 name_too_long.
+const nameBudget = 511 - 64
+
+type broker struct {
+	mu       sync.Mutex
+	clock    Clock
+	defaults QueueConfig
+
+	queues  map[string]*queue
+	parts   map[int64]*partition // by partition id (the wire partitionId)
+	nextPID int64
+	groups  map[groupKey]*groupMeta
+	dlq     map[string]*dlqRow
+	dlqSeq  int64
+
+	// changed is closed and replaced on every state change (and when a
+	// FakeClock moves): parked long polls wait on it.
+	changed chan struct{}
+	applied uint64
+
+	ap autopilot
+}
+
+type groupKey struct{ queue, group string }
+
+type queue struct {
+	name      string
+	id        string
+	namespace string
+	task      string
+	cfg       QueueConfig
+	createdAt time.Time
+	parts     []*partition // creation order
+	byName    map[string]*partition
+}
+
+type partition struct {
+	id        int64
+	name      string
+	q         *queue
+	createdAt time.Time
+	lastWrite time.Time
+	msgs      []*message       // offset = index; nothing is ever trimmed
+	byTxn     map[string]int64 // dedup: transactionId -> offset
+	cursors   map[string]*cursor
+}
+
+type message struct {
+	id        string
+	txn       string
+	traceID   *string
+	payload   json.RawMessage
+	createdAt time.Time
+	offset    int64
+}
+
+// cursor is one consumer group's position on one partition.
+type cursor struct {
+	committed  int64 // last consumed offset; -1 before the first
+	lease      *lease
+	notBefore  time.Time // a `failed` release waits retryDelay
+	batchRetry int       // retries spent by the batch at the cursor
+	// attempts counts deliveries of each offset above committed, for
+	// deliveryAttempt.
+	attempts       map[int64]int
+	released       *releasedLease
+	totalConsumed  int64
+	lastConsumedAt time.Time
+}
+
+type lease struct {
+	id        string
+	acquired  time.Time
+	expires   time.Time
+	end       int64   // last leased offset (the batch end)
+	delivered []int64 // offsets handed out under this lease
+	conflated bool
+}
+
+// releasedLease remembers the batch the last settling ack released, so that
+// an identical repeat of that ack is answered as the first time (2.x
+// repeat_of_released).
+type releasedLease struct {
+	id     string
+	lo, hi int64
+}
+
+// groupMeta is a named consumer group's registration on a queue, fixed at
+// its first pop.
+type groupMeta struct {
+	mode         string // "new", "all" or "timestamp"
+	subTS        time.Time
+	registeredAt time.Time
+	conflation   bool
+}
+
+type dlqRow struct {
+	id         string
+	seq        int64
+	queue      string
+	pid        int64
+	partition  string
+	group      string
+	offset     int64
+	messageID  string
+	txn        string
+	payload    json.RawMessage
+	errMsg     string
+	retryCount int
+	failedAt   time.Time
+}
+
+func newBroker(clock Clock, defaults QueueConfig) *broker {
+	return &broker{
+		clock:    clock,
+		defaults: defaults,
+		queues:   map[string]*queue{},
+		parts:    map[int64]*partition{},
+		groups:   map[groupKey]*groupMeta{},
+		dlq:      map[string]*dlqRow{},
+		changed:  make(chan struct{}),
+		ap:       newAutopilot(),
+	}
+}
+
+// bump records a state change and wakes every parked waiter. Callers hold mu.
+func (b *broker) bump() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.applied++
+}
+
+// wake is bump for callers that do not hold mu (a FakeClock move).
+func (b *broker) wake() {
+	b.mu.Lock()
+	b.bump()
+	b.mu.Unlock()
+}
+
+func (b *broker) now() time.Time { return b.clock.Now() }
+
+// queueOf returns the queue named name, creating it with cfg when create is
+// set and it does not exist.
+func (b *broker) queueOf(name string, create bool, cfg QueueConfig, now time.Time) *queue {
+	q := b.queues[name]
+	if q == nil && create {
+		q = &queue{name: name, id: newUUID(), cfg: cfg, createdAt: now, byName: map[string]*partition{}}
+		b.queues[name] = q
+	}
+	return q
+}
+
+func (b *broker) implicitConfig() QueueConfig {
+	c := b.defaults
+	if c.LeaseTime <= 0 {
+		c.LeaseTime = 60
+	}
+	return c
+}
+
+// partitionOf returns q's partition named name, creating it when asked.
+func (b *broker) partitionOf(q *queue, name string, create bool, now time.Time) *partition {
+	p := q.byName[name]
+	if p == nil && create {
+		b.nextPID++
+		p = &partition{
+			id: b.nextPID, name: name, q: q, createdAt: now,
+			byTxn: map[string]int64{}, cursors: map[string]*cursor{},
+		}
+		q.byName[name] = p
+		q.parts = append(q.parts, p)
+		b.parts[p.id] = p
+	}
+	return p
+}
+
+func (b *broker) deleteQueue(q *queue) {
+	for _, p := range q.parts {
+		delete(b.parts, p.id)
+	}
+	delete(b.queues, q.name)
+	for k := range b.groups {
+		if k.queue == q.name {
+			delete(b.groups, k)
+		}
+	}
+	for id, r := range b.dlq {
+		if r.queue == q.name {
+			delete(b.dlq, id)
+		}
+	}
+}
+
+func (p *partition) pid() string { return strconv.FormatInt(p.id, 10) }
+
+func (p *partition) lastOffset() int64 { return int64(len(p.msgs)) - 1 }
+
+// visible reports whether m can be delivered at now (delayedProcessing).
+func (p *partition) visible(m *message, now time.Time) bool {
+	d := p.q.cfg.DelayedProcessing
+	return d <= 0 || !m.createdAt.Add(time.Duration(d)*time.Second).After(now)
+}
+
+func (p *partition) visibleAt(m *message) time.Time {
+	d := p.q.cfg.DelayedProcessing
+	if d <= 0 {
+		return m.createdAt
+	}
+	return m.createdAt.Add(time.Duration(d) * time.Second)
+}
+
+// firstAtOrAfter is the offset of the first message created at or after ts,
+// or -1 when there is none.
+func (p *partition) firstAtOrAfter(ts time.Time) int64 {
+	// A linear scan: a FakeClock may be set backwards, so timestamps are not
+	// guaranteed to grow along the log.
+	for _, m := range p.msgs {
+		if !m.createdAt.Before(ts) {
+			return m.offset
+		}
+	}
+	return -1
+}
+
+// liveLease drops c's lease if it expired at now, and returns what is left.
+// Expiry spends no retry: the cursor stays where it is and the messages go
+// to the next pop with their delivery attempt + 1.
+func (c *cursor) liveLease(now time.Time) *lease {
+	if c.lease != nil && now.After(c.lease.expires) {
+		c.lease = nil
+	}
+	return c.lease
+}
+
+func (c *cursor) release() { c.lease = nil }
+
+// advance moves the committed position to off (never back) and forgets the
+// delivery counts below it.
+func (c *cursor) setCommitted(off int64, now time.Time) {
+	if off > c.committed {
+		c.totalConsumed += off - c.committed
+		c.lastConsumedAt = now
+	}
+	c.committed = off
+	for o := range c.attempts {
+		if o <= c.committed {
+			delete(c.attempts, o)
+		}
+	}
+}
+
+// cursorOf returns the cursor of group on p, creating it (seeded by the
+// group's subscription) when create is set.
+func (b *broker) cursorOf(p *partition, group string, create bool) *cursor {
+	c := p.cursors[group]
+	if c == nil && create {
+		c = &cursor{committed: b.seed(p, group), attempts: map[int64]int{}}
+		p.cursors[group] = c
+	}
+	return c
+}
+
+// seed is where a cursor created after its group registered starts. Queue
+// mode and `all` start before the first message. A `new` group got cursors
+// at the tail of every partition that existed when it registered
+// (registerGroup); a partition without one was created later, and its
+// messages are all new to the group, so it starts at the beginning too
+// (PROTOCOL.md §13). A subscriptionFrom group starts at its first message at
+// or after the timestamp.
+func (b *broker) seed(p *partition, group string) int64 {
+	if group == queueModeGroup {
+		return -1
+	}
+	m := b.groups[groupKey{p.q.name, group}]
+	if m != nil && m.mode == "timestamp" {
+		if off := p.firstAtOrAfter(m.subTS); off >= 0 {
+			return off - 1
+		}
+		return p.lastOffset()
+	}
+	return -1
+}
+
+// subscription is what a pop asks for a group that registers with it.
+type subscription struct {
+	mode       string // "new", "all" or "timestamp"
+	ts         time.Time
+	conflation bool
+}
+
+// registerGroup registers a named group on queue name at its first pop and
+// returns its stored registration (the first one wins, later requests never
+// change it). Cursors for the partitions that exist now are created at the
+// subscription's start.
+func (b *broker) registerGroup(name, group string, sub subscription, now time.Time) *groupMeta {
+	k := groupKey{name, group}
+	if m := b.groups[k]; m != nil {
+		return m
+	}
+	m := &groupMeta{mode: sub.mode, subTS: sub.ts, registeredAt: now, conflation: sub.conflation}
+	b.groups[k] = m
+	if q := b.queues[name]; q != nil {
+		for _, p := range q.parts {
+			if p.cursors[group] != nil {
+				continue // a seek placed it already: never re-seeded
+			}
+			start := int64(-1)
+			switch m.mode {
+			case "new":
+				start = p.lastOffset()
+			case "timestamp":
+				start = b.seed(p, group)
+			}
+			p.cursors[group] = &cursor{committed: start, attempts: map[int64]int{}}
+		}
+	}
+	return m
+}
+
+// fileDLQ adds a dead letter for offset off of p.
+func (b *broker) fileDLQ(p *partition, group string, off int64, errMsg string, retryCount int, now time.Time) *dlqRow {
+	m := p.msgs[off]
+	b.dlqSeq++
+	r := &dlqRow{
+		id: newUUID(), seq: b.dlqSeq, queue: p.q.name, pid: p.id, partition: p.name,
+		group: group, offset: off, messageID: m.id, txn: m.txn, payload: m.payload,
+		errMsg: errMsg, retryCount: retryCount, failedAt: now,
+	}
+	b.dlq[r.id] = r
+	return r
+}
+
+// leasedMessages counts the messages delivered under live leases of group on
+// q and not yet committed.
+func (b *broker) leasedMessages(q *queue, group string, now time.Time) int {
+	n := 0
+	for _, p := range q.parts {
+		c := p.cursors[group]
+		if c == nil || c.liveLease(now) == nil {
+			continue
+		}
+		for _, off := range c.lease.delivered {
+			if off > c.committed {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// ---------------------------------------------------------------- ids, time
+
+var uuidState struct {
+	sync.Mutex
+	ms  int64
+	seq uint16
+}
+
+// newUUID returns a version-7 UUID (time-ordered, like the broker's ids).
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	uuidState.Lock()
+	ms := time.Now().UnixMilli()
+	if ms <= uuidState.ms {
+		ms = uuidState.ms
+		uuidState.seq++
+		if uuidState.seq >= 0x0fff {
+			ms++
+			uuidState.seq = 0
+		}
+	} else {
+		uuidState.seq = uint16(b[7]) & 0x03ff
+	}
+	uuidState.ms = ms
+	seq := uuidState.seq
+	uuidState.Unlock()
+	var t [8]byte
+	binary.BigEndian.PutUint64(t[:], uint64(ms))
+	copy(b[0:6], t[2:8])
+	b[6] = 0x70 | byte(seq>>8)&0x0f
+	b[7] = byte(seq)
+	b[8] = 0x80 | b[8]&0x3f
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, v := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hex[v>>4], hex[v&0x0f])
+	}
+	return string(out)
+}
+
+// isoMillis renders t as the broker's pop createdAt (UTC, milliseconds).
+func isoMillis(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// isoMicros renders t as the broker's other timestamps (UTC, microseconds).
+func isoMicros(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
+
+// parseTime reads the timestamps clients send (subscriptionFrom, seek, DLQ
+// filters): RFC 3339 with or without fraction, or without a zone (UTC).
+func parseTime(s string) (time.Time, bool) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}

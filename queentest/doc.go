@@ -1,0 +1,52 @@
+// Package queentest is an in-memory Queen MQ broker for tests, served over
+// real HTTP on a loopback port, like pstest for Pub/Sub or kfake for Kafka.
+//
+// It speaks the HTTP API of the Queen 2.x broker and follows that broker's
+// semantics (not any client's convenience), so a client that works against
+// it behaves the same against a real broker:
+//
+//   - Queues are created by their first push (with DefaultQueueConfig, or
+//     WithDefaultQueueConfig) or by POST /api/v1/configure, which stores
+//     every option; leaseTime, retryLimit, retryDelay, deadLetterQueue and
+//     delayedProcessing are honoured.
+//   - Partitions are ordered logs with offsets. A push is deduplicated by
+//     (queue, partition, transactionId): a repeat is answered `duplicate`
+//     with the original ids.
+//   - Pops lease what they take: the wildcard route takes up to `partitions`
+//     partitions (1..64) with `batch` (default 200) as the budget of the
+//     whole pop, under one leaseId; the pinned route takes one partition;
+//     GET /api/v1/pop?namespace=&task= discovers queues. Queue mode is one
+//     shared cursor; each consumer group has its own cursor per partition,
+//     starting where its first pop's subscription says (new, all, or
+//     subscriptionFrom). wait=true parks up to timeout (at most 60 s) and
+//     wakes on a push. An empty pop is a bodiless 204. autopilot=true lets
+//     the broker choose the batch and width the request left out.
+//   - Acks follow the 2.x outcomes: completed (with implicit ack of the
+//     prefix), failed (one retry spent, redelivered after retryDelay, then
+//     dead-lettered or dropped), retry (no retry spent) and dlq; a stale or
+//     foreign lease id is refused per item. Leases expire on the Clock and
+//     are renewed per lease id. Conflation, commit on delivery (autoAck),
+//     transactions, seek, consumer-group admin, the dead-letter queue, fetch
+//     by offset and /health are there too.
+//
+// Start one per test with Start (or NewServer and Close), and point the
+// client at its URL:
+//
+//	srv := queentest.Start(t, queentest.WithClock(queentest.NewFakeClock(time.Now())))
+//	client := myClient(srv.URL)
+//
+// Tests move time with a FakeClock (lease expiry, retry delays, delayed
+// messages), and inject faults per route: FailNext answers the next
+// requests with an error status (and Retry-After) without applying them,
+// AddLatency delays them, DropNextResponses applies them and then cuts the
+// connection, RefuseConnections closes the port for a while. Requests counts
+// the calls a client made.
+//
+// cmd/queentest runs the same broker as a standalone program
+// (default address 127.0.0.1:6632) for development in any language.
+//
+// The broker keeps everything in memory and forgets it on Close. It does not
+// implement authentication, tenants, retention, encryption, streams, KV or
+// timers. Where the 2.x wire was looked up upstream rather than taken from
+// the shared protocol notes, the source is named next to the code.
+package queentest

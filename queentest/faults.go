@@ -1,0 +1,266 @@
+package queentest
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Route names a kind of broker request, for fault injection and request
+// counters. Every request of the HTTP API belongs to one Route (unknown
+// paths belong to none).
+type Route string
+
+// The routes of the broker.
+const (
+	// RoutePush is POST /api/v1/push.
+	RoutePush Route = "push"
+	// RoutePop is every pop route: GET /api/v1/pop/queue/{queue},
+	// .../partition/{partition} and the discovery GET /api/v1/pop.
+	RoutePop Route = "pop"
+	// RouteAck is POST /api/v1/ack.
+	RouteAck Route = "ack"
+	// RouteAckBatch is POST /api/v1/ack/batch.
+	RouteAckBatch Route = "ack/batch"
+	// RouteRenew is POST /api/v1/lease/{leaseId}/extend.
+	RouteRenew Route = "lease/extend"
+	// RouteTransaction is POST /api/v1/transaction.
+	RouteTransaction Route = "transaction"
+	// RouteConfigure is POST /api/v1/configure.
+	RouteConfigure Route = "configure"
+	// RouteQueues is every /api/v1/resources/queues route (list, get,
+	// delete, depth).
+	RouteQueues Route = "queues"
+	// RouteSeek is both consumer-group seek routes.
+	RouteSeek Route = "seek"
+	// RouteGroups is every other /api/v1/consumer-groups route (list,
+	// detail, lagging, delete, subscription).
+	RouteGroups Route = "consumer-groups"
+	// RouteDLQ is every dead-letter route: GET/DELETE /api/v1/dlq,
+	// POST /api/v1/dlq/{id}/replay and POST /api/v1/messages/{pid}/{txn}/retry.
+	RouteDLQ Route = "dlq"
+	// RouteFetch is POST /api/v1/fetch.
+	RouteFetch Route = "fetch"
+	// RouteHealth is GET /health.
+	RouteHealth Route = "health"
+)
+
+type failRule struct {
+	left       int
+	status     int
+	retryAfter time.Duration
+}
+
+// faults holds the injected faults and the request counters.
+type faults struct {
+	mu      sync.Mutex
+	counts  map[Route]int
+	fails   map[Route][]*failRule
+	latency map[Route]time.Duration
+	drops   map[Route]int
+}
+
+func (f *faults) init() {
+	f.counts = map[Route]int{}
+	f.fails = map[Route][]*failRule{}
+	f.latency = map[Route]time.Duration{}
+	f.drops = map[Route]int{}
+}
+
+func (f *faults) count(r Route) {
+	f.mu.Lock()
+	f.counts[r]++
+	f.mu.Unlock()
+}
+
+func (f *faults) latencyOf(r Route) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.latency[r]
+}
+
+func (f *faults) takeFail(r Route) (failRule, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules := f.fails[r]
+	for len(rules) > 0 && rules[0].left <= 0 {
+		rules = rules[1:]
+	}
+	f.fails[r] = rules
+	if len(rules) == 0 {
+		return failRule{}, false
+	}
+	rules[0].left--
+	return *rules[0], true
+}
+
+func (f *faults) takeDrop(r Route) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.drops[r] <= 0 {
+		return false
+	}
+	f.drops[r]--
+	return true
+}
+
+// FailNext makes the next n requests of route r fail with HTTP status
+// without being applied: the body is the 2.x error envelope
+// {"error","code"} (code chosen from the status: 400 bad_request,
+// 429 overloaded, 500 internal, 503 retry, 507 storage_full, ...), with a
+// Retry-After header when retryAfter > 0 (whole seconds as an integer,
+// otherwise fractional seconds such as "0.05"). Calls queue up: a second
+// FailNext applies after the first one's n requests.
+func (s *Server) FailNext(r Route, n int, status int, retryAfter time.Duration) {
+	if n <= 0 {
+		return
+	}
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	s.faults.fails[r] = append(s.faults.fails[r], &failRule{left: n, status: status, retryAfter: retryAfter})
+}
+
+// AddLatency makes each request of route r wait d before it is handled
+// (real time, whatever the Clock). A d of zero or less removes the latency.
+func (s *Server) AddLatency(r Route, d time.Duration) {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	if d <= 0 {
+		delete(s.faults.latency, r)
+		return
+	}
+	s.faults.latency[r] = d
+}
+
+// DropNextResponses makes the next n requests of route r be applied by the
+// broker, after which their connection is closed without an answer: the
+// client sees a broken connection although the broker acted (a push stored,
+// an ack applied, a pop leased).
+func (s *Server) DropNextResponses(r Route, n int) {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	s.faults.drops[r] += max(n, 0)
+}
+
+// Requests returns how many requests of route r the broker received since
+// it started or since ResetCounters, including failed, delayed and dropped
+// ones.
+func (s *Server) Requests(r Route) int {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	return s.faults.counts[r]
+}
+
+// ResetCounters sets every request counter back to zero.
+func (s *Server) ResetCounters() {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	s.faults.counts = map[Route]int{}
+}
+
+// RefuseConnections closes the listener and every open connection, so that
+// new connections are refused for d; then the broker listens again on the
+// same address. It returns at once. Calling it again during the window
+// restarts the window; Close ends it.
+func (s *Server) RefuseConnections(d time.Duration) {
+	s.lmu.Lock()
+	if s.closing {
+		s.lmu.Unlock()
+		return
+	}
+	s.gen++
+	gen := s.gen
+	if s.ln != nil {
+		_ = s.ln.Close()
+		s.ln = nil
+	}
+	for c := range s.conns {
+		_ = c.Close()
+		delete(s.conns, c)
+	}
+	s.bg.Add(1)
+	s.lmu.Unlock()
+	s.log.Debug("queentest refusing connections", "for", d)
+
+	go func() {
+		defer s.bg.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.closed:
+			return
+		}
+		s.reopen(gen)
+	}()
+}
+
+// reopen listens again on the Server's address unless a later refusal or
+// Close happened meanwhile.
+func (s *Server) reopen(gen int) {
+	for attempt := 0; attempt < 100; attempt++ {
+		s.lmu.Lock()
+		if s.closing || s.gen != gen {
+			s.lmu.Unlock()
+			return
+		}
+		ln, err := net.Listen("tcp", s.addr)
+		if err == nil {
+			s.ln = ln
+			s.bg.Add(1)
+			s.lmu.Unlock()
+			s.log.Debug("queentest listening again", "addr", s.addr)
+			go s.serve(ln)
+			return
+		}
+		s.lmu.Unlock()
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-s.closed:
+			t.Stop()
+			return
+		}
+	}
+	s.log.Error("queentest could not listen again", "addr", s.addr)
+}
+
+func formatRetryAfter(d time.Duration) string {
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10)
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+}
+
+// codeForStatus is the `code` of an injected failure. The 2.x broker's
+// codes: 400 planner codes (bad_request), 413 name_too_long, 503 retry,
+// 507 storage_full, 500 internal. The 429 admission code string is not in
+// the upstream sources we could read (PROTOCOL.md §1.1: UNCONFIRMED);
+// "overloaded" is our choice, named after the broker's Overloaded error.
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "bad_request"
+	case http.StatusUnauthorized:
+		return "unauthorized"
+	case http.StatusForbidden:
+		return "forbidden"
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusRequestEntityTooLarge:
+		return "name_too_long"
+	case http.StatusTooManyRequests:
+		return "overloaded"
+	case http.StatusInternalServerError:
+		return "internal"
+	case http.StatusServiceUnavailable:
+		return "retry"
+	case http.StatusGatewayTimeout:
+		return "timeout"
+	case http.StatusInsufficientStorage:
+		return "storage_full"
+	}
+	return "injected"
+}

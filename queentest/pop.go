@@ -1,0 +1,548 @@
+package queentest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// Pop defaults and bounds of the 2.x broker (handlers/data.rs, handlers/raft.rs).
+const (
+	defaultPopBatch   = 200
+	defaultPopTimeout = 30 * time.Second
+	maxPopTimeout     = 60 * time.Second
+	maxPopPartitions  = 64
+	discoveryLease    = 60 // seconds: a discovery pop's lease unless leaseSeconds is sent
+)
+
+// popParams is the query of the three pop routes.
+type popParams struct {
+	batch      *int
+	partitions *int
+	autoAck    bool
+	wait       bool
+	timeout    time.Duration
+	leaseSec   int
+	group      string // "" = queue mode
+	subMode    string
+	subFrom    string
+	conflation *bool
+	autopilot  bool
+	namespace  string
+	task       string
+}
+
+// parsePopParams reads the pop query like the broker's typed query
+// extractor: integers must be integers, booleans exactly true or false.
+// The long-poll timeout defaults to 30 s and is clamped to 1 ms..60 s.
+func parsePopParams(q url.Values) (popParams, error) {
+	p := popParams{timeout: defaultPopTimeout}
+	intOf := func(k string) (*int, error) {
+		v, ok := q[k]
+		if !ok {
+			return nil, nil
+		}
+		n, err := strconv.Atoi(v[0])
+		if err != nil {
+			return nil, fmt.Errorf("%s: invalid digit found in string", k)
+		}
+		return &n, nil
+	}
+	boolOf := func(k string) (*bool, error) {
+		v, ok := q[k]
+		if !ok {
+			return nil, nil
+		}
+		switch v[0] {
+		case "true":
+			t := true
+			return &t, nil
+		case "false":
+			f := false
+			return &f, nil
+		}
+		return nil, fmt.Errorf("%s: provided string was not `true` or `false`", k)
+	}
+	var err error
+	if p.batch, err = intOf("batch"); err != nil {
+		return p, err
+	}
+	if p.partitions, err = intOf("partitions"); err != nil {
+		return p, err
+	}
+	ls, err := intOf("leaseSeconds")
+	if err != nil {
+		return p, err
+	}
+	if ls != nil {
+		p.leaseSec = *ls
+	}
+	to, err := intOf("timeout")
+	if err != nil {
+		return p, err
+	}
+	if to != nil {
+		if *to < 0 {
+			return p, errors.New("timeout: invalid digit found in string")
+		}
+		p.timeout = min(max(time.Duration(*to)*time.Millisecond, time.Millisecond), maxPopTimeout)
+	}
+	for k, dst := range map[string]*bool{"autoAck": &p.autoAck, "wait": &p.wait, "autopilot": &p.autopilot} {
+		b, err := boolOf(k)
+		if err != nil {
+			return p, err
+		}
+		if b != nil {
+			*dst = *b
+		}
+	}
+	if p.conflation, err = boolOf("conflation"); err != nil {
+		return p, err
+	}
+	p.group = q.Get("consumerGroup")
+	p.subMode = q.Get("subscriptionMode")
+	p.subFrom = q.Get("subscriptionFrom")
+	p.namespace = q.Get("namespace")
+	p.task = q.Get("task")
+	return p, nil
+}
+
+// subscription turns the request's subscription knobs into what a group
+// registers with: subscriptionFrom (a time, or "now") wins over
+// subscriptionMode; the default mode is `new`.
+func (p popParams) subscription(now time.Time) subscription {
+	sub := subscription{mode: "new", conflation: p.conflation != nil && *p.conflation && p.group != ""}
+	if strings.EqualFold(p.subMode, "all") {
+		sub.mode = "all"
+	}
+	if strings.EqualFold(p.subFrom, "now") {
+		sub.mode, sub.ts = "timestamp", now
+	} else if t, ok := parseTime(p.subFrom); ok && p.subFrom != "" {
+		sub.mode, sub.ts = "timestamp", t
+	}
+	return sub
+}
+
+// popReq is one pop, resolved from its route and query.
+type popReq struct {
+	queue       string // "" on discovery
+	partition   string
+	pinned      bool
+	discover    bool
+	namespace   string
+	task        string
+	group       string
+	budget      int
+	maxParts    int
+	autoParts   bool
+	autoBatch   bool
+	autoAck     bool
+	leaseSec    int
+	sub         subscription
+	conflateReq *bool
+	wait        bool
+	timeout     time.Duration
+}
+
+// popBody is the 2.x pop reply.
+type popBody struct {
+	Success            bool                `json:"success"`
+	Queue              string              `json:"queue"`
+	Partition          string              `json:"partition"`
+	PartitionID        string              `json:"partitionId"`
+	LeaseID            string              `json:"leaseId"`
+	ConsumerGroup      string              `json:"consumerGroup"`
+	Messages           []wire.PopMessage   `json:"messages"`
+	PartitionsClaimed  int                 `json:"partitionsClaimed"`
+	Conflation         *bool               `json:"conflation,omitempty"`
+	ConflationConflict *bool               `json:"conflationConflict,omitempty"`
+	Autopilot          *wire.AutopilotEcho `json:"autopilot,omitempty"`
+}
+
+type popResult struct {
+	body    popBody
+	claimed int
+	nextAt  time.Time // when a partition of the scope may become claimable (0: unknown)
+}
+
+func popRefusal(w *recorder, msg string) {
+	w.json(http.StatusBadRequest, map[string]any{"success": false, "error": msg, "messages": []any{}, "code": "bad_request"})
+}
+
+// conflationRefused answers the two refused conflation combinations
+// (handlers/data.rs conflation_refusal).
+func conflationRefused(w *recorder, p popParams) bool {
+	if p.conflation == nil || !*p.conflation {
+		return false
+	}
+	if p.group == "" {
+		popRefusal(w, "conflation requires consumerGroup: queue mode is a shared cursor with no group identity to hang a delivery policy on")
+		return true
+	}
+	if p.autoAck {
+		popRefusal(w, "conflation cannot be combined with autoAck: auto-ack commits at delivery with no lease, so a failed handler loses the tail and the at-least-once guarantee conflation exists to provide degrades to at-most-once")
+		return true
+	}
+	return false
+}
+
+func (p popParams) base(now time.Time) popReq {
+	group := p.group
+	if group == "" {
+		group = queueModeGroup
+	}
+	batch := defaultPopBatch
+	if p.batch != nil {
+		batch = max(*p.batch, 0)
+	}
+	return popReq{
+		group: group, budget: batch, autoAck: p.autoAck, leaseSec: p.leaseSec,
+		sub: p.subscription(now), conflateReq: p.conflation, wait: p.wait, timeout: p.timeout,
+		maxParts: 1,
+	}
+}
+
+// width is the partition count of a wildcard or discovery pop: partitions,
+// default 1, clamped 1..64; a conflating pop defaults to batch instead.
+func (p popParams) width(conflate bool, batch int) int {
+	w := 1
+	switch {
+	case p.partitions != nil:
+		w = *p.partitions
+	case conflate:
+		w = batch
+	}
+	return min(max(w, 1), maxPopPartitions)
+}
+
+// handlePopQueue is GET /api/v1/pop/queue/{queue}: any partition of the
+// queue, up to `partitions` of them with `batch` as the budget of the whole
+// pop, with autopilot.
+func (s *Server) handlePopQueue(w *recorder, req *request) {
+	p, err := parsePopParams(req.query)
+	if err != nil {
+		w.error(http.StatusBadRequest, "bad_request", "Failed to deserialize query string: "+err.Error())
+		return
+	}
+	if conflationRefused(w, p) || nameTooLong(w, req.params[0], p.group) {
+		return
+	}
+	pr := p.base(s.b.now())
+	pr.queue = req.params[0]
+	conflate := p.conflation != nil && *p.conflation && p.group != ""
+	pr.maxParts = p.width(conflate, pr.budget)
+	if p.autopilot && !conflate {
+		pr.autoParts = p.partitions == nil
+		pr.autoBatch = p.batch == nil
+	}
+	s.runPop(w, req.ctx, pr)
+}
+
+// handlePopPartition is GET /api/v1/pop/queue/{queue}/partition/{partition}:
+// one named partition; `partitions` and autopilot do not apply.
+func (s *Server) handlePopPartition(w *recorder, req *request) {
+	p, err := parsePopParams(req.query)
+	if err != nil {
+		w.error(http.StatusBadRequest, "bad_request", "Failed to deserialize query string: "+err.Error())
+		return
+	}
+	if conflationRefused(w, p) || nameTooLong(w, req.params[0], max(p.group, req.params[1])) {
+		return
+	}
+	pr := p.base(s.b.now())
+	pr.queue, pr.partition, pr.pinned = req.params[0], req.params[1], true
+	s.runPop(w, req.ctx, pr)
+}
+
+// handlePopDiscover is GET /api/v1/pop?namespace=&task=: the partitions of
+// every queue configured with that namespace and/or task. One of the two is
+// required. The 2.x broker does not long-poll this route: an empty answer
+// comes at once.
+func (s *Server) handlePopDiscover(w *recorder, req *request) {
+	p, err := parsePopParams(req.query)
+	if err != nil {
+		w.error(http.StatusBadRequest, "bad_request", "Failed to deserialize query string: "+err.Error())
+		return
+	}
+	if p.namespace == "" && p.task == "" {
+		popRefusal(w, "namespace or task is required")
+		return
+	}
+	if conflationRefused(w, p) || nameTooLong(w, "", p.group) {
+		return
+	}
+	pr := p.base(s.b.now())
+	pr.discover, pr.namespace, pr.task = true, p.namespace, p.task
+	conflate := p.conflation != nil && *p.conflation && p.group != ""
+	pr.maxParts = p.width(conflate, pr.budget)
+	pr.wait = false
+	s.runPop(w, req.ctx, pr)
+}
+
+// runPop claims, and when asked to wait and nothing is there, parks until
+// a change (a push, an ack, a clock move) or the timeout, then answers.
+func (s *Server) runPop(w *recorder, ctx context.Context, pr popReq) {
+	b := s.b
+	leaseID := newUUID()
+	deadline := time.Now().Add(pr.timeout)
+	var leaveLane func()
+	if pr.autoParts || pr.autoBatch {
+		b.mu.Lock()
+		leaveLane = b.ap.enter(laneKey{pr.queue, pr.group})
+		b.mu.Unlock()
+		defer func() {
+			b.mu.Lock()
+			leaveLane()
+			b.mu.Unlock()
+		}()
+	}
+	for {
+		b.mu.Lock()
+		res := b.popOnce(pr, leaseID, b.now())
+		ch := b.changed
+		b.mu.Unlock()
+		if res.claimed > 0 || !pr.wait || !s.park(ctx, ch, deadline, res.nextAt) {
+			answerPop(w, res)
+			return
+		}
+	}
+}
+
+func answerPop(w *recorder, res popResult) {
+	if res.claimed == 0 && res.body.Conflation == nil && res.body.ConflationConflict == nil {
+		w.noContent() // 2.x: an empty pop is a bodiless 204
+		return
+	}
+	w.json(http.StatusOK, res.body)
+}
+
+// park waits for a state change, the real-time deadline, or, for the wall
+// clock, the moment something timed (a lease expiry, a retry delay, a
+// delayed message) becomes due. It reports whether to look again.
+func (s *Server) park(ctx context.Context, ch <-chan struct{}, deadline, next time.Time) bool {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false
+	}
+	if !next.IsZero() {
+		switch s.b.clock.(type) {
+		case systemClock:
+			d = min(d, max(time.Until(next), time.Millisecond))
+		case *FakeClock:
+			// Advance and Set wake the waiters themselves.
+		default:
+			d = min(d, 50*time.Millisecond) // a clock that does not tell: look now and then
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return time.Now().Before(deadline)
+	case <-s.closed:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// candidate is a partition a pop may claim now.
+type candidate struct {
+	p    *partition
+	next *message
+}
+
+// popOnce is one claim attempt. Callers hold mu.
+func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
+	named := pr.group != queueModeGroup
+	res := popResult{body: popBody{Success: true, Queue: pr.queue, ConsumerGroup: pr.group, Messages: []wire.PopMessage{}}}
+
+	// The queues in scope. A wildcard pop creates its queue with the
+	// default configuration, as the 2.x planner does (create_cfg).
+	var queues []*queue
+	switch {
+	case pr.discover:
+		names := make([]string, 0, len(b.queues))
+		for n, q := range b.queues {
+			if (pr.namespace == "" || q.namespace == pr.namespace) && (pr.task == "" || q.task == pr.task) {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			queues = append(queues, b.queues[n])
+		}
+	case pr.pinned:
+		if q := b.queues[pr.queue]; q != nil {
+			queues = append(queues, q)
+		}
+	default:
+		queues = append(queues, b.queueOf(pr.queue, true, b.implicitConfig(), now))
+	}
+
+	// A named group registers on its first pop; its stored policy wins.
+	conflate := map[string]bool{}
+	if named {
+		names := make([]string, 0, len(queues))
+		for _, q := range queues {
+			names = append(names, q.name)
+		}
+		if pr.pinned && len(queues) == 0 {
+			names = append(names, pr.queue)
+		}
+		for _, n := range names {
+			m := b.registerGroup(n, pr.group, pr.sub, now)
+			conflate[n] = m.conflation
+			if m.conflation {
+				t := true
+				res.body.Conflation = &t
+			}
+			if pr.conflateReq != nil && *pr.conflateReq != m.conflation {
+				t := true
+				res.body.ConflationConflict = &t
+			}
+		}
+	}
+
+	// The claimable partitions, oldest waiting message first.
+	var cands []candidate
+	note := func(t time.Time) {
+		if !t.IsZero() && (res.nextAt.IsZero() || t.Before(res.nextAt)) {
+			res.nextAt = t
+		}
+	}
+	for _, q := range queues {
+		for _, p := range q.parts {
+			if pr.pinned && p.name != pr.partition {
+				continue
+			}
+			committed := int64(-1)
+			if c := p.cursors[pr.group]; c != nil {
+				if l := c.liveLease(now); l != nil {
+					note(l.expires.Add(time.Nanosecond))
+					continue
+				}
+				committed = c.committed
+				if now.Before(c.notBefore) {
+					if committed < p.lastOffset() {
+						note(c.notBefore)
+					}
+					continue
+				}
+			} else {
+				committed = b.seed(p, pr.group)
+			}
+			if committed >= p.lastOffset() {
+				continue
+			}
+			m := p.msgs[committed+1]
+			if !p.visible(m, now) {
+				note(p.visibleAt(m))
+				continue
+			}
+			cands = append(cands, candidate{p: p, next: m})
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, c := cands[i], cands[j]
+		if !a.next.createdAt.Equal(c.next.createdAt) {
+			return a.next.createdAt.Before(c.next.createdAt)
+		}
+		return a.p.id < c.p.id
+	})
+
+	width, budget := pr.maxParts, pr.budget
+	lane := laneKey{pr.queue, pr.group}
+	if pr.autoParts || pr.autoBatch {
+		width, budget = b.ap.plan(lane, len(cands), pr.autoParts, pr.autoBatch, width, budget)
+		res.body.Autopilot = &wire.AutopilotEcho{Partitions: width, Batch: budget}
+	}
+	if pr.pinned {
+		width = 1
+	}
+
+	wireLease := leaseID
+	if pr.autoAck {
+		wireLease = ""
+	}
+	delivered := 0
+	for _, cd := range cands {
+		if res.claimed >= width || budget <= 0 {
+			break
+		}
+		p := cd.p
+		c := b.cursorOf(p, pr.group, true)
+		last := p.lastOffset()
+		var offs []int64
+		if named && conflate[p.q.name] {
+			for o := last; o > c.committed; o-- {
+				if p.visible(p.msgs[o], now) {
+					offs = []int64{o}
+					break
+				}
+			}
+		} else {
+			for o := c.committed + 1; o <= last && len(offs) < budget; o++ {
+				if !p.visible(p.msgs[o], now) {
+					break
+				}
+				offs = append(offs, o)
+			}
+		}
+		if len(offs) == 0 {
+			continue
+		}
+		budget -= len(offs)
+		if res.claimed == 0 {
+			res.body.Partition, res.body.PartitionID = p.name, p.pid()
+		}
+		res.claimed++
+		for _, off := range offs {
+			c.attempts[off]++
+			attempt := c.attempts[off]
+			m := p.msgs[off]
+			o := m.offset
+			l := wireLease
+			res.body.Messages = append(res.body.Messages, wire.PopMessage{
+				ID: m.id, TransactionID: m.txn, TraceID: m.traceID, Data: m.payload,
+				CreatedAt: isoMillis(m.createdAt), PartitionID: p.pid(), Partition: p.name,
+				LeaseID: &l, ConsumerGroup: pr.group, DeliveryAttempt: &attempt, Offset: &o,
+			})
+		}
+		delivered += len(offs)
+		end := offs[len(offs)-1]
+		if pr.autoAck {
+			c.setCommitted(end, now) // commit on delivery: nothing to ack
+			continue
+		}
+		secs := pr.leaseSec
+		if secs <= 0 {
+			secs = p.q.cfg.leaseSeconds()
+			if pr.discover {
+				secs = discoveryLease
+			}
+		}
+		c.lease = &lease{
+			id: leaseID, acquired: now, expires: now.Add(time.Duration(secs) * time.Second),
+			end: end, delivered: offs, conflated: named && conflate[p.q.name],
+		}
+	}
+	res.body.PartitionsClaimed = res.claimed
+	if res.claimed > 0 {
+		res.body.LeaseID = wireLease
+		if (pr.autoParts || pr.autoBatch) && !pr.autoAck {
+			b.ap.delivered(lane, leaseID, delivered, now)
+		}
+	}
+	return res
+}

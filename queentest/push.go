@@ -1,0 +1,117 @@
+package queentest
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// maxTxnBytes is the 2.x limit on a transactionId (a u16 length prefix).
+const maxTxnBytes = 65535
+
+// pushResult is one entry of the 2.x push reply:
+// {index, message_id, transaction_id, queueName, status, offset?}.
+type pushResult struct {
+	Index         int    `json:"index"`
+	MessageID     string `json:"message_id"`
+	TransactionID string `json:"transaction_id"`
+	QueueName     string `json:"queueName"`
+	Status        string `json:"status"`
+	Offset        *int64 `json:"offset,omitempty"`
+}
+
+// handlePush is POST /api/v1/push: 201 with one result per item, in input
+// order. A queue (and a partition) is created on its first push with the
+// default configuration. An item whose (queue, partition, transactionId)
+// is already stored, in this request or an earlier one, is answered
+// `duplicate` with the original message id and offset and stored again
+// nowhere. Any invalid item fails the whole request with 400 before
+// anything is stored.
+func (s *Server) handlePush(w *recorder, req *request) {
+	var shape struct {
+		Items json.RawMessage `json:"items"`
+	}
+	var body wire.PushRequest
+	if err := decodeBody(req.body, &shape); err != nil {
+		w.error(http.StatusBadRequest, "bad_body", "bad push body: "+err.Error())
+		return
+	}
+	if shape.Items == nil || string(shape.Items) == "null" {
+		w.error(http.StatusBadRequest, "bad_body", "bad push body: missing field `items`")
+		return
+	}
+	if err := json.Unmarshal(req.body, &body); err != nil {
+		w.error(http.StatusBadRequest, "bad_body", "bad push body: "+err.Error())
+		return
+	}
+	if len(body.Items) == 0 {
+		w.json(http.StatusCreated, []pushResult{})
+		return
+	}
+	for _, it := range body.Items {
+		switch {
+		case it.Queue == "":
+			w.error(http.StatusBadRequest, "bad_body", "bad push body: every item needs a queue")
+			return
+		case it.Payload == nil:
+			w.error(http.StatusBadRequest, "bad_body", "bad push body: missing field `payload`")
+			return
+		case len(it.TransactionID) > maxTxnBytes:
+			w.error(http.StatusBadRequest, "bad_request", "transactionId is longer than 65535 bytes")
+			return
+		}
+		if nameTooLong(w, it.Queue, partitionName(it.Partition)) {
+			return
+		}
+	}
+
+	b := s.b
+	b.mu.Lock()
+	now := b.now()
+	out := make([]pushResult, len(body.Items))
+	for i, it := range body.Items {
+		m, dup := b.pushOne(it.Queue, it.Partition, it.Payload, it.TransactionID, nil, now)
+		off := m.offset
+		out[i] = pushResult{Index: i, MessageID: m.id, TransactionID: m.txn, QueueName: it.Queue, Status: wire.PushQueued, Offset: &off}
+		if dup {
+			out[i].Status = wire.PushDuplicate
+		}
+	}
+	b.bump()
+	b.mu.Unlock()
+	w.json(http.StatusCreated, out)
+}
+
+func partitionName(p string) string {
+	if p == "" {
+		return wire.DefaultPartition
+	}
+	return p
+}
+
+// pushOne appends one message, or finds the one it duplicates. A missing
+// transactionId becomes the new message id. The 2.x broker parses but does
+// not store a plain push's traceId (PROTOCOL.md §2), so only transaction
+// pushes pass one. Callers hold mu.
+func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn string, traceID *string, now time.Time) (*message, bool) {
+	q := b.queueOf(queueName, true, b.implicitConfig(), now)
+	p := b.partitionOf(q, partitionName(part), true, now)
+	id := newUUID()
+	if txn == "" {
+		txn = id
+	}
+	if off, ok := p.byTxn[txn]; ok {
+		return p.msgs[off], true
+	}
+	m := &message{
+		id: id, txn: txn, traceID: traceID,
+		payload:   append(json.RawMessage(nil), payload...),
+		createdAt: now, offset: int64(len(p.msgs)),
+	}
+	p.msgs = append(p.msgs, m)
+	p.byTxn[txn] = m.offset
+	p.lastWrite = now
+	return m, false
+}

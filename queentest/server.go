@@ -1,0 +1,469 @@
+package queentest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Version is what GET /health reports as the broker version.
+const Version = "2.0.1-queentest"
+
+// maxBody is the 2.x broker's default request body limit (QUEEN_MAX_BODY_BYTES).
+const maxBody = 64 << 20
+
+// Server is an in-memory Queen broker serving the 2.x HTTP API on a loopback
+// port. Create one with NewServer (or Start in a test) and point a client at
+// URL. It is safe for concurrent use; Close stops it.
+type Server struct {
+	// URL is the broker's base URL, "http://127.0.0.1:PORT", without a
+	// trailing slash.
+	URL string
+
+	addr   string
+	b      *broker
+	faults faults
+	log    *slog.Logger
+	hs     *http.Server
+
+	lmu      sync.Mutex // guards ln, conns, refuseGen, closing, inflight
+	ln       net.Listener
+	conns    map[net.Conn]struct{}
+	gen      int
+	closing  bool
+	inflight int
+	idle     *sync.Cond
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	bg        sync.WaitGroup // serve loops and reopen timers
+	unsub     func()
+}
+
+// Option configures a Server.
+type Option func(*options)
+
+type options struct {
+	clock    Clock
+	addr     string
+	defaults *QueueConfig
+	log      *slog.Logger
+}
+
+// WithClock makes the broker read time from c: lease expiry, retryDelay,
+// delayedProcessing, message timestamps (createdAt) and subscription times.
+// Use a *FakeClock to move time by hand in tests.
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithAddr sets the listen address (default "127.0.0.1:0", a free loopback
+// port). cmd/queentest uses it.
+func WithAddr(addr string) Option { return func(o *options) { o.addr = addr } }
+
+// WithDefaultQueueConfig sets the configuration of queues created
+// implicitly by a push (or a pop) without a configure. Start from
+// DefaultQueueConfig; a LeaseTime of zero or less means 60 seconds.
+func WithDefaultQueueConfig(c QueueConfig) Option {
+	return func(o *options) { o.defaults = &c }
+}
+
+// WithLogger sends one debug line per request, and fault-injection events,
+// to l. The default logger discards everything.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// NewServer starts a broker at once and returns it. It panics if it cannot
+// listen (like httptest.NewServer); use Listen to get the error instead.
+func NewServer(opts ...Option) *Server {
+	s, err := Listen(opts...)
+	if err != nil {
+		panic("queentest: " + err.Error())
+	}
+	return s
+}
+
+// Listen is NewServer returning the listen error instead of panicking.
+func Listen(opts ...Option) (*Server, error) {
+	o := options{clock: systemClock{}, addr: "127.0.0.1:0"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	defaults := DefaultQueueConfig()
+	if o.defaults != nil {
+		defaults = *o.defaults
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	if o.clock == nil {
+		o.clock = systemClock{}
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		addr:   ln.Addr().String(),
+		b:      newBroker(o.clock, defaults),
+		log:    o.log,
+		ln:     ln,
+		conns:  map[net.Conn]struct{}{},
+		closed: make(chan struct{}),
+	}
+	s.URL = "http://" + s.addr
+	s.idle = sync.NewCond(&s.lmu)
+	s.faults.init()
+	s.hs = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          nil,
+		ConnState:         s.connState,
+	}
+	if n, ok := o.clock.(clockNotifier); ok {
+		s.unsub = n.subscribe(s.b.wake)
+	}
+	s.bg.Add(1)
+	go s.serve(ln)
+	return s, nil
+}
+
+// Start starts a broker for the test t and closes it when the test ends.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	s := NewServer(opts...)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Addr returns the host:port the broker listens on.
+func (s *Server) Addr() string { return s.addr }
+
+// Close stops the broker: it stops listening, ends parked long polls,
+// closes every connection and returns once no request handler or
+// background goroutine of the Server is left. Calling it again does nothing.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.lmu.Lock()
+		s.closing = true
+		s.gen++
+		s.lmu.Unlock()
+		close(s.closed)
+		_ = s.hs.Close()
+		s.lmu.Lock()
+		if s.ln != nil {
+			_ = s.ln.Close()
+			s.ln = nil
+		}
+		for c := range s.conns {
+			_ = c.Close()
+		}
+		for s.inflight > 0 {
+			s.idle.Wait()
+		}
+		s.lmu.Unlock()
+		s.bg.Wait()
+		if s.unsub != nil {
+			s.unsub()
+		}
+	})
+}
+
+func (s *Server) serve(ln net.Listener) {
+	defer s.bg.Done()
+	_ = s.hs.Serve(ln)
+}
+
+func (s *Server) connState(c net.Conn, st http.ConnState) {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	switch st {
+	case http.StateNew:
+		if s.closing {
+			_ = c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+	case http.StateHijacked, http.StateClosed:
+		delete(s.conns, c)
+	}
+}
+
+// enter counts a request in; false once the Server is closing.
+func (s *Server) enter() bool {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.inflight++
+	return true
+}
+
+func (s *Server) leave() {
+	s.lmu.Lock()
+	s.inflight--
+	if s.inflight == 0 {
+		s.idle.Broadcast()
+	}
+	s.lmu.Unlock()
+}
+
+// ------------------------------------------------------------------ requests
+
+// request is one parsed HTTP request handed to a route handler.
+type request struct {
+	r      *http.Request
+	ctx    context.Context
+	params []string
+	query  url.Values
+	body   []byte
+}
+
+type handler func(s *Server, w *recorder, req *request)
+
+// ServeHTTP serves the broker's HTTP API. Every request is counted for its
+// route, delayed, failed or cut as the fault injection says, and otherwise
+// applied and answered.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.enter() {
+		writeErrorDirect(w, http.StatusServiceUnavailable, "retry", "the broker is closing")
+		return
+	}
+	defer s.leave()
+
+	route, h, params := match(r)
+	s.faults.count(route)
+	s.log.Debug("queentest request", "method", r.Method, "path", r.URL.Path, "route", string(route))
+
+	if d := s.faults.latencyOf(route); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.closed:
+			t.Stop()
+			return
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	if f, ok := s.faults.takeFail(route); ok {
+		s.log.Debug("queentest injected failure", "route", string(route), "status", f.status)
+		if f.retryAfter > 0 {
+			w.Header().Set("Retry-After", formatRetryAfter(f.retryAfter))
+		}
+		writeErrorDirect(w, f.status, codeForStatus(f.status), "injected failure (queentest FailNext)")
+		return
+	}
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeErrorDirect(w, http.StatusRequestEntityTooLarge, "body_too_large", "request body too large")
+			return
+		}
+		writeErrorDirect(w, http.StatusBadRequest, "bad_body", "cannot read the request body: "+err.Error())
+		return
+	}
+	rec := newRecorder()
+	h(s, rec, &request{r: r, ctx: r.Context(), params: params, query: r.URL.Query(), body: body})
+
+	if s.faults.takeDrop(route) {
+		s.log.Debug("queentest dropped a response", "route", string(route))
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler) // no hijack: abort the connection anyway
+	}
+	rec.writeTo(w)
+}
+
+// match finds the route of r: its fault-injection name, its handler and its
+// path parameters (unescaped).
+func match(r *http.Request) (Route, handler, []string) {
+	raw := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
+	seg := make([]string, len(raw))
+	for i, p := range raw {
+		u, err := url.PathUnescape(p)
+		if err != nil {
+			u = p
+		}
+		seg[i] = u
+	}
+	m := r.Method
+	n := len(seg)
+	is := func(method string, want ...string) bool {
+		if m != method || n != len(want) {
+			return false
+		}
+		for i, w := range want {
+			if w != "*" && w != seg[i] {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case is("GET", "health"):
+		return RouteHealth, (*Server).handleHealth, nil
+	case n < 3 || seg[0] != "api" || seg[1] != "v1":
+		return "", (*Server).handleNotFound, nil
+	case is("POST", "api", "v1", "push"):
+		return RoutePush, (*Server).handlePush, nil
+	case is("GET", "api", "v1", "pop", "queue", "*"):
+		return RoutePop, (*Server).handlePopQueue, []string{seg[4]}
+	case is("GET", "api", "v1", "pop", "queue", "*", "partition", "*"):
+		return RoutePop, (*Server).handlePopPartition, []string{seg[4], seg[6]}
+	case is("GET", "api", "v1", "pop"):
+		return RoutePop, (*Server).handlePopDiscover, nil
+	case is("POST", "api", "v1", "ack"):
+		return RouteAck, (*Server).handleAck, nil
+	case is("POST", "api", "v1", "ack", "batch"):
+		return RouteAckBatch, (*Server).handleAck, nil
+	case is("POST", "api", "v1", "lease", "*", "extend"):
+		return RouteRenew, (*Server).handleRenew, []string{seg[3]}
+	case is("POST", "api", "v1", "transaction"):
+		return RouteTransaction, (*Server).handleTransaction, nil
+	case is("POST", "api", "v1", "configure"):
+		return RouteConfigure, (*Server).handleConfigure, nil
+	case is("GET", "api", "v1", "resources", "queues"):
+		return RouteQueues, (*Server).handleListQueues, nil
+	case is("GET", "api", "v1", "resources", "queues", "*"):
+		return RouteQueues, (*Server).handleGetQueue, []string{seg[4]}
+	case is("DELETE", "api", "v1", "resources", "queues", "*"):
+		return RouteQueues, (*Server).handleDeleteQueue, []string{seg[4]}
+	case is("GET", "api", "v1", "resources", "queues", "*", "depth"):
+		return RouteQueues, (*Server).handleQueueDepth, []string{seg[4]}
+	case is("POST", "api", "v1", "consumer-groups", "*", "queues", "*", "seek"):
+		return RouteSeek, (*Server).handleSeek, []string{seg[3], seg[5]}
+	case is("POST", "api", "v1", "consumer-groups", "*", "queues", "*", "partitions", "*", "seek"):
+		return RouteSeek, (*Server).handleSeek, []string{seg[3], seg[5], seg[7]}
+	case is("GET", "api", "v1", "consumer-groups"):
+		return RouteGroups, (*Server).handleListGroups, nil
+	case is("GET", "api", "v1", "consumer-groups", "lagging"):
+		return RouteGroups, (*Server).handleLaggingGroups, nil
+	case is("GET", "api", "v1", "consumer-groups", "*"):
+		return RouteGroups, (*Server).handleGroupDetail, []string{seg[3]}
+	case is("DELETE", "api", "v1", "consumer-groups", "*"):
+		return RouteGroups, (*Server).handleDeleteGroup, []string{seg[3]}
+	case is("DELETE", "api", "v1", "consumer-groups", "*", "queues", "*"):
+		return RouteGroups, (*Server).handleDeleteGroup, []string{seg[3], seg[5]}
+	case is("POST", "api", "v1", "consumer-groups", "*", "subscription"):
+		return RouteGroups, (*Server).handleGroupSubscription, []string{seg[3]}
+	case is("GET", "api", "v1", "dlq"):
+		return RouteDLQ, (*Server).handleDLQList, nil
+	case is("DELETE", "api", "v1", "dlq"):
+		return RouteDLQ, (*Server).handleDLQPurge, nil
+	case is("POST", "api", "v1", "dlq", "*", "replay"):
+		return RouteDLQ, (*Server).handleDLQReplay, []string{seg[3]}
+	case is("POST", "api", "v1", "messages", "*", "*", "retry"):
+		return RouteDLQ, (*Server).handleDLQRetryByAddress, []string{seg[3], seg[4]}
+	case is("POST", "api", "v1", "fetch"):
+		return RouteFetch, (*Server).handleFetch, nil
+	case is("POST", "api", "v1", "stats", "refresh"):
+		return "", (*Server).handleStatsRefresh, nil
+	}
+	return "", (*Server).handleNotFound, nil
+}
+
+// handleNotFound answers an unknown route as the 2.x broker does:
+// 404 {"code":"no_such_route","error":"not found","path":...}.
+func (s *Server) handleNotFound(w *recorder, req *request) {
+	w.json(http.StatusNotFound, map[string]string{"code": "no_such_route", "error": "not found", "path": req.r.URL.Path})
+}
+
+// --------------------------------------------------------------- responses
+
+// recorder buffers a handler's answer, so that it can be sent, or dropped
+// (DropNextResponses) after the broker applied the request.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func newRecorder() *recorder { return &recorder{header: http.Header{}, status: http.StatusOK} }
+
+func (w *recorder) Header() http.Header         { return w.header }
+func (w *recorder) Write(p []byte) (int, error) { return w.body.Write(p) }
+func (w *recorder) WriteHeader(status int)      { w.status = status }
+
+func (w *recorder) writeTo(dst http.ResponseWriter) {
+	for k, v := range w.header {
+		dst.Header()[k] = v
+	}
+	if w.status == http.StatusNoContent {
+		dst.WriteHeader(w.status)
+		return
+	}
+	dst.Header().Set("Content-Length", strconv.Itoa(w.body.Len()))
+	dst.WriteHeader(w.status)
+	_, _ = dst.Write(w.body.Bytes())
+}
+
+// json answers status with v as a JSON body.
+func (w *recorder) json(status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"cannot encode the answer","code":"internal"}`)
+	}
+	w.header.Set("Content-Type", "application/json")
+	w.status = status
+	w.body.Reset()
+	w.body.Write(b)
+}
+
+// error answers the 2.x error envelope {"error","code"}.
+func (w *recorder) error(status int, code, msg string) {
+	w.json(status, map[string]string{"error": msg, "code": code})
+}
+
+func (w *recorder) noContent() {
+	w.status = http.StatusNoContent
+	w.body.Reset()
+}
+
+func writeErrorDirect(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(map[string]string{"error": msg, "code": code})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// decodeBody unmarshals a JSON body; an empty body is an error.
+func decodeBody(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return errors.New("empty body")
+	}
+	return json.Unmarshal(body, v)
+}
+
+// nameTooLong checks the 2.x composite-name bound (413 name_too_long).
+func nameTooLong(w *recorder, queue, third string) bool {
+	if len(queue)+len(third) <= nameBudget {
+		return false
+	}
+	field, n := "queue", len(queue)
+	if len(third) > len(queue) {
+		field, n = "group or partition", len(third)
+	}
+	w.error(http.StatusRequestEntityTooLarge, "name_too_long",
+		fmt.Sprintf("%s name is %d bytes; the composite store key limit leaves %d bytes for names", field, n, nameBudget))
+	return true
+}

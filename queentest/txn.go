@@ -1,0 +1,314 @@
+package queentest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// txnOp is one element of `operations`: a push (items, or one item inline)
+// or an ack.
+type txnOp struct {
+	Type          string          `json:"type"`
+	Items         []wire.PushItem `json:"items"`
+	Queue         *string         `json:"queue"`
+	Partition     *string         `json:"partition"`
+	Payload       json.RawMessage `json:"payload"`
+	TransactionID *string         `json:"transactionId"`
+	TraceID       *string         `json:"traceId"`
+	PartitionID   *string         `json:"partitionId"`
+	ConsumerGroup *string         `json:"consumerGroup"`
+	Status        *string         `json:"status"`
+	Error         *string         `json:"error"`
+	LeaseID       *string         `json:"leaseId"`
+}
+
+type txnBody struct {
+	Operations     []txnOp         `json:"operations"`
+	RequiredLeases []string        `json:"requiredLeases"`
+	KV             json.RawMessage `json:"kv"`
+	Timers         json.RawMessage `json:"timers"`
+}
+
+// txnResult is one entry of a committed transaction's results.
+type txnResult struct {
+	Index         int     `json:"index"`
+	Type          string  `json:"type"`
+	Success       bool    `json:"success"`
+	TransactionID string  `json:"transactionId"`
+	MessageID     string  `json:"messageId,omitempty"`
+	QueueName     string  `json:"queueName,omitempty"`
+	Duplicate     bool    `json:"duplicate,omitempty"`
+	Error         *string `json:"-"`
+	DLQ           *bool   `json:"dlq,omitempty"`
+	ackError      bool
+}
+
+// MarshalJSON renders an ack result with its explicit "error":null.
+func (r txnResult) MarshalJSON() ([]byte, error) {
+	type plain txnResult
+	if !r.ackError {
+		return json.Marshal(plain(r))
+	}
+	return json.Marshal(struct {
+		plain
+		Error *string `json:"error"`
+	}{plain(r), r.Error})
+}
+
+type txnAnswer struct {
+	TransactionID string      `json:"transactionId"`
+	Success       bool        `json:"success"`
+	Reason        string      `json:"reason,omitempty"`
+	Error         string      `json:"error,omitempty"`
+	Results       []txnResult `json:"results"`
+}
+
+type txnPush struct {
+	flat    int
+	queue   string
+	part    string
+	payload json.RawMessage
+	txn     string
+	traceID *string
+}
+
+type txnAck struct {
+	flat  int
+	group string
+	pid   int64
+	in    ackIn
+}
+
+// handleTransaction is POST /api/v1/transaction: pushes and acks applied all
+// together or not at all. Every ack is fenced by its own leaseId (a
+// lease-less ack borrows the lease of requiredLeases when all hints name
+// the same one); one refused ack rolls the whole transaction back. The
+// answer is 200 on commit ({transactionId, success:true, results}) and on
+// rollback ({transactionId, success:false, reason, error, results:[]}, reason
+// bad_request or rejected_ack), as the 2.x broker answers
+// (rsm/facade/real.rs txn_impl). Unlike a plain ack, a repeat of an ack whose
+// lease already settled is refused. The kv and timers riders are not
+// supported here (a rollback with reason bad_request).
+func (s *Server) handleTransaction(w *recorder, req *request) {
+	txnID := newUUID()
+	fail := func(reason, msg string) {
+		w.json(http.StatusOK, txnAnswer{TransactionID: txnID, Success: false, Reason: reason, Error: msg, Results: []txnResult{}})
+	}
+	var body txnBody
+	if err := decodeBody(req.body, &body); err != nil {
+		fail("bad_request", "bad body: "+err.Error())
+		return
+	}
+	if nonEmptyArray(body.KV) || nonEmptyArray(body.Timers) {
+		fail("bad_request", "queentest does not support the kv and timers riders of a transaction")
+		return
+	}
+	if len(body.Operations) == 0 {
+		fail("bad_request", "transaction requires an operations array (or a top-level kv/timers array)")
+		return
+	}
+
+	var pushes []txnPush
+	var acks []txnAck
+	hints := map[string]bool{}
+	for _, l := range body.RequiredLeases {
+		if l != "" {
+			hints[l] = true
+		}
+	}
+	flat := 0
+	addPush := func(queue string, part *string, payload json.RawMessage, txn, trace *string) bool {
+		if nameTooLong(w, queue, partitionName(str(part))) {
+			return false
+		}
+		var traceID *string
+		if t := str(trace); isUUID(t) {
+			traceID = &t
+		}
+		pushes = append(pushes, txnPush{flat: flat, queue: queue, part: partitionName(str(part)), payload: payload, txn: str(txn), traceID: traceID})
+		flat++
+		return true
+	}
+	for _, op := range body.Operations {
+		switch op.Type {
+		case wire.TxnPush:
+			if op.Items != nil {
+				for _, it := range op.Items {
+					if it.Queue == "" || it.Payload == nil {
+						fail("bad_request", "bad body: every push item needs queue and payload")
+						return
+					}
+					txn, part := it.TransactionID, it.Partition
+					if !addPush(it.Queue, &part, it.Payload, &txn, &it.TraceID) {
+						return
+					}
+				}
+				continue
+			}
+			if str(op.Queue) == "" || op.Payload == nil {
+				fail("bad_request", "a push operation needs queue and payload")
+				return
+			}
+			if !addPush(*op.Queue, op.Partition, op.Payload, op.TransactionID, op.TraceID) {
+				return
+			}
+		case wire.TxnAck:
+			group := str(op.ConsumerGroup)
+			if group == "" {
+				group = queueModeGroup
+			}
+			pid, err := strconv.ParseInt(str(op.PartitionID), 10, 64)
+			if err != nil || pid < 0 {
+				fail("bad_request", errNotPID)
+				return
+			}
+			if l := str(op.LeaseID); l != "" {
+				hints[l] = true
+			}
+			acks = append(acks, txnAck{flat: flat, group: group, pid: pid, in: ackIn{
+				index: flat, txn: str(op.TransactionID), pid: str(op.PartitionID),
+				status: ackStatus(str(op.Status)), leaseID: str(op.LeaseID), errMsg: op.Error,
+			}})
+			flat++
+		case "kv", "timer", "timers":
+			fail("bad_request", "kv and timer operations are top-level arrays of the request, never elements of `operations`")
+			return
+		case "":
+			fail("bad_request", "every transaction operation needs a `type` of push or ack")
+			return
+		default:
+			fail("bad_request", fmt.Sprintf("transaction supports only push and ack operations, got `%s`", op.Type))
+			return
+		}
+	}
+	hint := ""
+	if len(hints) == 1 {
+		for h := range hints {
+			hint = h
+		}
+	}
+
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+
+	// 1. Settle every ack on shadow cursors; nothing is stored yet.
+	type shadowKey struct {
+		group string
+		pid   int64
+	}
+	shadows := map[shadowKey]*cursor{}
+	var order []shadowKey
+	files := map[shadowKey][]dlqFile{}
+	type targetKey struct {
+		group  string
+		pid    int64
+		worker string
+	}
+	var targets []targetKey
+	byTarget := map[targetKey][]txnAck{}
+	for _, a := range acks {
+		if a.in.leaseID == "" {
+			a.in.leaseID = hint
+		}
+		k := targetKey{a.group, a.pid, a.in.leaseID}
+		if _, ok := byTarget[k]; !ok {
+			targets = append(targets, k)
+		}
+		byTarget[k] = append(byTarget[k], a)
+	}
+	for _, k := range targets {
+		p := b.parts[k.pid]
+		if p == nil {
+			fail("rejected_ack", fmt.Sprintf("QTXN no partition %d; the transaction rolled back", k.pid))
+			return
+		}
+		sk := shadowKey{k.group, k.pid}
+		cur, seen := shadows[sk]
+		if !seen {
+			cur = p.cursors[k.group]
+			order = append(order, sk)
+		}
+		in := make([]ackIn, 0, len(byTarget[k]))
+		for _, a := range byTarget[k] {
+			in = append(in, a.in)
+		}
+		tr := ackTarget(p, cur, k.worker, in, now, false)
+		if tr.stale {
+			why := errStaleAck
+			for _, o := range tr.per {
+				if o.err != "" {
+					why = o.err
+					break
+				}
+			}
+			fail("rejected_ack", "QTXN "+why+"; the transaction rolled back")
+			return
+		}
+		shadows[sk] = tr.cur
+		files[sk] = append(files[sk], tr.files...)
+	}
+
+	// 2. Commit: the pushes, then the settled cursors and their dead letters.
+	results := make([]txnResult, flat)
+	created := map[string]bool{}
+	for _, p := range pushes {
+		m, dup := b.pushOne(p.queue, p.part, p.payload, p.txn, p.traceID, now)
+		key := p.queue + "\x00" + p.part + "\x00" + m.txn
+		r := txnResult{Index: p.flat, Type: wire.TxnPush, Success: true, TransactionID: m.txn, MessageID: m.id, QueueName: p.queue}
+		if dup {
+			// A repeat inside this transaction follows its first occurrence;
+			// a message stored by an earlier request is not created again.
+			r.Duplicate = true
+			r.Success = created[key]
+		} else {
+			created[key] = true
+		}
+		results[p.flat] = r
+	}
+	for _, sk := range order {
+		p := b.parts[sk.pid]
+		b.commitTarget(p, sk.group, targetResult{cur: shadows[sk], files: files[sk]}, now)
+	}
+	for _, a := range acks {
+		dlq := a.in.status == wire.StatusDLQ
+		results[a.flat] = txnResult{Index: a.flat, Type: wire.TxnAck, Success: true, TransactionID: a.in.txn, DLQ: &dlq, ackError: true}
+	}
+	b.bump()
+	w.json(http.StatusOK, txnAnswer{TransactionID: txnID, Success: true, Results: results})
+}
+
+func nonEmptyArray(raw json.RawMessage) bool {
+	var a []json.RawMessage
+	if len(raw) == 0 || string(raw) == "null" {
+		return false
+	}
+	if json.Unmarshal(raw, &a) != nil {
+		return true
+	}
+	return len(a) > 0
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
