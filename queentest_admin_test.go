@@ -1,10 +1,7 @@
 package queen_test
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -379,84 +376,3 @@ func TestQueentestGroupsQueuesHealth(t *testing.T) {
 		t.Fatalf("health = %+v, %v", h, err)
 	}
 }
-
-// ExampleQueueBuilder_Fetch reads a partition by offset from an in-memory
-// broker: no consumer group, no lease, no ack.
-func ExampleQueueBuilder_Fetch() {
-	srv := queentest.NewServer()
-	defer srv.Close()
-	client, err := queen.New(srv.URL)
-	if err != nil {
-		panic(err)
-	}
-	ctx := contextBackground()
-	_, err = client.Queue("orders").Partition("customer-42").
-		Push(map[string]int{"total": 10}, map[string]int{"total": 25}).Execute(ctx)
-	if err != nil {
-		panic(err)
-	}
-
-	read, err := client.Queue("orders").Fetch(ctx, []string{"customer-42"})
-	if err != nil {
-		panic(err)
-	}
-	for _, record := range read["customer-42"].Records {
-		fmt.Println(record.Offset, string(record.Payload))
-	}
-	fmt.Println("next offset:", read["customer-42"].NextOffset(), "high watermark:", read["customer-42"].HighWatermark)
-	// Output:
-	// 0 {"total":10}
-	// 1 {"total":25}
-	// next offset: 2 high watermark: 2
-}
-
-// ExampleAdmin_SeekConsumerGroup rewinds a consumer group to a point in
-// time on an in-memory broker, so that it reads those messages again.
-func ExampleAdmin_SeekConsumerGroup() {
-	srv := queentest.NewServer()
-	defer srv.Close()
-	client, err := queen.New(srv.URL)
-	if err != nil {
-		panic(err)
-	}
-	ctx := contextBackground()
-	if _, err := client.Queue("events").Push("a", "b").Execute(ctx); err != nil {
-		panic(err)
-	}
-	pop := func() []string {
-		msgs, err := client.Queue("events").Group("archiver").
-			SubscriptionMode(queen.SubscriptionModeAll).Batch(10).Wait(false).Pop(ctx)
-		if err != nil {
-			panic(err)
-		}
-		var out []string
-		for _, m := range msgs {
-			var s string
-			_ = json.Unmarshal(m.Raw, &s)
-			out = append(out, s)
-		}
-		if len(msgs) > 0 {
-			if _, err := client.Ack(ctx, msgs[len(msgs)-1], true, queen.AckOptions{ConsumerGroup: "archiver"}); err != nil {
-				panic(err)
-			}
-		}
-		return out
-	}
-	fmt.Println("first read:", pop())
-	fmt.Println("second read:", pop())
-
-	res, err := client.Admin().SeekConsumerGroup(ctx, "archiver", "events",
-		queen.SeekConsumerGroupOptions{Timestamp: "2000-01-01T00:00:00Z"})
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println("partitions moved:", res.PartitionsUpdated)
-	fmt.Println("after the seek:", pop())
-	// Output:
-	// first read: [a b]
-	// second read: []
-	// partitions moved: 1
-	// after the seek: [a b]
-}
-
-func contextBackground() context.Context { return context.Background() }
