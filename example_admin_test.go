@@ -21,6 +21,7 @@ func ExampleQueueBuilder_Fetch() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
+	defer client.Close(ctx)
 	_, err = client.Queue("orders").Partition("customer-42").
 		Push(map[string]int{"total": 10}, map[string]int{"total": 25}).Execute(ctx)
 	if err != nil {
@@ -50,6 +51,7 @@ func ExampleQueueBuilder_ReadPartition() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
+	defer client.Close(ctx)
 	if _, err := client.Queue("ledger").Partition("acct-7").Push(100, -30, 5).Execute(ctx); err != nil {
 		log.Fatal(err)
 	}
@@ -76,6 +78,7 @@ func ExampleAdmin_SeekConsumerGroup() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
+	defer client.Close(ctx)
 	if _, err := client.Queue("events").Push("a", "b").Execute(ctx); err != nil {
 		log.Fatal(err)
 	}
@@ -124,6 +127,7 @@ func ExampleClient_Transaction() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
+	defer client.Close(ctx)
 	if _, err := client.Queue("orders").Push(map[string]any{"id": "o-1", "total": 40}).Execute(ctx); err != nil {
 		log.Fatal(err)
 	}
