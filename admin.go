@@ -122,12 +122,13 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	var out struct {
 		wire.SeekResponse
 		Updated json.RawMessage `json:"updated,omitempty"`
+		Success *bool           `json:"success"`
 	}
 	resp, err := a.c.doJSON(ctx, call{method: http.MethodPost, path: path, body: body}, &out)
 	if err != nil {
 		return SeekResult{}, err
 	}
-	if !out.Success {
+	if refused(out.Success, out.Error) {
 		return SeekResult{}, &BrokerError{Status: resp.status, Method: http.MethodPost, Path: path, Body: resp.body,
 			Message: orDefault(out.Error, "seek refused")}
 	}
@@ -359,16 +360,18 @@ func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts Dele
 		path += "/queues/" + escape(opts.Queue)
 	}
 	q := url.Values{"deleteMetadata": {strconv.FormatBool(!opts.KeepMetadata)}}
-	var out wire.DeleteGroupResponse
+	var out struct {
+		wire.DeleteGroupResponse
+		Success *bool  `json:"success"`
+		Error   string `json:"error,omitempty"`
+	}
 	resp, err := a.c.doJSON(ctx, call{method: http.MethodDelete, path: path, query: q}, &out)
 	if err != nil {
 		return DeleteGroupResult{}, err
 	}
-	if !out.Success {
-		var eb wire.ErrorBody
-		_ = json.Unmarshal(resp.body, &eb)
+	if refused(out.Success, out.Error) {
 		return DeleteGroupResult{}, &BrokerError{Status: resp.status, Method: http.MethodDelete, Path: path, Body: resp.body,
-			Message: orDefault(eb.Error, "consumer-group delete refused")}
+			Message: orDefault(out.Error, "consumer-group delete refused")}
 	}
 	res := DeleteGroupResult{ConsumerGroup: orDefault(out.ConsumerGroup, group), Queue: opts.Queue,
 		DeletedPartitions: out.DeletedPartitions, MetadataDeleted: out.MetadataDeleted, Queues: out.Queues}
@@ -382,10 +385,15 @@ func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts Dele
 
 // MessageCounts are the message counters of a queue or a partition.
 type MessageCounts struct {
-	Total      int64 `json:"total"`
-	Pending    int64 `json:"pending"`
+	// Total counts the messages kept.
+	Total int64 `json:"total"`
+	// Pending counts those not yet consumed (by the slowest group).
+	Pending int64 `json:"pending"`
+	// Processing counts those leased right now.
 	Processing int64 `json:"processing"`
-	Completed  int64 `json:"completed"`
+	// Completed counts those consumed.
+	Completed int64 `json:"completed"`
+	// DeadLetter counts those in the dead-letter queue.
 	DeadLetter int64 `json:"deadLetter"`
 }
 
@@ -767,25 +775,28 @@ func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, err
 	if dl.ID != "" {
 		path = "/api/v1/dlq/" + escape(dl.ID) + "/replay"
 	}
-	var out wire.DLQMoveResponse
+	var out struct {
+		wire.DLQMoveResponse
+		Success *bool `json:"success"`
+	}
 	resp, err := a.c.doJSON(ctx, call{method: http.MethodPost, path: path, body: struct{}{}}, &out)
 	var be *BrokerError
 	if err != nil && addrPath != "" && path != addrPath && errors.As(err, &be) && routeMissing(be) {
 		path = addrPath
-		out = wire.DLQMoveResponse{}
+		out.DLQMoveResponse, out.Success = wire.DLQMoveResponse{}, nil
 		resp, err = a.c.doJSON(ctx, call{method: http.MethodPost, path: path, body: struct{}{}}, &out)
 	}
 	if err != nil {
 		return ReplayResult{}, err
 	}
-	if !out.Success {
+	if refused(out.Success, out.Error) || out.Result == "gone" {
 		return ReplayResult{}, &BrokerError{Status: resp.status, Method: http.MethodPost, Path: path, Body: resp.body,
 			Code: out.Reason, Message: orDefault(out.Error, "replay refused")}
 	}
 	r := ReplayResult{Result: out.Result, Moved: out.Result == "moved", Queue: orDefault(out.Queue, dl.Queue),
 		Partition: orDefault(out.Partition, dl.Partition), TransactionID: out.TransactionID, MessageID: out.MessageID,
 		Offset: -1, OriginalTransactionID: orDefault(out.OriginalTransactionID, dl.TransactionID)}
-	if out.Result == "" && out.Success {
+	if out.Result == "" {
 		r.Moved, r.Result = true, "moved"
 	}
 	if ra := out.ReplayedAs; ra != nil {
@@ -815,6 +826,16 @@ func routeMissing(be *BrokerError) bool {
 }
 
 // ---------------------------------------------------------------- helpers
+
+// refused reads a 2xx answer's verdict: a failure when success is false
+// or, with no success field, when there is an error text (0.15.1 answers
+// 200 to failures).
+func refused(success *bool, errText string) bool {
+	if success != nil {
+		return !*success
+	}
+	return errText != ""
+}
 
 // decodeList decodes a list answer that is either a bare array or an
 // object holding the array under one of keys.

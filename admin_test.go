@@ -474,3 +474,29 @@ func TestReplayDLQFallsBackToAddressRoute(t *testing.T) {
 	}
 	wantRoute(t, reqs[1], http.MethodPost, "/api/v1/messages/5bbcbea4-8c8f-41fe-855c-66ef47c23ba8/tx%7C1/retry")
 }
+
+func TestAnswersWithoutSuccessField(t *testing.T) {
+	// An answer with no "success" is read by its content: an error text is a
+	// refusal, anything else a success.
+	_, c := newWireStub(t, 200, `{"consumerGroup":"g","queueName":"q","seekToEnd":true,"partitionsUpdated":4}`)
+	if res, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{ToEnd: true}); err != nil || res.PartitionsUpdated != 4 {
+		t.Fatalf("seek: %+v, %v", res, err)
+	}
+	_, c = newWireStub(t, 200, `{"consumerGroup":"g","deletedPartitions":1}`)
+	if res, err := c.Admin().DeleteConsumerGroup(t.Context(), "g", queen.DeleteConsumerGroupOptions{}); err != nil || res.DeletedPartitions != 1 {
+		t.Fatalf("delete: %+v, %v", res, err)
+	}
+	_, c = newWireStub(t, 200, `{"error":"permission denied"}`)
+	var be *queen.BrokerError
+	if _, err := c.Admin().DeleteConsumerGroup(t.Context(), "g", queen.DeleteConsumerGroupOptions{}); !errors.As(err, &be) || be.Message != "permission denied" {
+		t.Fatalf("delete refused: %v", err)
+	}
+	_, c = newWireStub(t, 200, `{"result":"moved","queue":"q"}`)
+	if res, err := c.Admin().ReplayDLQ(t.Context(), queen.DeadLetter{ID: "x"}); err != nil || !res.Moved {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	_, c = newWireStub(t, 200, `{"success":false,"error":"push refused","reason":"storage_full"}`)
+	if _, err := c.Admin().ReplayDLQ(t.Context(), queen.DeadLetter{ID: "x"}); !errors.As(err, &be) || be.Code != "storage_full" {
+		t.Fatalf("replay refused: %v", err)
+	}
+}

@@ -49,6 +49,7 @@ type FetchError struct {
 	HighWatermark, LogStartOffset int64
 }
 
+// Error describes the refusal.
 func (e *FetchError) Error() string {
 	switch e.Code {
 	case wire.FetchOffsetOutOfRange:

@@ -267,6 +267,7 @@ type TransactionError struct {
 	Result *TransactionResult
 }
 
+// Error describes the refusal.
 func (e *TransactionError) Error() string {
 	r := e.Result
 	s := "queen: transaction rolled back"

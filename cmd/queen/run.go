@@ -47,6 +47,7 @@ Exit status: 0 ok, 1 broker or network failure, 2 usage error.
 // usageError is a bad command line.
 type usageError string
 
+// Error returns the message.
 func (e usageError) Error() string { return string(e) }
 
 func usagef(format string, args ...any) error { return usageError(fmt.Sprintf(format, args...)) }
