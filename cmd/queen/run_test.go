@@ -177,6 +177,7 @@ func TestBrokerErrorExitsOneWithItsMessage(t *testing.T) {
 }
 
 func TestNoBrokerExitsOne(t *testing.T) {
+	t.Parallel() // the transport retries (about 1.5 s)
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
@@ -197,6 +198,7 @@ func TestURLAndTokenFromEnvAndFlags(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
+	t.Parallel() // the transport retries (about 1.5 s)
 	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, `{"status":"healthy","engine":"raft","version":"2.7.1"}` })
 	r := runCLI(t, b, "", "health").want(t, exitOK)
 	if r.stdout != "healthy\traft\t2.7.1\n" {
