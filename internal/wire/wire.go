@@ -339,7 +339,7 @@ type SeekResponse struct {
 	SeekToEnd         bool    `json:"seekToEnd"`
 	TargetTimestamp   *string `json:"targetTimestamp"`
 	PartitionsUpdated int     `json:"partitionsUpdated"`
-	Updated           *int    `json:"updated,omitempty"`
+	Updated           *bool   `json:"updated,omitempty"`
 	Error             string  `json:"error,omitempty"`
 }
 
