@@ -172,6 +172,9 @@ func applyOptions(c *QueueConfig, o map[string]json.RawMessage) (namespace, task
 			return nil
 		}
 		raw = bytes.TrimSpace(raw)
+		if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+			return fmt.Errorf("%s must be an integer", k)
+		}
 		var n json.Number
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.UseNumber()

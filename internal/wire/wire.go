@@ -339,7 +339,7 @@ type SeekResponse struct {
 	SeekToEnd         bool    `json:"seekToEnd"`
 	TargetTimestamp   *string `json:"targetTimestamp"`
 	PartitionsUpdated int     `json:"partitionsUpdated"`
-	Updated           *int    `json:"updated,omitempty"`
+	Updated           *bool   `json:"updated,omitempty"`
 	Error             string  `json:"error,omitempty"`
 }
 
@@ -519,4 +519,73 @@ type HealthRaft struct {
 	Commit       uint64 `json:"commit"`
 	Lag          uint64 `json:"lag"`
 	StorageReady bool   `json:"storageReady"`
+}
+
+// DLQMoveResponse is the 2.x reply of a DLQ replay (POST
+// /api/v1/dlq/{id}/replay or POST /api/v1/messages/{partitionId}/{transactionId}/retry):
+// result "moved" (a new copy was pushed and the row removed) or "duplicate"
+// (the destination already holds that transaction id; nothing changed). 404
+// answers {"success":false,"result":"gone"}.
+type DLQMoveResponse struct {
+	Success               bool        `json:"success"`
+	Result                string      `json:"result"`
+	Queue                 string      `json:"queue,omitempty"`
+	Partition             string      `json:"partition,omitempty"`
+	ConsumerGroup         *string     `json:"consumerGroup,omitempty"`
+	DLQID                 string      `json:"dlqId,omitempty"`
+	OriginalTransactionID string      `json:"originalTransactionId,omitempty"`
+	ReplayedAs            *PushResult `json:"replayedAs,omitempty"`
+	DLQRowRemoved         *bool       `json:"dlqRowRemoved,omitempty"`
+	Reason                string      `json:"reason,omitempty"`
+	Error                 string      `json:"error,omitempty"`
+	TransactionID         string      `json:"transactionId,omitempty"`
+	MessageID             string      `json:"messageId,omitempty"`
+}
+
+// RouteMessageRetry replays a dead-lettered message by its address.
+const RouteMessageRetry = "/api/v1/messages/{partitionId}/{transactionId}/retry"
+
+// MessageCounts are the message counters of a queue or partition in the
+// resources views.
+type MessageCounts struct {
+	Total      int64  `json:"total"`
+	Pending    int64  `json:"pending"`
+	Processing int64  `json:"processing"`
+	Completed  int64  `json:"completed"`
+	Failed     *int64 `json:"failed,omitempty"`
+	DeadLetter int64  `json:"deadLetter"`
+}
+
+// QueueListResponse is the 2.x reply of GET /api/v1/resources/queues:
+// {"queues":[...], "kvRows":..., ...}.
+type QueueListResponse struct {
+	Queues []QueueRow `json:"queues"`
+}
+
+// QueueRow is one queue of the resources views. In the list, Partitions is
+// a count; in the detail (GET /api/v1/resources/queues/{queue}) it is an
+// array of QueuePartitionRow and the counters are under Totals.
+type QueueRow struct {
+	ID            string          `json:"id,omitempty"`
+	Name          string          `json:"name"`
+	Queue         string          `json:"queue,omitempty"`
+	Namespace     *string         `json:"namespace,omitempty"`
+	Task          *string         `json:"task,omitempty"`
+	Partitions    json.RawMessage `json:"partitions,omitempty"`
+	Messages      *MessageCounts  `json:"messages,omitempty"`
+	Totals        *MessageCounts  `json:"totals,omitempty"`
+	RetainedBytes int64           `json:"retainedBytes,omitempty"`
+	Options       QueueOptions    `json:"options"`
+	CreatedAt     string          `json:"createdAt,omitempty"`
+}
+
+// QueuePartitionRow is one partition of the queue detail.
+type QueuePartitionRow struct {
+	ID            string         `json:"id,omitempty"`
+	Name          string         `json:"name"`
+	CreatedAt     string         `json:"createdAt,omitempty"`
+	Messages      *MessageCounts `json:"messages,omitempty"`
+	LastActivity  *string        `json:"lastActivity,omitempty"`
+	OldestMessage *string        `json:"oldestMessage,omitempty"`
+	NewestMessage *string        `json:"newestMessage,omitempty"`
 }

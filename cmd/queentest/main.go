@@ -1,0 +1,46 @@
+// Command queentest runs the in-memory Queen broker of package queentest as
+// a standalone program, so that a service in any language can use it during
+// development:
+//
+//	queentest -addr 127.0.0.1:6632
+//
+// It serves the Queen 2.x HTTP API until interrupted (SIGINT or SIGTERM).
+// Everything is kept in memory and lost on exit.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/queen-go/queen/queentest"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6632", "listen address")
+	verbose := flag.Bool("v", false, "log every request to stderr")
+	flag.Parse()
+
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	srv, err := queentest.Listen(queentest.WithAddr(*addr), queentest.WithLogger(logger))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "queentest:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("queentest broker (Queen %s API, in memory) listening on %s\n", queentest.Version, srv.URL)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	srv.Close()
+	fmt.Println("queentest broker stopped")
+}

@@ -1,0 +1,394 @@
+package queen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"maps"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// Per-partition fetch errors, matched (errors.Is) by the *FetchError in
+// PartitionRead.Err.
+var (
+	// ErrUnknownPartition: the broker has no such queue (2.x answers an
+	// unknown partition of an existing queue as an empty one).
+	ErrUnknownPartition = errors.New("queen: unknown queue or partition")
+	// ErrOffsetOutOfRange: the offset is below the oldest kept record or
+	// above the next one to be written.
+	ErrOffsetOutOfRange = errors.New("queen: offset out of range")
+)
+
+// Limits of the fetch options, as the broker applies them.
+const (
+	// MaxFetchBytes is the largest byte budget of one partition per fetch.
+	MaxFetchBytes = 8 << 20
+	// MaxFetchWait is the longest a fetch waits for records.
+	MaxFetchWait = 30 * time.Second
+	// MaxFetchPartitions is the most partitions one fetch may read.
+	MaxFetchPartitions = 1024
+)
+
+// FetchError is a broker's refusal to read one partition.
+type FetchError struct {
+	// Queue and Partition name what was read.
+	Queue, Partition string
+	// Offset is the offset asked for.
+	Offset int64
+	// Code is the broker's code ("UNKNOWN_TOPIC_OR_PARTITION",
+	// "OFFSET_OUT_OF_RANGE", ...).
+	Code string
+	// HighWatermark and LogStartOffset are the partition's bounds, when the
+	// broker reports them.
+	HighWatermark, LogStartOffset int64
+}
+
+// Error describes the refusal.
+func (e *FetchError) Error() string {
+	switch e.Code {
+	case wire.FetchOffsetOutOfRange:
+		return fmt.Sprintf("queen: fetch %s/%s: offset %d out of range [%d, %d]",
+			e.Queue, e.Partition, e.Offset, e.LogStartOffset, e.HighWatermark)
+	case wire.FetchUnknownPartition:
+		return fmt.Sprintf("queen: fetch %s/%s: unknown queue or partition", e.Queue, e.Partition)
+	}
+	return fmt.Sprintf("queen: fetch %s/%s at %d: %s", e.Queue, e.Partition, e.Offset, e.Code)
+}
+
+// Is matches ErrUnknownPartition and ErrOffsetOutOfRange by code.
+func (e *FetchError) Is(target error) bool {
+	switch target {
+	case ErrUnknownPartition:
+		return e.Code == wire.FetchUnknownPartition
+	case ErrOffsetOutOfRange:
+		return e.Code == wire.FetchOffsetOutOfRange
+	}
+	return false
+}
+
+// FetchedRecord is one record read by offset.
+type FetchedRecord struct {
+	// Partition is the partition the record was read from.
+	Partition string `json:"partition"`
+	// Offset is the record's position in its partition.
+	Offset int64 `json:"offset"`
+	// TransactionID is the record's transaction id.
+	TransactionID string `json:"transactionId"`
+	// Payload is the record as pushed: any JSON value ("null" when empty).
+	Payload json.RawMessage `json:"payload"`
+	// Timestamp is when the broker stored the record.
+	Timestamp time.Time `json:"timestamp,omitzero"`
+}
+
+// PartitionRead is what a fetch read from one partition.
+type PartitionRead struct {
+	// Partition is the partition's name.
+	Partition string `json:"partition"`
+	// From is the offset the read started at.
+	From int64 `json:"from"`
+	// Records are the records read, in offset order.
+	Records []FetchedRecord `json:"records"`
+	// HighWatermark is the offset the next pushed record will get (the last
+	// record's offset plus one).
+	HighWatermark int64 `json:"highWatermark"`
+	// LogStartOffset is the offset of the oldest record still kept.
+	LogStartOffset int64 `json:"logStartOffset"`
+	// Err is the broker's refusal for this partition (a *FetchError
+	// matching ErrUnknownPartition or ErrOffsetOutOfRange); nil when read.
+	Err error `json:"-"`
+}
+
+// NextOffset is the offset to fetch from to continue after this read: the
+// last record's offset plus one, or From when nothing was read.
+func (p PartitionRead) NextOffset() int64 {
+	if n := len(p.Records); n > 0 {
+		return p.Records[n-1].Offset + 1
+	}
+	return p.From
+}
+
+// FetchResult maps each partition asked for to what was read from it.
+type FetchResult map[string]PartitionRead
+
+// Err joins the per-partition errors (nil when every partition was read).
+func (r FetchResult) Err() error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(r)) {
+		if e := r[name].Err; e != nil {
+			errs = append(errs, e)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// FetchOption sets an option of Fetch.
+type FetchOption func(*fetchConfig)
+
+type fetchConfig struct {
+	from     *int64
+	offsets  map[string]int64
+	maxBytes int
+	wait     time.Duration
+	err      error
+}
+
+func (f *fetchConfig) fail(err error) {
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+// FetchFrom starts every partition at offset (default: the oldest kept
+// record).
+func FetchFrom(offset int64) FetchOption {
+	return func(f *fetchConfig) {
+		if offset < 0 {
+			f.fail(fmt.Errorf("%w: fetch offset %d is negative", ErrInvalidOption, offset))
+		}
+		f.from = &offset
+	}
+}
+
+// FetchFromOffsets starts each named partition at its own offset; the
+// others start at FetchFrom's offset or the oldest kept record.
+func FetchFromOffsets(offsets map[string]int64) FetchOption {
+	return func(f *fetchConfig) {
+		for p, o := range offsets {
+			if o < 0 {
+				f.fail(fmt.Errorf("%w: fetch offset %d of partition %q is negative", ErrInvalidOption, o, p))
+			}
+		}
+		f.offsets = offsets
+	}
+}
+
+// FetchMaxBytes bounds the payload bytes read from each partition (1 to
+// MaxFetchBytes; the broker's default is 1 MiB). The first record is
+// always returned, however large.
+func FetchMaxBytes(n int) FetchOption {
+	return func(f *fetchConfig) {
+		if n < 1 || n > MaxFetchBytes {
+			f.fail(fmt.Errorf("%w: fetch byte budget %d not in 1..%d", ErrInvalidOption, n, MaxFetchBytes))
+		}
+		f.maxBytes = n
+	}
+}
+
+// FetchWait makes the fetch wait up to d (at most MaxFetchWait, rounded to
+// milliseconds) for a record to arrive when there is none to read yet
+// (default: answer at once).
+func FetchWait(d time.Duration) FetchOption {
+	return func(f *fetchConfig) {
+		if d < 0 || d > MaxFetchWait {
+			f.fail(fmt.Errorf("%w: fetch wait %v not in 0..%v", ErrInvalidOption, d, MaxFetchWait))
+		}
+		f.wait = d
+	}
+}
+
+// Fetch reads partitions of the queue by offset (POST /api/v1/fetch): no
+// consumer group, no lease, no ack, and nothing moves; two callers read
+// the same records. The result maps each partition to its records and
+// bounds; keep your own position with PartitionRead.NextOffset. A partition
+// the broker refused has its Err set (FetchResult.Err joins them); the
+// returned error is for the request as a whole.
+//
+// With no start offset the read begins at the oldest record still kept. A
+// nil or empty partitions reads the builder's Partition, if set. The empty
+// name means the broker's "Default" partition, and is keyed so. A broker
+// without the fetch route (0.15.1) gives an error matching ErrNotSupported.
+func (b *QueueBuilder) Fetch(ctx context.Context, partitions []string, opts ...FetchOption) (FetchResult, error) {
+	var cfg fetchConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	if b.queue == "" {
+		return nil, ErrEmptyQueue
+	}
+	if len(partitions) == 0 && b.partition != "" {
+		partitions = []string{b.partition}
+	}
+	if len(partitions) == 0 {
+		return nil, fmt.Errorf("%w: fetch needs at least one partition", ErrInvalidArgument)
+	}
+	var names []string
+	seen := map[string]bool{}
+	for _, p := range partitions {
+		if p == "" {
+			p = wire.DefaultPartition
+		}
+		if !seen[p] {
+			seen[p] = true
+			names = append(names, p)
+		}
+	}
+	if len(names) > MaxFetchPartitions {
+		return nil, fmt.Errorf("%w: fetch of %d partitions (at most %d)", ErrInvalidOption, len(names), MaxFetchPartitions)
+	}
+	entries := make([]wire.FetchEntry, len(names))
+	defaulted := make([]bool, len(names))
+	for i, p := range names {
+		e := wire.FetchEntry{Queue: b.queue, Partition: p, MaxBytes: cfg.maxBytes}
+		switch o, ok := cfg.offsets[p]; {
+		case ok:
+			e.Offset = o
+		case cfg.from != nil:
+			e.Offset = *cfg.from
+		default:
+			defaulted[i] = true
+		}
+		entries[i] = e
+	}
+	out, err := b.c.fetch(ctx, wire.FetchRequest{Entries: entries, MaxWaitMs: int(cfg.wait / time.Millisecond)})
+	if err != nil {
+		return nil, err
+	}
+	// A read "from the oldest kept record" starts at 0 (the broker has no
+	// such sentinel); when retention has moved the log start past 0, read
+	// those partitions again from the start the broker reported.
+	var again []wire.FetchEntry
+	var againAt []int
+	for i, r := range out {
+		if defaulted[i] && r.Error == wire.FetchOffsetOutOfRange && r.LogStartOffset > entries[i].Offset {
+			e := entries[i]
+			e.Offset = r.LogStartOffset
+			again = append(again, e)
+			againAt = append(againAt, i)
+		}
+	}
+	if len(again) > 0 {
+		more, err := b.c.fetch(ctx, wire.FetchRequest{Entries: again})
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range againAt {
+			out[i] = more[j]
+			entries[i] = again[j]
+		}
+	}
+	res := make(FetchResult, len(names))
+	for i, r := range out {
+		res[names[i]] = partitionReadFromWire(b.queue, names[i], entries[i].Offset, &r)
+	}
+	return res, nil
+}
+
+// fetch sends one fetch and returns its entries aligned with the request.
+func (c *Client) fetch(ctx context.Context, req wire.FetchRequest) ([]wire.FetchEntryResult, error) {
+	cl := call{method: http.MethodPost, path: wire.RouteFetch, body: req}
+	if req.MaxWaitMs > 0 {
+		cl.timeout = time.Duration(req.MaxWaitMs)*time.Millisecond + popMargin
+	}
+	var out wire.FetchResponse
+	resp, err := c.doJSON(ctx, cl, &out)
+	if err != nil {
+		var be *BrokerError
+		if errors.As(err, &be) && (be.Status == http.StatusNotFound || be.Status == http.StatusMethodNotAllowed) {
+			return nil, fmt.Errorf("%w: fetch by offset (POST %s answered %d; the broker predates it): %w",
+				ErrNotSupported, wire.RouteFetch, be.Status, err)
+		}
+		return nil, err
+	}
+	if len(out.Entries) == len(req.Entries) {
+		return out.Entries, nil
+	}
+	// Not index-aligned: match by partition name, and report what is missing.
+	byName := make(map[string]wire.FetchEntryResult, len(out.Entries))
+	for _, e := range out.Entries {
+		byName[e.Partition] = e
+	}
+	aligned := make([]wire.FetchEntryResult, len(req.Entries))
+	for i, e := range req.Entries {
+		r, ok := byName[e.Partition]
+		if !ok {
+			return nil, &BrokerError{Status: resp.status, Method: http.MethodPost, Path: wire.RouteFetch, Body: resp.body,
+				Message: fmt.Sprintf("fetch answer has no entry for partition %q", e.Partition)}
+		}
+		aligned[i] = r
+	}
+	return aligned, nil
+}
+
+func partitionReadFromWire(queue, name string, from int64, r *wire.FetchEntryResult) PartitionRead {
+	pr := PartitionRead{Partition: name, From: from, HighWatermark: r.HighWatermark, LogStartOffset: r.LogStartOffset,
+		Records: make([]FetchedRecord, 0, len(r.Records))}
+	if r.Error != "" {
+		pr.Err = &FetchError{Queue: queue, Partition: name, Offset: from, Code: r.Error,
+			HighWatermark: r.HighWatermark, LogStartOffset: r.LogStartOffset}
+	}
+	for _, rec := range r.Records {
+		payload := rec.Payload
+		if len(payload) == 0 {
+			payload = json.RawMessage("null")
+		}
+		pr.Records = append(pr.Records, FetchedRecord{Partition: name, Offset: rec.Offset, TransactionID: rec.TransactionID,
+			Payload: payload, Timestamp: parseBrokerTime(rec.TS)})
+	}
+	return pr
+}
+
+// ReadPartition reads one partition of the queue from fromOffset to the
+// end it had when the read started, one fetch per page, for audits and
+// rebuilds: no group, lease or ack. Records come in offset order; an error
+// (a refused partition, a broker without fetch) is yielded once and ends
+// the sequence. Stop early by breaking out of the loop.
+//
+//	for rec, err := range client.Queue("orders").ReadPartition(ctx, "customer-42", 0) {
+//		if err != nil {
+//			return err
+//		}
+//		fmt.Println(rec.Offset, string(rec.Payload))
+//	}
+//
+// An offset below the oldest kept record is an error matching
+// ErrOffsetOutOfRange: read PartitionRead.LogStartOffset from Fetch first.
+func (b *QueueBuilder) ReadPartition(ctx context.Context, partition string, fromOffset int64) iter.Seq2[FetchedRecord, error] {
+	return func(yield func(FetchedRecord, error) bool) {
+		if fromOffset < 0 {
+			yield(FetchedRecord{}, fmt.Errorf("%w: read offset %d is negative", ErrInvalidOption, fromOffset))
+			return
+		}
+		if partition == "" {
+			partition = wire.DefaultPartition
+		}
+		off, end := fromOffset, int64(-1)
+		for {
+			res, err := b.Fetch(ctx, []string{partition}, FetchFrom(off))
+			if err != nil {
+				yield(FetchedRecord{}, err)
+				return
+			}
+			pr := res[partition]
+			if pr.Err != nil {
+				yield(FetchedRecord{}, pr.Err)
+				return
+			}
+			if end < 0 {
+				end = pr.HighWatermark
+			}
+			for _, rec := range pr.Records {
+				if rec.Offset >= end {
+					return
+				}
+				if !yield(rec, nil) {
+					return
+				}
+				off = rec.Offset + 1
+			}
+			if len(pr.Records) == 0 || off >= end {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,15 @@
+// Package integration is the scenario suite of queen-go: one set of tests,
+// run through the client against whichever broker is at hand.
+//
+//   - QUEEN_URL set: that broker (any version). Features it lacks, such as
+//     fetch or conflation on old brokers, are detected and the scenarios that
+//     need them are skipped with the reason.
+//   - Else, when a Docker engine answers: a broker container (package
+//     queencontainer) running QUEEN_IMAGE, by default
+//     queencontainer.DefaultImage. QUEEN_IMAGE=none turns this path off.
+//   - Else the in-memory broker of package queentest, in-process. This is the
+//     CI path; scenarios that need fault injection run only there.
+//
+// Every scenario uses its own queue names, so the suite can share a broker
+// with other users. The package has no API: everything is in its tests.
+package integration

@@ -1,0 +1,188 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/queen-go/queen/queencontainer"
+	"github.com/queen-go/queen/queentest"
+)
+
+// be is the broker every scenario runs against, chosen once by TestMain.
+var be *backend
+
+// backendKind names where the broker comes from.
+type backendKind string
+
+const (
+	kindURL       backendKind = "QUEEN_URL"
+	kindContainer backendKind = "container"
+	kindInProcess backendKind = "queentest"
+)
+
+// backend is the broker of this run.
+type backend struct {
+	kind backendKind
+	url  string
+	// why says how the backend was chosen.
+	why string
+	// noContainer says why the container path is not in use ("" when it is).
+	noContainer string
+	// version is what /health reported ("" when it did not say).
+	version string
+
+	srv *queentest.Server         // kindInProcess
+	ctr *queencontainer.Container // kindContainer
+}
+
+// probeTimeout bounds the Docker check: no engine must mean a quick skip.
+const probeTimeout = 2 * time.Second
+
+// chooseBackend picks QUEEN_URL, then a container, then queentest.
+func chooseBackend(ctx context.Context) (*backend, error) {
+	if u := strings.TrimSpace(os.Getenv("QUEEN_URL")); u != "" {
+		return &backend{
+			kind:        kindURL,
+			url:         strings.TrimRight(u, "/"),
+			why:         "QUEEN_URL is set",
+			noContainer: "QUEEN_URL is set, so the suite runs against that broker",
+		}, nil
+	}
+	var noContainer string
+	imageEnv := strings.TrimSpace(os.Getenv(queencontainer.ImageEnv))
+	if strings.EqualFold(imageEnv, "none") {
+		noContainer = queencontainer.ImageEnv + "=none turns the container path off"
+	} else {
+		image := queencontainer.ImageFromEnv()
+		c, err := queencontainer.Start(ctx, queencontainer.WithImage(image), queencontainer.WithProbeTimeout(probeTimeout))
+		switch {
+		case err == nil:
+			return &backend{kind: kindContainer, url: c.URL, ctr: c,
+				why: "a Docker engine answers; container of " + image}, nil
+		case errors.Is(err, queencontainer.ErrNoDocker):
+			noContainer = err.Error()
+		case imageEnv != "":
+			// The user asked for that image: failing to run it is an error,
+			// not a reason to test something else.
+			return nil, err
+		default:
+			noContainer = fmt.Sprintf("Docker answers but the default image could not be started (set %s to choose another): %v",
+				queencontainer.ImageEnv, err)
+		}
+	}
+	srv := queentest.NewServer()
+	return &backend{
+		kind:        kindInProcess,
+		url:         srv.URL,
+		srv:         srv,
+		why:         "QUEEN_URL is unset and no broker container: " + noContainer,
+		noContainer: noContainer,
+	}, nil
+}
+
+// close releases the broker of the run.
+func (b *backend) close() error {
+	switch {
+	case b.srv != nil:
+		b.srv.Close()
+	case b.ctr != nil:
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return b.ctr.Terminate(ctx)
+	}
+	return nil
+}
+
+// health reads GET /health once, to fail fast on a wrong QUEEN_URL and to
+// report the broker's version.
+func (b *backend) health(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url+"/health", nil)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("broker at %s does not answer: %w", b.url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("broker at %s: GET /health = %d: %s", b.url, resp.StatusCode, body)
+	}
+	var h struct {
+		Version string `json:"version"`
+		Engine  string `json:"engine"`
+	}
+	if json.Unmarshal(body, &h) == nil {
+		b.version = strings.TrimSpace(h.Version + " " + h.Engine)
+	}
+	return nil
+}
+
+func TestMain(m *testing.M) {
+	b, err := chooseBackend(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration: no backend:", err)
+		os.Exit(1)
+	}
+	be = b
+	if err := b.health(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		_ = b.close()
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "integration: backend %s at %s (%s) [%s]\n", b.kind, b.url, b.version, b.why)
+
+	// Goroutines that exist now (the in-process broker's, testcontainers'
+	// reaper and Docker connections) are not the scenarios' doing.
+	baseline := goleak.IgnoreCurrent()
+	code := m.Run()
+
+	// The in-process broker promises to leave no goroutine behind on Close:
+	// close it before looking. A container is removed after the check, since
+	// removing it starts Docker client goroutines of its own.
+	var closeErr error
+	if b.kind != kindContainer {
+		closeErr = b.close()
+	}
+	if code == 0 {
+		if err := goleak.Find(baseline); err != nil {
+			fmt.Fprintln(os.Stderr, "integration: leaked goroutines:", err)
+			code = 1
+		}
+	}
+	if b.kind == kindContainer {
+		closeErr = b.close()
+	}
+	if closeErr != nil {
+		fmt.Fprintln(os.Stderr, "integration: closing the backend:", closeErr)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestBackend reports which broker the suite ran against, and skips with
+// the reason when the container path was not taken.
+func TestBackend(t *testing.T) {
+	t.Logf("backend %s at %s, version %q: %s", be.kind, be.url, be.version, be.why)
+	t.Run("container", func(t *testing.T) {
+		if be.kind != kindContainer {
+			t.Skip("broker container not used: " + be.noContainer)
+		}
+	})
+}

@@ -1,0 +1,316 @@
+package queentest
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAckReplyShape(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 1)
+	p := h.popQ("q", nil)
+	m := p.Messages[0]
+	st, _, raw := h.do("POST", "/api/v1/ack", item{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": "completed"})
+	require.Equal(t, http.StatusOK, st)
+	var generic []map[string]any
+	require.NoError(t, json.Unmarshal(raw, &generic))
+	require.Len(t, generic, 1)
+	for _, k := range []string{"index", "transactionId", "success", "error", "leaseReleased", "dlq", "noop"} {
+		assert.Contains(t, generic[0], k)
+	}
+	assert.Nil(t, generic[0]["error"])
+	assert.Equal(t, true, generic[0]["success"])
+	assert.Equal(t, true, generic[0]["leaseReleased"])
+
+	st, _, raw = h.do("POST", "/api/v1/ack", `{"transactionId":`)
+	assert.Equal(t, http.StatusBadRequest, st)
+	assert.Contains(t, string(raw), "bad_body")
+}
+
+func TestAckCompletedImplicitPrefixAndPartialKeepsLease(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("q", "p", 5)
+	p := h.popQ("q", vals("batch", "4"))
+	require.Len(t, p.Messages, 4)
+	assert.Equal(t, 4, s.LeasedCount("q", ""))
+
+	// Acking #2 completes #1 and #2 implicitly; the lease stays for #3, #4.
+	a := h.ackMsg(p.Messages[1], "completed", "")
+	assert.True(t, a.Success)
+	assert.False(t, a.LeaseReleased, "a partial ack keeps the lease")
+	assert.Equal(t, 2, s.LeasedCount("q", ""))
+	h.popEmpty("q", nil)
+
+	// Acking the last one settles the batch.
+	a = h.ackMsg(p.Messages[3], "completed", "")
+	assert.True(t, a.LeaseReleased)
+	assert.Equal(t, 0, s.LeasedCount("q", ""))
+	p2 := h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{4}, ns(t, p2.Messages), "everything up to #4 was committed")
+	// A lease-less ack of something already committed is a noop success.
+	out := h.ack("/api/v1/ack", item{"transactionId": p.Messages[0].TransactionID, "partitionId": p.Messages[0].PartitionID})
+	assert.True(t, out[0].Success)
+	assert.True(t, out[0].Noop)
+	// Under the released lease, only the batch the settling ack released
+	// counts as a repeat; #1 was committed by an earlier, partial ack.
+	a = h.ackMsg(p.Messages[0], "completed", "")
+	assert.False(t, a.Success)
+}
+
+func TestAckFailedSpendsRetryAndRedeliversAfterRetryDelay(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	configure(h, "q", item{"retryLimit": 3, "retryDelay": 5000})
+	h.pushN("q", "p", 4)
+	p := h.popQ("q", vals("batch", "4"))
+
+	// [completed #0, failed #1]: #1 and everything after it come back.
+	out := h.ack("/api/v1/ack/batch", item{"acknowledgments": []item{
+		{"transactionId": p.Messages[0].TransactionID, "partitionId": p.Messages[0].PartitionID, "leaseId": p.LeaseID, "status": "completed"},
+		{"transactionId": p.Messages[1].TransactionID, "partitionId": p.Messages[1].PartitionID, "leaseId": p.LeaseID, "status": "failed", "error": "boom"},
+	}})
+	require.Len(t, out, 2)
+	assert.True(t, out[0].Success)
+	assert.True(t, out[1].Success)
+	assert.True(t, out[1].LeaseReleased)
+	assert.False(t, out[1].DLQ)
+
+	h.popEmpty("q", nil) // not before retryDelay
+	clock.Advance(4 * time.Second)
+	h.popEmpty("q", nil)
+	clock.Advance(1 * time.Second)
+	p2 := h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{1, 2, 3}, ns(t, p2.Messages))
+	assert.Equal(t, 2, p2.Messages[0].DeliveryAttempt)
+	assert.Equal(t, 2, p2.Messages[2].DeliveryAttempt)
+	assert.NotEqual(t, p.LeaseID, p2.LeaseID)
+}
+
+func TestAckFailedPastRetryLimitGoesToDLQ(t *testing.T) {
+	clock := NewFakeClock(t0)
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
+	configure(h, "q", item{"retryLimit": 1, "retryDelay": 0, "deadLetterQueue": true})
+	h.pushN("q", "p", 2)
+
+	// retryLimit 1 = two deliveries, then the DLQ.
+	for attempt := 1; attempt <= 2; attempt++ {
+		p := h.popQ("q", vals("batch", "1"))
+		assert.Equal(t, attempt, p.Messages[0].DeliveryAttempt)
+		a := h.ackMsg(p.Messages[0], "failed", "")
+		assert.Equal(t, attempt == 2, a.DLQ, "attempt %d", attempt)
+	}
+	assert.Equal(t, 1, s.DLQCount("q"))
+	p := h.popQ("q", vals("batch", "1"))
+	assert.Equal(t, []int{1}, ns(t, p.Messages), "the poison was moved past")
+	assert.Equal(t, 1, p.Messages[0].DeliveryAttempt)
+
+	var list struct {
+		Messages []struct {
+			TransactionID string  `json:"transactionId"`
+			ErrorMessage  *string `json:"errorMessage"`
+			RetryCount    int     `json:"retryCount"`
+			Queue         string  `json:"queue"`
+			ConsumerGroup string  `json:"consumerGroup"`
+		} `json:"messages"`
+		Total int `json:"total"`
+	}
+	h.doJSON("GET", "/api/v1/dlq?queue=q", nil, http.StatusOK, &list)
+	require.Equal(t, 1, list.Total)
+	assert.Equal(t, "Retries exhausted", *list.Messages[0].ErrorMessage)
+	assert.Equal(t, 1, list.Messages[0].RetryCount)
+	assert.Equal(t, "__QUEUE_MODE__", list.Messages[0].ConsumerGroup)
+}
+
+func TestAckFailedPastRetryLimitIsDroppedWithoutDLQ(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	configure(h, "q", item{"retryLimit": 0, "retryDelay": 0, "deadLetterQueue": false, "dlqAfterMaxRetries": false})
+	h.pushN("q", "p", 2)
+	p := h.popQ("q", vals("batch", "1"))
+	a := h.ackMsg(p.Messages[0], "failed", "")
+	assert.True(t, a.Success)
+	assert.False(t, a.DLQ)
+	assert.Equal(t, 0, s.DLQCount("q"))
+	p = h.popQ("q", vals("batch", "1"))
+	assert.Equal(t, []int{1}, ns(t, p.Messages), "dropped: the cursor moved past it")
+}
+
+func TestImplicitQueueDeadLettersAfterDefaultRetryLimit(t *testing.T) {
+	clock := NewFakeClock(t0)
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
+	h.pushN("never-configured", "p", 1)
+	for attempt := 1; attempt <= 4; attempt++ {
+		p := h.popQ("never-configured", nil)
+		assert.Equal(t, attempt, p.Messages[0].DeliveryAttempt)
+		a := h.ackMsg(p.Messages[0], "failed", "")
+		assert.Equal(t, attempt == 4, a.DLQ, "retryLimit 3 by default: the 4th failure dead-letters")
+		clock.Advance(time.Second) // the default retryDelay
+	}
+	assert.Equal(t, 1, s.DLQCount("never-configured"), "the implicit queue has its DLQ on")
+	h.popEmpty("never-configured", nil)
+}
+
+func TestAckRetryReleasesWithoutSpending(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	configure(h, "q", item{"retryLimit": 1})
+	h.pushN("q", "p", 3)
+	p := h.popQ("q", vals("batch", "3"))
+	// [completed #0, retry #1, retry #2] under one lease, in one batch.
+	out := h.ack("/api/v1/ack/batch", item{"acknowledgments": []item{
+		{"transactionId": p.Messages[0].TransactionID, "partitionId": p.Messages[0].PartitionID, "leaseId": p.LeaseID, "status": "completed"},
+		{"transactionId": p.Messages[1].TransactionID, "partitionId": p.Messages[1].PartitionID, "leaseId": p.LeaseID, "status": "retry"},
+		{"transactionId": p.Messages[2].TransactionID, "partitionId": p.Messages[2].PartitionID, "leaseId": p.LeaseID, "status": "retry"},
+	}})
+	for _, a := range out {
+		assert.True(t, a.Success)
+	}
+	// No retryDelay and no budget: retry as often as we like.
+	for i := 0; i < 5; i++ {
+		p = h.popQ("q", vals("batch", "10"))
+		assert.Equal(t, []int{1, 2}, ns(t, p.Messages))
+		assert.Equal(t, i+2, p.Messages[0].DeliveryAttempt)
+		h.ackMsg(p.Messages[0], "retry", "")
+	}
+	assert.Equal(t, 0, s.DLQCount("q"))
+}
+
+func TestAckDLQAtOnce(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("q", "p", 2)
+	p := h.popQ("q", vals("batch", "2"))
+	body := item{"transactionId": p.Messages[0].TransactionID, "partitionId": p.Messages[0].PartitionID, "leaseId": p.LeaseID, "status": "dlq", "error": "permanent"}
+	a := h.ack("/api/v1/ack", body)[0]
+	assert.True(t, a.Success)
+	assert.True(t, a.DLQ)
+	assert.True(t, a.LeaseReleased)
+	assert.Equal(t, 1, s.DLQCount("q"))
+	p = h.popQ("q", nil)
+	assert.Equal(t, []int{1}, ns(t, p.Messages))
+	var list struct {
+		Messages []struct {
+			ErrorMessage string `json:"errorMessage"`
+		}
+	}
+	h.doJSON("GET", "/api/v1/dlq", nil, http.StatusOK, &list)
+	assert.Equal(t, "permanent", list.Messages[0].ErrorMessage)
+}
+
+func TestAckStaleOrForeignLeaseRefusedPerItem(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	h.pushN("q", "a", 1)
+	h.pushN("q", "b", 1)
+	p := h.popQ("q", vals("partitions", "2", "batch", "2"))
+	require.Len(t, p.Messages, 2)
+	out := h.ack("/api/v1/ack/batch", item{"acknowledgments": []item{
+		{"transactionId": p.Messages[0].TransactionID, "partitionId": p.Messages[0].PartitionID, "leaseId": "not-the-lease", "status": "completed"},
+		{"transactionId": p.Messages[1].TransactionID, "partitionId": p.Messages[1].PartitionID, "leaseId": p.LeaseID, "status": "completed"},
+		{"transactionId": "x", "partitionId": "not-a-number", "status": "completed"},
+	}})
+	require.Len(t, out, 3)
+	assert.False(t, out[0].Success)
+	require.NotNil(t, out[0].Error)
+	assert.Equal(t, "invalid or expired lease", *out[0].Error)
+	assert.True(t, out[1].Success, "one refused item does not fail the others")
+	assert.False(t, out[2].Success)
+	assert.Equal(t, "partitionId is not a partition id", *out[2].Error)
+
+	// An expired lease is refused too, with its lease id.
+	clock.Advance(61 * time.Second)
+	a := h.ackMsg(p.Messages[0], "completed", "")
+	assert.False(t, a.Success)
+	assert.Equal(t, "invalid or expired lease", *a.Error)
+}
+
+func TestRepeatOfAnAckAfterReleaseIsAnsweredAsTheFirstTime(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 3)
+	p := h.popQ("q", vals("batch", "2"))
+	first := h.ackAll(p, "")
+	again := h.ackAll(p, "")
+	require.Len(t, again, 2)
+	for i := range again {
+		assert.True(t, again[i].Success, "the lost-reply retry is answered as the first")
+		assert.Equal(t, first[i].LeaseReleased, again[i].LeaseReleased)
+	}
+	// But the released lease cannot ack anything else.
+	next := h.popQ("q", nil)
+	a := h.ack("/api/v1/ack", item{"transactionId": next.Messages[0].TransactionID, "partitionId": next.Messages[0].PartitionID, "leaseId": p.LeaseID})
+	assert.False(t, a[0].Success)
+}
+
+func TestLeaseLessAckIsAcceptedAfterExpiry(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	h.pushN("q", "p", 2)
+	p := h.popQ("q", vals("batch", "2", "leaseSeconds", "5"))
+	clock.Advance(10 * time.Second)
+	// No leaseId: no lease check, and the cursor moves.
+	out := h.ack("/api/v1/ack", item{"transactionId": p.Messages[1].TransactionID, "partitionId": p.Messages[1].PartitionID, "status": "completed"})
+	assert.True(t, out[0].Success)
+	h.popEmpty("q", nil)
+}
+
+func TestBothBodyShapesOnBothAckRoutes(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 4)
+	p := h.popQ("q", vals("batch", "4"))
+	one := func(m tMessage) item {
+		return item{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": "completed"}
+	}
+	assert.True(t, h.ack("/api/v1/ack/batch", one(p.Messages[0]))[0].Success, "single shape on the batch route")
+	out := h.ack("/api/v1/ack", item{"acknowledgments": []item{one(p.Messages[1]), one(p.Messages[2])}})
+	require.Len(t, out, 2, "batch shape on the single route")
+	assert.True(t, out[0].Success && out[1].Success)
+	assert.Equal(t, 1, out[1].Index)
+	out = h.ack("/api/v1/ack/batch", item{"acknowledgments": []item{one(p.Messages[3])}})
+	assert.True(t, out[0].LeaseReleased)
+}
+
+func TestOnePartitionsFailureDoesNotBlockTheOthers(t *testing.T) {
+	h := newHC(t, Start(t))
+	configure(h, "q", item{"retryDelay": 0})
+	h.pushN("q", "a", 2)
+	h.pushN("q", "b", 2)
+	p := h.popQ("q", vals("partitions", "2", "batch", "10"))
+	var a, b []tMessage
+	for _, m := range p.Messages {
+		if m.Partition == "a" {
+			a = append(a, m)
+		} else {
+			b = append(b, m)
+		}
+	}
+	require.Len(t, a, 2)
+	assert.True(t, h.ackMsg(a[0], "failed", "").Success)
+	for _, m := range b {
+		assert.True(t, h.ackMsg(m, "completed", "").Success, "B settles under the shared lease id")
+	}
+	again := h.popQ("q", vals("partitions", "2", "batch", "10"))
+	for _, m := range again.Messages {
+		assert.Equal(t, "a", m.Partition)
+	}
+	assert.Len(t, again.Messages, 2)
+}
+
+func TestAckWithGroupDoesNotTouchQueueMode(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 1)
+	qm := h.popQ("q", nil)
+	g := h.popQ("q", vals("consumerGroup", "g", "subscriptionMode", "all"))
+	// The queue-mode lease id is foreign to group g's cursor.
+	out := h.ackMsg(qm.Messages[0], "completed", "g")
+	assert.False(t, out.Success)
+	assert.True(t, h.ackMsg(g.Messages[0], "completed", "g").Success)
+	assert.True(t, h.ackMsg(qm.Messages[0], "completed", "").Success)
+}

@@ -1,0 +1,180 @@
+package queentest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestFailNextAnswersWithoutApplying(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	s.FailNext(RoutePush, 2, http.StatusServiceUnavailable, 2*time.Second)
+	s.FailNext(RoutePush, 1, http.StatusTooManyRequests, 50*time.Millisecond)
+
+	for i := 0; i < 2; i++ {
+		st, hdr, raw := h.do("POST", "/api/v1/push", item{"items": []item{{"queue": "q", "payload": i}}})
+		assert.Equal(t, http.StatusServiceUnavailable, st)
+		assert.Equal(t, "2", hdr.Get("Retry-After"))
+		var e map[string]string
+		require.NoError(t, json.Unmarshal(raw, &e))
+		assert.Equal(t, "retry", e["code"])
+		assert.NotEmpty(t, e["error"])
+	}
+	st, hdr, raw := h.do("POST", "/api/v1/push", item{"items": []item{{"queue": "q", "payload": 3}}})
+	assert.Equal(t, http.StatusTooManyRequests, st)
+	assert.Equal(t, "0.05", hdr.Get("Retry-After"))
+	assert.Contains(t, string(raw), `"code"`)
+
+	// Nothing was applied; the fourth push goes through.
+	h.doJSON("GET", "/api/v1/resources/queues/q", nil, http.StatusNotFound, nil)
+	h.pushN("q", "p", 1)
+	assert.Equal(t, 4, s.Requests(RoutePush), "faulted requests are counted")
+
+	// Other routes are not affected, and no Retry-After without one.
+	s.FailNext(RoutePop, 1, http.StatusInternalServerError, 0)
+	st, hdr, _ = h.do("GET", "/api/v1/pop/queue/q", nil)
+	assert.Equal(t, http.StatusInternalServerError, st)
+	assert.Empty(t, hdr.Get("Retry-After"))
+	h.popQ("q", nil)
+}
+
+func TestAddLatency(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	s.AddLatency(RouteHealth, 120*time.Millisecond)
+	start := time.Now()
+	h.doJSON("GET", "/health", nil, http.StatusOK, nil)
+	assert.GreaterOrEqual(t, time.Since(start), 110*time.Millisecond)
+	start = time.Now()
+	h.pushN("q", "p", 1) // another route
+	assert.Less(t, time.Since(start), 100*time.Millisecond)
+	s.AddLatency(RouteHealth, 0)
+	start = time.Now()
+	h.doJSON("GET", "/health", nil, http.StatusOK, nil)
+	assert.Less(t, time.Since(start), 100*time.Millisecond)
+}
+
+func TestDropNextResponsesAppliesThenCutsTheConnection(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	s.DropNextResponses(RoutePush, 1)
+	req, err := http.NewRequest("POST", s.URL+"/api/v1/push", strings.NewReader(`{"items":[{"queue":"q","payload":1,"transactionId":"once"}]}`))
+	require.NoError(t, err)
+	_, err = h.c.Do(req)
+	require.Error(t, err, "the client sees a broken connection")
+	assert.True(t, errors.Is(err, io.EOF) || strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "reset"), err.Error())
+
+	// The broker acted: the message is there, and a retry is a duplicate.
+	out := h.push(item{"queue": "q", "payload": 1, "transactionId": "once"})
+	assert.Equal(t, "duplicate", out[0].Status)
+	p := h.popQ("q", nil)
+	assert.Len(t, p.Messages, 1)
+
+	// A dropped ack was applied as well.
+	s.DropNextResponses(RouteAck, 1)
+	m := p.Messages[0]
+	body := `{"transactionId":"` + m.TransactionID + `","partitionId":"` + m.PartitionID + `","leaseId":"` + m.LeaseID + `"}`
+	req, _ = http.NewRequest("POST", s.URL+"/api/v1/ack", strings.NewReader(body))
+	_, err = h.c.Do(req)
+	require.Error(t, err)
+	assert.Equal(t, 0, s.LeasedCount("q", ""))
+	// Its retry is answered as the first time.
+	assert.True(t, h.ackMsg(m, "completed", "").Success)
+}
+
+func TestRefuseConnectionsThenListenAgain(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("q", "p", 1)
+	s.RefuseConnections(300 * time.Millisecond)
+	_, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	require.Error(t, err, "connections are refused")
+	_, err = h.c.Get(s.URL + "/health")
+	require.Error(t, err, "kept-alive connections were closed too")
+
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}, 5*time.Second, 20*time.Millisecond)
+	// Same port, same state.
+	p := h.popQ("q", nil)
+	assert.Len(t, p.Messages, 1)
+}
+
+func TestRequestCountersPerRoute(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("q", "p", 1)
+	h.pushN("q", "p", 1)
+	p := h.popQ("q", nil)
+	h.popEmpty("q", nil)
+	h.do("GET", "/api/v1/pop/queue/q/partition/p", nil)
+	h.ackMsg(p.Messages[0], "completed", "")
+	h.ack("/api/v1/ack/batch", item{"acknowledgments": []item{}})
+	h.do("POST", "/api/v1/lease/x/extend", nil)
+	h.do("POST", "/api/v1/transaction", `{}`)
+	configure(h, "q", item{"ttl": 1})
+	h.do("GET", "/api/v1/resources/queues", nil)
+	h.do("POST", "/api/v1/consumer-groups/g/queues/q/seek", nil)
+	h.do("GET", "/api/v1/consumer-groups", nil)
+	h.do("GET", "/api/v1/dlq", nil)
+	h.do("POST", "/api/v1/fetch", `{}`)
+	h.do("GET", "/health", nil)
+	h.do("GET", "/api/v1/nope", nil)
+	want := map[Route]int{
+		RoutePush: 2, RoutePop: 3, RouteAck: 1, RouteAckBatch: 1, RouteRenew: 1, RouteTransaction: 1,
+		RouteConfigure: 1, RouteQueues: 1, RouteSeek: 1, RouteGroups: 1, RouteDLQ: 1, RouteFetch: 1, RouteHealth: 1,
+	}
+	for r, n := range want {
+		assert.Equal(t, n, s.Requests(r), r)
+	}
+	s.ResetCounters()
+	for r := range want {
+		assert.Zero(t, s.Requests(r), r)
+	}
+}
+
+func TestCloseEndsParkedLongPolls(t *testing.T) {
+	s := NewServer()
+	h := newHC(t, s)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := h.c.Get(s.URL + "/api/v1/pop/queue/q?wait=true&timeout=60000")
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	s.Close()
+	assert.Less(t, time.Since(start), 2*time.Second)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the parked long poll outlived Close")
+	}
+	s.Close() // idempotent
+	_, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	assert.Error(t, err)
+}
+
+func TestListenReportsAnAddressInUse(t *testing.T) {
+	s := Start(t)
+	_, err := Listen(WithAddr(s.Addr()))
+	assert.Error(t, err)
+	assert.Panics(t, func() { NewServer(WithAddr(s.Addr())) })
+}

@@ -1,0 +1,158 @@
+package queentest
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type tRenew struct {
+	LeaseID        string  `json:"leaseId"`
+	Success        bool    `json:"success"`
+	Renewed        int     `json:"renewed"`
+	NewExpiresAt   *string `json:"newExpiresAt"`
+	ExpiresAt      *string `json:"expiresAt"`
+	LeaseExpiresAt *string `json:"lease_expires_at"`
+}
+
+func TestLeaseExpiryRedeliversWithNewLeaseAndNextAttempt(t *testing.T) {
+	clock := NewFakeClock(t0)
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
+	configure(h, "q", item{"leaseTime": 30, "retryLimit": 1, "retryDelay": 0})
+	h.pushN("q", "p", 2)
+	p := h.popQ("q", vals("batch", "2"))
+	assert.Equal(t, 2, s.LeasedCount("q", ""))
+
+	clock.Advance(30 * time.Second)
+	h.popEmpty("q", nil) // still live at exactly leaseTime
+	clock.Advance(time.Second)
+	assert.Equal(t, 0, s.LeasedCount("q", ""))
+	p2 := h.popQ("q", vals("batch", "2"))
+	assert.NotEqual(t, p.LeaseID, p2.LeaseID)
+	assert.Equal(t, []int{0, 1}, ns(t, p2.Messages))
+	assert.Equal(t, 2, p2.Messages[0].DeliveryAttempt)
+	assert.Equal(t, 2, p2.Messages[1].DeliveryAttempt)
+
+	// The old lease id is dead.
+	assert.False(t, h.ackMsg(p.Messages[0], "completed", "").Success)
+
+	// Expiry spent no retry: with retryLimit 1 the first failure after two
+	// expiries still redelivers instead of dead-lettering.
+	clock.Advance(31 * time.Second)
+	p3 := h.popQ("q", vals("batch", "2"))
+	assert.Equal(t, 3, p3.Messages[0].DeliveryAttempt)
+	a := h.ackMsg(p3.Messages[0], "failed", "")
+	assert.False(t, a.DLQ)
+	assert.Equal(t, 0, s.DLQCount("q"))
+	p4 := h.popQ("q", vals("batch", "2"))
+	assert.Equal(t, 4, p4.Messages[0].DeliveryAttempt)
+}
+
+func TestLeaseSecondsOverridesTheQueueLease(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	h.pushN("q", "p", 1)
+	h.popQ("q", vals("leaseSeconds", "2"))
+	clock.Advance(3 * time.Second)
+	p := h.popQ("q", nil)
+	assert.Equal(t, 2, p.Messages[0].DeliveryAttempt)
+}
+
+func TestRenewExtendsEveryPartitionOfTheLease(t *testing.T) {
+	clock := NewFakeClock(t0)
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
+	h.pushN("q", "a", 1)
+	h.pushN("q", "b", 1)
+	p := h.popQ("q", vals("partitions", "2", "leaseSeconds", "10"))
+	require.Equal(t, 2, p.PartitionsClaimed)
+
+	clock.Advance(8 * time.Second)
+	var r tRenew
+	raw := h.doJSON("POST", "/api/v1/lease/"+p.LeaseID+"/extend", item{"seconds": 30}, http.StatusOK, &r)
+	var generic map[string]any
+	require.NoError(t, json.Unmarshal(raw, &generic))
+	for _, k := range []string{"leaseId", "success", "renewed", "newExpiresAt", "expiresAt", "lease_expires_at"} {
+		assert.Contains(t, generic, k)
+	}
+	assert.True(t, r.Success)
+	assert.Equal(t, 2, r.Renewed, "both partitions of the pop")
+	assert.Equal(t, p.LeaseID, r.LeaseID)
+	want := isoMillis(t0.Add(38 * time.Second))
+	assert.Equal(t, want, *r.NewExpiresAt)
+	assert.Equal(t, want, *r.ExpiresAt)
+	assert.Equal(t, want, *r.LeaseExpiresAt)
+
+	clock.Advance(20 * time.Second) // t0+28s: past the first lease, inside the renewal
+	h.popEmpty("q", vals("partitions", "2"))
+	assert.Equal(t, 2, s.LeasedCount("q", ""))
+
+	// Never shortens: renewing by 1 s keeps t0+38s.
+	h.doJSON("POST", "/api/v1/lease/"+p.LeaseID+"/extend", item{"seconds": 1}, http.StatusOK, &r)
+	assert.Equal(t, want, *r.NewExpiresAt)
+
+	// An empty body is fine (60 s by default).
+	st, _, _ := h.do("POST", "/api/v1/lease/"+p.LeaseID+"/extend", nil)
+	assert.Equal(t, http.StatusOK, st)
+
+	// After expiry it cannot be renewed.
+	clock.Advance(2 * time.Minute)
+	r = tRenew{}
+	h.doJSON("POST", "/api/v1/lease/"+p.LeaseID+"/extend", item{"seconds": 30}, http.StatusOK, &r)
+	assert.False(t, r.Success)
+	assert.Equal(t, 0, r.Renewed)
+	assert.Nil(t, r.NewExpiresAt)
+	assert.Nil(t, r.ExpiresAt)
+	assert.Nil(t, r.LeaseExpiresAt)
+}
+
+func TestRenewUnknownOrReleasedLease(t *testing.T) {
+	h := newHC(t, Start(t))
+	var r tRenew
+	h.doJSON("POST", "/api/v1/lease/nope/extend", item{"seconds": 10}, http.StatusOK, &r)
+	assert.False(t, r.Success)
+	h.pushN("q", "p", 1)
+	p := h.popQ("q", nil)
+	h.ackAll(p, "")
+	h.doJSON("POST", "/api/v1/lease/"+p.LeaseID+"/extend", item{"seconds": 10}, http.StatusOK, &r)
+	assert.False(t, r.Success, "a released lease cannot be renewed")
+}
+
+func TestFakeClockWakesParkedPopForRetryDelay(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	configure(h, "q", item{"retryDelay": 60000})
+	h.pushN("q", "p", 1)
+	p := h.popQ("q", nil)
+	h.ackMsg(p.Messages[0], "failed", "")
+	done := make(chan *tPop, 1)
+	go func() {
+		_, got := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "10000"))
+		done <- got
+	}()
+	time.Sleep(50 * time.Millisecond)
+	clock.Advance(time.Minute)
+	select {
+	case got := <-done:
+		require.NotNil(t, got)
+		assert.Equal(t, 2, got.Messages[0].DeliveryAttempt)
+	case <-time.After(5 * time.Second):
+		t.Fatal("moving the FakeClock did not wake the parked pop")
+	}
+}
+
+func TestWallClockLongPollSeesDelayedMessages(t *testing.T) {
+	h := newHC(t, Start(t))
+	configure(h, "q", item{"delayedProcessing": 1})
+	start := time.Now()
+	h.pushN("q", "p", 1)
+	h.popEmpty("q", nil)
+	_, p := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "5000"))
+	require.NotNil(t, p, "the delayed message becomes visible during the long poll")
+	assert.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond)
+}

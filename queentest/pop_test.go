@@ -1,0 +1,342 @@
+package queentest
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPopDeliversInOrderWithThe2xFields(t *testing.T) {
+	clock := NewFakeClock(t0)
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
+	pushed := h.pushN("q", "p1", 5)
+
+	st, _, raw := h.do("GET", "/api/v1/pop/queue/q?batch=3", nil)
+	require.Equal(t, http.StatusOK, st)
+	var generic map[string]any
+	require.NoError(t, json.Unmarshal(raw, &generic))
+	for _, k := range []string{"success", "queue", "partition", "partitionId", "leaseId", "consumerGroup", "messages", "partitionsClaimed"} {
+		assert.Contains(t, generic, k)
+	}
+	var p tPop
+	require.NoError(t, json.Unmarshal(raw, &p))
+	assert.True(t, p.Success)
+	assert.Equal(t, "q", p.Queue)
+	assert.Equal(t, "p1", p.Partition)
+	assert.Equal(t, "__QUEUE_MODE__", p.ConsumerGroup)
+	assert.Regexp(t, uuidRE, p.LeaseID)
+	assert.Equal(t, 1, p.PartitionsClaimed)
+	require.Len(t, p.Messages, 3)
+	_, err := strconv.ParseUint(p.PartitionID, 10, 64)
+	assert.NoError(t, err, "2.x partition ids are decimal")
+	for i, m := range p.Messages {
+		assert.Equal(t, pushed[i].MessageID, m.ID)
+		assert.Equal(t, pushed[i].TransactionID, m.TransactionID)
+		assert.EqualValues(t, i, m.Offset)
+		assert.Equal(t, 1, m.DeliveryAttempt)
+		assert.Equal(t, p.LeaseID, m.LeaseID)
+		assert.Equal(t, p.PartitionID, m.PartitionID)
+		assert.Equal(t, "p1", m.Partition)
+		assert.Equal(t, "2026-11-30T12:00:00.000Z", m.CreatedAt)
+		assert.Nil(t, m.TraceID)
+	}
+	assert.Equal(t, []int{0, 1, 2}, ns(t, p.Messages))
+
+	// The partition is leased: nobody else in queue mode gets it.
+	h.popEmpty("q", nil)
+	h.ackAll(&p, "")
+	p2 := h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{3, 4}, ns(t, p2.Messages))
+}
+
+func TestPopEmptyIs204WithoutBody(t *testing.T) {
+	h := newHC(t, Start(t))
+	st, hdr, raw := h.do("GET", "/api/v1/pop/queue/nothing", nil)
+	assert.Equal(t, http.StatusNoContent, st)
+	assert.Empty(t, raw)
+	assert.Empty(t, hdr.Get("Content-Type"))
+	st, _, _ = h.do("GET", "/api/v1/pop/queue/nothing/partition/p", nil)
+	assert.Equal(t, http.StatusNoContent, st)
+}
+
+func TestPopBadQueryIs400(t *testing.T) {
+	h := newHC(t, Start(t))
+	for _, q := range []string{"batch=x", "wait=yes", "timeout=-1", "partitions=1.5"} {
+		st, _, raw := h.do("GET", "/api/v1/pop/queue/q?"+q, nil)
+		assert.Equal(t, http.StatusBadRequest, st, q)
+		var e struct{ Error, Code string }
+		require.NoError(t, json.Unmarshal(raw, &e), q)
+		assert.NotEmpty(t, e.Error)
+		assert.Equal(t, "bad_request", e.Code)
+	}
+}
+
+func TestPopDefaultsBatch200AndOnePartition(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "a", 250)
+	h.pushN("q", "b", 3)
+	p := h.popQ("q", nil)
+	assert.Len(t, p.Messages, 200, "batch defaults to 200 without autopilot")
+	assert.Equal(t, 1, p.PartitionsClaimed, "partitions defaults to 1")
+	assert.Nil(t, p.Autopilot)
+}
+
+func TestPopWildcardPartitionsShareBatchBudgetAndOneLease(t *testing.T) {
+	h := newHC(t, Start(t))
+	for _, part := range []string{"a", "b", "c", "d"} {
+		h.pushN("q", part, 4)
+	}
+	p := h.popQ("q", vals("partitions", "3", "batch", "10"))
+	assert.Len(t, p.Messages, 10, "batch is the budget of the whole pop")
+	assert.Equal(t, 3, p.PartitionsClaimed)
+	parts := map[string]bool{}
+	for _, m := range p.Messages {
+		assert.Equal(t, p.LeaseID, m.LeaseID, "one leaseId for every partition of the pop")
+		parts[m.Partition] = true
+	}
+	assert.Len(t, parts, 3)
+
+	// The three leased partitions are out of reach; the fourth is not.
+	other := h.popQ("q", vals("partitions", "64", "batch", "100"))
+	assert.Equal(t, 1, other.PartitionsClaimed)
+	assert.NotContains(t, parts, other.Messages[0].Partition)
+	assert.NotEqual(t, p.LeaseID, other.LeaseID)
+
+	// partitions is clamped to 64.
+	h2 := newHC(t, Start(t))
+	for i := 0; i < 70; i++ {
+		h2.pushN("w", "p"+strconv.Itoa(i), 1)
+	}
+	p = h2.popQ("w", vals("partitions", "1000", "batch", "1000"))
+	assert.Equal(t, 64, p.PartitionsClaimed)
+}
+
+func TestPopPinnedPartition(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "a", 2)
+	h.pushN("q", "b", 2)
+	st, p := h.pop("/api/v1/pop/queue/q/partition/b", vals("batch", "10", "partitions", "5"))
+	require.Equal(t, http.StatusOK, st)
+	assert.Equal(t, 1, p.PartitionsClaimed)
+	for _, m := range p.Messages {
+		assert.Equal(t, "b", m.Partition)
+	}
+	st, _ = h.pop("/api/v1/pop/queue/q/partition/b", nil)
+	assert.Equal(t, http.StatusNoContent, st, "b is leased")
+	st, _ = h.pop("/api/v1/pop/queue/q/partition/zzz", nil)
+	assert.Equal(t, http.StatusNoContent, st, "unknown partition")
+	// Path segments are unescaped.
+	h.pushN("q", "with/slash", 1)
+	st, p = h.pop("/api/v1/pop/queue/q/partition/"+url.PathEscape("with/slash"), nil)
+	require.Equal(t, http.StatusOK, st)
+	assert.Equal(t, "with/slash", p.Messages[0].Partition)
+}
+
+func TestPopDiscoveryByNamespaceAndTask(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.doJSON("POST", "/api/v1/configure", item{"queue": "billing-a", "namespace": "billing", "task": "invoice"}, http.StatusOK, nil)
+	h.doJSON("POST", "/api/v1/configure", item{"queue": "billing-b", "namespace": "billing", "task": "refund"}, http.StatusOK, nil)
+	h.doJSON("POST", "/api/v1/configure", item{"queue": "other", "namespace": "ops"}, http.StatusOK, nil)
+	h.pushN("billing-a", "", 1)
+	h.pushN("billing-b", "", 1)
+	h.pushN("other", "", 1)
+
+	st, _, raw := h.do("GET", "/api/v1/pop", nil)
+	assert.Equal(t, http.StatusBadRequest, st)
+	assert.Contains(t, string(raw), "namespace or task is required")
+
+	st, p := h.pop("/api/v1/pop", vals("namespace", "billing", "partitions", "10", "batch", "10"))
+	require.Equal(t, http.StatusOK, st)
+	assert.Equal(t, "", p.Queue, "a discovery pop has no single queue")
+	assert.Len(t, p.Messages, 2)
+	assert.Equal(t, 2, p.PartitionsClaimed)
+	// Acks need only partitionId + transactionId: partition ids are global.
+	for _, a := range h.ackAll(p, "") {
+		assert.True(t, a.Success)
+	}
+
+	h.pushN("billing-a", "", 1)
+	h.pushN("billing-b", "", 1)
+	st, p = h.pop("/api/v1/pop", vals("task", "refund", "partitions", "10"))
+	require.Equal(t, http.StatusOK, st)
+	require.Len(t, p.Messages, 1)
+
+	// No long poll on discovery: an empty answer comes at once.
+	start := time.Now()
+	st, _ = h.pop("/api/v1/pop", vals("task", "refund", "wait", "true", "timeout", "5000"))
+	assert.Equal(t, http.StatusNoContent, st)
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+func TestQueueModeSharesOneCursorGroupsHaveTheirOwn(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 4)
+	// Queue mode: two consumers split the work.
+	a := h.popQ("q", vals("batch", "2"))
+	h.ackAll(a, "")
+	b := h.popQ("q", vals("batch", "2"))
+	assert.Equal(t, []int{0, 1}, ns(t, a.Messages))
+	assert.Equal(t, []int{2, 3}, ns(t, b.Messages))
+	h.ackAll(b, "")
+	h.popEmpty("q", nil)
+
+	// Each named group reads everything on its own cursor.
+	for _, g := range []string{"g1", "g2"} {
+		p := h.popQ("q", vals("consumerGroup", g, "subscriptionMode", "all", "batch", "10"))
+		assert.Equal(t, []int{0, 1, 2, 3}, ns(t, p.Messages), g)
+		assert.Equal(t, g, p.ConsumerGroup)
+		assert.Equal(t, g, p.Messages[0].ConsumerGroup)
+		h.popEmpty("q", vals("consumerGroup", g)) // leased for this group
+		h.ackAll(p, g)
+		h.popEmpty("q", vals("consumerGroup", g))
+	}
+}
+
+func TestLeaseIsExclusiveWithinAGroupUntilAck(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 3)
+	g := vals("consumerGroup", "g", "subscriptionMode", "all", "batch", "1")
+	p := h.popQ("q", g)
+	h.popEmpty("q", g)
+	// Another group is not affected.
+	h.popQ("q", vals("consumerGroup", "other", "subscriptionMode", "all"))
+	h.ackMsg(p.Messages[0], "completed", "g")
+	p = h.popQ("q", g)
+	assert.Equal(t, []int{1}, ns(t, p.Messages))
+}
+
+func TestSubscriptionModes(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	h.pushN("q", "old", 3) // at t0
+	clock.Advance(time.Minute)
+	h.pushN("q", "old", 2) // at t0+1m: n=0,1 again, offsets 3,4
+
+	// all: everything kept.
+	p := h.popQ("q", vals("consumerGroup", "all", "subscriptionMode", "all", "batch", "100"))
+	assert.Len(t, p.Messages, 5)
+
+	// subscriptionFrom: from the first message at or after the time.
+	p = h.popQ("q", vals("consumerGroup", "from", "subscriptionFrom", t0.Add(30*time.Second).Format(time.RFC3339), "batch", "100"))
+	assert.Equal(t, []int64{3, 4}, []int64{p.Messages[0].Offset, p.Messages[1].Offset})
+
+	// new (the default): skips the backlog that exists at its first pop...
+	h.popEmpty("q", vals("consumerGroup", "fresh"))
+	clock.Advance(time.Minute)
+	h.pushN("q", "old", 1)
+	// ...but still reads a partition created after it registered, from its start.
+	h.pushN("q", "born-later", 2)
+	p = h.popQ("q", vals("consumerGroup", "fresh", "batch", "100", "partitions", "10"))
+	assert.Len(t, p.Messages, 3)
+	byPart := map[string]int{}
+	for _, m := range p.Messages {
+		byPart[m.Partition]++
+	}
+	assert.Equal(t, map[string]int{"old": 1, "born-later": 2}, byPart)
+
+	// The start is fixed at the first pop: asking for "all" later changes nothing.
+	h.ackAll(p, "fresh")
+	h.popEmpty("q", vals("consumerGroup", "fresh", "subscriptionMode", "all"))
+}
+
+func TestLongPollWakesOnPushAndTimesOutWith204(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+
+	start := time.Now()
+	st, _ := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "150"))
+	assert.Equal(t, http.StatusNoContent, st)
+	assert.GreaterOrEqual(t, time.Since(start), 140*time.Millisecond)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var got *tPop
+	var elapsed time.Duration
+	go func() {
+		defer wg.Done()
+		begin := time.Now()
+		_, got = h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "10000"))
+		elapsed = time.Since(begin)
+	}()
+	time.Sleep(80 * time.Millisecond)
+	h.pushN("q", "p", 1)
+	wg.Wait()
+	require.NotNil(t, got)
+	assert.Len(t, got.Messages, 1)
+	assert.Less(t, elapsed, 3*time.Second, "woken by the push, not by the timeout")
+}
+
+func TestLongPollWakesOnAckRelease(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 2)
+	first := h.popQ("q", vals("batch", "1"))
+	done := make(chan *tPop, 1)
+	go func() {
+		_, p := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "10000"))
+		done <- p
+	}()
+	time.Sleep(50 * time.Millisecond)
+	h.ackMsg(first.Messages[0], "completed", "")
+	select {
+	case p := <-done:
+		require.NotNil(t, p)
+		assert.Equal(t, []int{1}, ns(t, p.Messages))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the parked pop was not woken by the ack")
+	}
+}
+
+func TestPopTimeoutIsCappedAt60s(t *testing.T) {
+	p, err := parsePopParams(vals("timeout", "120000"))
+	require.NoError(t, err)
+	assert.Equal(t, 60*time.Second, p.timeout)
+	p, err = parsePopParams(nil)
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, p.timeout)
+	p, err = parsePopParams(vals("timeout", "0"))
+	require.NoError(t, err)
+	assert.Equal(t, time.Millisecond, p.timeout)
+}
+
+func TestAutopilotChoosesWhatTheRequestLeftOut(t *testing.T) {
+	h := newHC(t, Start(t))
+	for _, part := range []string{"a", "b", "c"} {
+		h.pushN("q", part, 150)
+	}
+	// Both left out: the broker chooses both and echoes them.
+	p := h.popQ("q", vals("autopilot", "true"))
+	require.NotNil(t, p.Autopilot)
+	ap := *p.Autopilot
+	assert.Equal(t, 3, ap["partitions"], "partitions from the ready ones")
+	assert.GreaterOrEqual(t, ap["batch"], 100)
+	assert.LessOrEqual(t, ap["batch"], 1000)
+	assert.LessOrEqual(t, len(p.Messages), ap["batch"])
+	assert.Equal(t, 1, p.PartitionsClaimed, "150 messages in one partition fill a cold batch of 100")
+	h.ackAll(p, "")
+
+	// A dimension the request set is never changed.
+	p = h.popQ("q", vals("autopilot", "true", "batch", "7"))
+	require.NotNil(t, p.Autopilot)
+	assert.Equal(t, 7, (*p.Autopilot)["batch"])
+	assert.Len(t, p.Messages, 7)
+	h.ackAll(p, "")
+	p = h.popQ("q", vals("autopilot", "true", "partitions", "1"))
+	assert.Equal(t, 1, (*p.Autopilot)["partitions"])
+	h.ackAll(p, "")
+
+	// Both set: no autopilot at all.
+	p = h.popQ("q", vals("autopilot", "true", "partitions", "2", "batch", "5"))
+	assert.Nil(t, p.Autopilot)
+	h.ackAll(p, "")
+	// The pinned route ignores it.
+	_, p = h.pop("/api/v1/pop/queue/q/partition/c", vals("autopilot", "true"))
+	assert.Nil(t, p.Autopilot)
+}

@@ -1,0 +1,150 @@
+package queentest
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type tTxn struct {
+	TransactionID string           `json:"transactionId"`
+	Success       bool             `json:"success"`
+	Reason        string           `json:"reason"`
+	Error         string           `json:"error"`
+	Results       []map[string]any `json:"results"`
+}
+
+func (h *hc) txn(body any) tTxn {
+	h.t.Helper()
+	var out tTxn
+	h.doJSON("POST", "/api/v1/transaction", body, http.StatusOK, &out)
+	return out
+}
+
+func TestTransactionPushesAndAcksCommitTogether(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("in", "p", 1)
+	p := h.popQ("in", nil)
+	m := p.Messages[0]
+	out := h.txn(item{
+		"operations": []item{
+			{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": "completed"},
+			{"type": "push", "items": []item{{"queue": "out", "payload": item{"n": 7}, "transactionId": "derived-1"}, {"queue": "out", "payload": item{"n": 8}}}},
+			{"type": "push", "queue": "out", "partition": "inline", "payload": item{"n": 9}},
+		},
+		"requiredLeases": []string{m.LeaseID},
+	})
+	require.True(t, out.Success, out.Error)
+	assert.Regexp(t, uuidRE, out.TransactionID)
+	require.Len(t, out.Results, 4)
+	assert.Equal(t, "ack", out.Results[0]["type"])
+	assert.Equal(t, true, out.Results[0]["success"])
+	assert.Contains(t, out.Results[0], "error")
+	assert.Nil(t, out.Results[0]["error"])
+	assert.Equal(t, false, out.Results[0]["dlq"])
+	assert.Equal(t, "push", out.Results[1]["type"])
+	assert.Equal(t, "derived-1", out.Results[1]["transactionId"])
+	assert.Equal(t, "out", out.Results[1]["queueName"])
+	assert.NotEmpty(t, out.Results[1]["messageId"])
+	assert.EqualValues(t, 3, out.Results[3]["index"])
+
+	h.popEmpty("in", nil) // the ack committed
+	got := h.popQ("out", vals("partitions", "2", "batch", "10"))
+	assert.ElementsMatch(t, []int{7, 8, 9}, ns(t, got.Messages))
+	assert.Equal(t, 0, s.LeasedCount("in", ""))
+
+	// A repeated push transactionId is not stored twice.
+	out = h.txn(item{"operations": []item{{"type": "push", "items": []item{{"queue": "out", "payload": 1, "transactionId": "derived-1"}}}}})
+	require.True(t, out.Success)
+	assert.Equal(t, true, out.Results[0]["duplicate"])
+	assert.Equal(t, false, out.Results[0]["success"])
+}
+
+func TestTransactionOneBadAckRollsEverythingBack(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("in", "a", 1)
+	h.pushN("in", "b", 1)
+	p := h.popQ("in", vals("partitions", "2"))
+	require.Len(t, p.Messages, 2)
+	good, bad := p.Messages[0], p.Messages[1]
+	out := h.txn(item{"operations": []item{
+		{"type": "push", "items": []item{{"queue": "out", "payload": 1}}},
+		{"type": "ack", "transactionId": good.TransactionID, "partitionId": good.PartitionID, "leaseId": good.LeaseID},
+		{"type": "ack", "transactionId": bad.TransactionID, "partitionId": bad.PartitionID, "leaseId": "a-stale-lease"},
+	}})
+	assert.False(t, out.Success)
+	assert.Equal(t, "rejected_ack", out.Reason)
+	assert.NotEmpty(t, out.Error)
+	assert.NotNil(t, out.Results)
+	assert.Empty(t, out.Results)
+
+	// Nothing happened: no push, no ack.
+	h.doJSON("GET", "/api/v1/resources/queues/out", nil, http.StatusNotFound, nil)
+	assert.Equal(t, 2, s.LeasedCount("in", ""))
+	assert.True(t, h.ackMsg(good, "completed", "").Success, "the good ack's lease is intact")
+}
+
+func TestTransactionAckIsFencedByItsLease(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("in", "p", 2)
+	p := h.popQ("in", vals("batch", "2"))
+	m := p.Messages[0]
+	// A lease-less ack borrows the single requiredLeases hint...
+	out := h.txn(item{
+		"operations":     []item{{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID}},
+		"requiredLeases": []string{p.LeaseID},
+	})
+	assert.True(t, out.Success, out.Error)
+	// ...and a wrong hint fences it.
+	m = p.Messages[1]
+	out = h.txn(item{
+		"operations":     []item{{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID}},
+		"requiredLeases": []string{"someone-else"},
+	})
+	assert.False(t, out.Success)
+	assert.Equal(t, "rejected_ack", out.Reason)
+	// A repeat of an ack whose lease settled is refused in a transaction.
+	assert.True(t, h.ackMsg(m, "completed", "").Success)
+	out = h.txn(item{"operations": []item{{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID}}})
+	assert.False(t, out.Success)
+}
+
+func TestTransactionDLQAndFailedAcks(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("in", "p", 2)
+	p := h.popQ("in", vals("batch", "1"))
+	m := p.Messages[0]
+	out := h.txn(item{"operations": []item{{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": "dlq", "error": "bad"}}})
+	require.True(t, out.Success)
+	assert.Equal(t, true, out.Results[0]["dlq"])
+	assert.Equal(t, 1, s.DLQCount("in"))
+}
+
+func TestTransactionBadRequestsAre200Rollbacks(t *testing.T) {
+	h := newHC(t, Start(t))
+	for name, body := range map[string]string{
+		"malformed":        `{"operations":[`,
+		"no operations":    `{}`,
+		"empty operations": `{"operations":[]}`,
+		"unknown type":     `{"operations":[{"type":"delete"}]}`,
+		"push without q":   `{"operations":[{"type":"push","payload":1}]}`,
+		"bad partitionId":  `{"operations":[{"type":"push","queue":"x","payload":1},{"type":"ack","transactionId":"t","partitionId":"uuid-like"}]}`,
+		"unknown pid":      `{"operations":[{"type":"push","queue":"x","payload":1},{"type":"ack","transactionId":"t","partitionId":"999"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			st, _, raw := h.do("POST", "/api/v1/transaction", body)
+			require.Equal(t, http.StatusOK, st, string(raw))
+			var out tTxn
+			require.NoError(t, json.Unmarshal(raw, &out))
+			assert.False(t, out.Success)
+			assert.Contains(t, []string{"bad_request", "rejected_ack"}, out.Reason)
+		})
+	}
+	h.doJSON("GET", "/api/v1/resources/queues/x", nil, http.StatusNotFound, nil)
+}
