@@ -36,7 +36,7 @@ var ErrHandlerPanic = errors.New("queen: consume handler panicked")
 
 // Outcome is what happens to a message after its handler ran: one of the
 // four ack statuses, with an error text for failed and dead-lettered
-// messages. Build it with Complete, Fail, Retry or DeadLetter. The zero
+// messages. Build it with Complete, Fail, Retry or DLQ. The zero
 // Outcome stands for the loop's own choice (completed after success, failed
 // after an error).
 type Outcome struct {
@@ -60,9 +60,9 @@ func Fail(err error) Outcome { return Outcome{Status: StatusFailed, Error: errTe
 // retry: it is delivered again, first of its partition.
 func Retry() Outcome { return Outcome{Status: StatusRetry} }
 
-// DeadLetter is the outcome of a message that can never succeed: it goes to
+// DLQ is the outcome of a message that can never succeed: it goes to
 // the dead-letter queue at once, with err's text as the reason.
-func DeadLetter(err error) Outcome { return Outcome{Status: StatusDLQ, Error: errText(err)} }
+func DLQ(err error) Outcome { return Outcome{Status: StatusDLQ, Error: errText(err)} }
 
 func errText(err error) string {
 	if err == nil {
@@ -125,7 +125,7 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 
 // OnError hands the outcome of every message whose handler returned an
 // error (or panicked) to f: the loop acks what f returns instead of failed,
-// for example DeadLetter for an error that retrying cannot fix. Under
+// for example DLQ for an error that retrying cannot fix. Under
 // ConsumeBatch, f is called for each message of the failed batch, in order,
 // until it returns Fail or Retry for a message: the rest of that partition
 // then comes back after it without a call. A handler stopped by the end of
@@ -559,6 +559,11 @@ func (r *consumeRun) popOnce(n int) (*popResult, error) {
 	if resp.status == http.StatusNoContent || len(resp.body) == 0 {
 		return &popResult{}, nil
 	}
+	if !r.cb.qb.conflation {
+		if res, ok := decodePopFast(resp.body); ok {
+			return res, nil
+		}
+	}
 	return r.c.decodePop(resp.body, r.req.path, r.cb.qb.conflation)
 }
 
@@ -607,10 +612,14 @@ func (r *consumeRun) handlePop(res *popResult) int {
 	}()
 
 	msgs := res.messages
-	pctx, pcancel := context.WithCancelCause(r.hctx)
-	defer pcancel(nil)
+	// The handlers' ctx: the loop's, plus a cancel for a lost lease when the
+	// lease is renewed (only a renewal can tell it is lost).
+	pctx := r.hctx
 	var rn *renewer
 	if r.renewEvery > 0 && res.leaseID != "" {
+		var pcancel context.CancelCauseFunc
+		pctx, pcancel = context.WithCancelCause(r.hctx)
+		defer pcancel(nil)
 		rn = r.startRenewer(res.leaseID, pcancel)
 	}
 

@@ -668,7 +668,7 @@ func TestConsumeOutcomeCallbacks(t *testing.T) {
 				}).
 				OnError(func(_ context.Context, m *queen.Message, err error) queen.Outcome {
 					if errors.Is(err, errPermanent) {
-						return queen.DeadLetter(err)
+						return queen.DLQ(err)
 					}
 					return queen.Fail(err)
 				}).Execute(ctx)

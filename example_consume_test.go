@@ -137,7 +137,7 @@ func ExampleConsumeBuilder_OnError() {
 		}).
 		OnError(func(ctx context.Context, msg *queen.Message, err error) queen.Outcome {
 			if errors.Is(err, errNoSuchAddress) {
-				return queen.DeadLetter(err) // trying again cannot help
+				return queen.DLQ(err) // trying again cannot help
 			}
 			return queen.Fail(err)
 		}).

@@ -1,0 +1,262 @@
+package queen_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
+)
+
+// The consume loop against queentest in one process, next to a baseline
+// that does the same pops and batch acks with bare net/http: one slot, one
+// partition, a no-op handler per message. Each benchmark consumes b.N
+// messages with each of the two (in two interleaved halves), and reports:
+//
+//	loop-msgs/s, baseline-msgs/s  messages consumed per second
+//	ratio                         loop-msgs/s / baseline-msgs/s
+//	loop-allocs/msg, baseline-allocs/msg
+//	                              heap allocations per message, the
+//	                              in-process broker's included (the same
+//	                              work on both sides)
+//
+// Run: go test -run '^$' -bench BenchmarkConsume -benchtime 20000x .
+func BenchmarkConsume(b *testing.B) {
+	for _, batch := range []int{100, 1} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchConsume(b, batch) })
+	}
+}
+
+// BenchmarkConsumeLoop is the loop alone (ns/op and allocs/op per message),
+// for profiling: go test -run '^$' -bench ConsumeLoop -cpuprofile cpu.out .
+func BenchmarkConsumeLoop(b *testing.B) {
+	for _, batch := range []int{100, 1} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			bs := newBenchSetup(b)
+			q := bs.fill(b, "loop", b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			bs.runLoop(b, q, batch, b.N)
+		})
+	}
+}
+
+// BenchmarkConsumeBaseline is the bare net/http baseline alone.
+func BenchmarkConsumeBaseline(b *testing.B) {
+	for _, batch := range []int{100, 1} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			bs := newBenchSetup(b)
+			q := bs.fill(b, "base", b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			bs.runBaseline(b, q, batch, b.N)
+		})
+	}
+}
+
+type benchSetup struct {
+	srv    *queentest.Server
+	client *queen.Client
+	hc     *http.Client
+	seq    int
+}
+
+func newBenchSetup(b *testing.B) *benchSetup {
+	b.Helper()
+	srv := queentest.Start(b)
+	c, err := queen.New(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 8}
+	b.Cleanup(func() {
+		_ = c.Close(context.Background())
+		tr.CloseIdleConnections()
+	})
+	return &benchSetup{srv: srv, client: c, hc: &http.Client{Transport: tr}}
+}
+
+// fill pushes n small messages to a new queue (one partition) and returns
+// its name. Not timed.
+func (bs *benchSetup) fill(b *testing.B, prefix string, n int) string {
+	b.Helper()
+	bs.seq++
+	q := fmt.Sprintf("bench-%s-%d", prefix, bs.seq)
+	ctx := context.Background()
+	const chunk = 2000
+	items := make([]any, 0, chunk)
+	for i := 0; i < n; i++ {
+		items = append(items, json.RawMessage(`{"id":`+strconv.Itoa(i)+`,"customer":"c-42","total":12.5}`))
+		if len(items) == chunk || i == n-1 {
+			if _, err := bs.client.Queue(q).Push(items...).Execute(ctx); err != nil {
+				b.Fatal(err)
+			}
+			items = items[:0]
+		}
+	}
+	return q
+}
+
+var benchSink int
+
+func (bs *benchSetup) runLoop(b *testing.B, queue string, batch, n int) {
+	ctx := context.Background()
+	err := bs.client.Queue(queue).Batch(batch).Partitions(1).Each().Limit(n).
+		Consume(ctx, func(_ context.Context, m *queen.Message) error {
+			benchSink += len(m.Raw)
+			return nil
+		}).Execute(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// The baseline's view of the wire: only what a hand-written loop needs.
+type basePop struct {
+	LeaseID  string `json:"leaseId"`
+	Messages []struct {
+		TransactionID string          `json:"transactionId"`
+		PartitionID   string          `json:"partitionId"`
+		LeaseID       string          `json:"leaseId"`
+		Data          json.RawMessage `json:"data"`
+	} `json:"messages"`
+}
+
+type baseAckItem struct {
+	TransactionID string `json:"transactionId"`
+	PartitionID   string `json:"partitionId"`
+	LeaseID       string `json:"leaseId"`
+	Status        string `json:"status"`
+}
+
+type baseAckBatch struct {
+	Acknowledgments []baseAckItem `json:"acknowledgments"`
+}
+
+type baseAckResult struct {
+	Success bool `json:"success"`
+}
+
+// runBaseline consumes n messages with bare net/http: the same pop query as
+// the loop, one handler call per message, one ack per pop (the single ack
+// route for one message, the batch route otherwise, as the client does).
+func (bs *benchSetup) runBaseline(b *testing.B, queue string, batch, n int) {
+	popURL := bs.srv.URL + "/api/v1/pop/queue/" + url.PathEscape(queue) +
+		"?batch=" + strconv.Itoa(batch) + "&partitions=1&timeout=30000&wait=true"
+	done := 0
+	for done < n {
+		resp, err := bs.hc.Get(popURL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusNoContent {
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("pop: %d %s", resp.StatusCode, body)
+		}
+		var pr basePop
+		if err := json.Unmarshal(body, &pr); err != nil {
+			b.Fatal(err)
+		}
+		acks := make([]baseAckItem, len(pr.Messages))
+		for i, m := range pr.Messages {
+			benchSink += len(m.Data) // the handler
+			acks[i] = baseAckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: "completed"}
+		}
+		var path string
+		var payload []byte
+		if len(acks) == 1 {
+			path = "/api/v1/ack"
+			payload, err = json.Marshal(acks[0])
+		} else {
+			path = "/api/v1/ack/batch"
+			payload, err = json.Marshal(baseAckBatch{Acknowledgments: acks})
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp, err = bs.hc.Post(bs.srv.URL+path, "application/json", bytes.NewReader(payload))
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("ack: %v %d %s", err, resp.StatusCode, body)
+		}
+		var res []baseAckResult
+		if err := json.Unmarshal(body, &res); err != nil || len(res) != len(acks) {
+			b.Fatalf("ack answer %s: %v", body, err)
+		}
+		done += len(acks)
+	}
+}
+
+// measure runs f and returns its wall time and heap allocations.
+func measure(f func()) (time.Duration, uint64) {
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	start := time.Now()
+	f()
+	d := time.Since(start)
+	runtime.ReadMemStats(&m1)
+	return d, m1.Mallocs - m0.Mallocs
+}
+
+func benchConsume(b *testing.B, batch int) {
+	bs := newBenchSetup(b)
+	halves := []int{b.N / 2, b.N - b.N/2}
+	var loopT, baseT time.Duration
+	var loopA, baseA uint64
+	b.ResetTimer()
+	for i, n := range halves {
+		if n == 0 {
+			continue
+		}
+		b.StopTimer()
+		lq := bs.fill(b, "loop", n)
+		bq := bs.fill(b, "base", n)
+		b.StartTimer()
+		runBase := func() {
+			d, a := measure(func() { bs.runBaseline(b, bq, batch, n) })
+			baseT += d
+			baseA += a
+		}
+		runLoop := func() {
+			d, a := measure(func() { bs.runLoop(b, lq, batch, n) })
+			loopT += d
+			loopA += a
+		}
+		if i%2 == 0 {
+			runBase()
+			runLoop()
+		} else {
+			runLoop()
+			runBase()
+		}
+	}
+	b.StopTimer()
+	msgs := float64(b.N)
+	loopRate, baseRate := msgs/loopT.Seconds(), msgs/baseT.Seconds()
+	b.ReportMetric(loopRate, "loop-msgs/s")
+	b.ReportMetric(baseRate, "baseline-msgs/s")
+	b.ReportMetric(loopRate/baseRate, "ratio")
+	b.ReportMetric(float64(loopA)/msgs, "loop-allocs/msg")
+	b.ReportMetric(float64(baseA)/msgs, "baseline-allocs/msg")
+}

@@ -1,0 +1,157 @@
+package queen
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// canonicalPop is a 2.x pop answer of n messages as the broker renders it.
+func canonicalPop(n int) []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"success":true,"queue":"orders","partition":"customer-1","partitionId":"17","leaseId":"0190f2c4-aaaa-7bbb-8ccc-123456789abc","consumerGroup":"billing","partitionsClaimed":1,"messages":[`)
+	for i := range n {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `{"id":"0190f2c4-aaaa-7bbb-8ccc-%012d","transactionId":"order-%d","traceId":null,"data":{"id":%d,"customer":"c-42","total":12.5,"lines":[{"sku":"A-1","qty":2}]},"producerSub":null,"createdAt":"2026-10-22T06:08:13.123Z","partitionId":"17","partition":"customer-1","leaseId":"0190f2c4-aaaa-7bbb-8ccc-123456789abc","consumerGroup":"billing","deliveryAttempt":1,"offset":%d}`, i, i, i, i)
+	}
+	sb.WriteString(`],"autopilot":{"partitions":1,"batch":100}}`)
+	return []byte(sb.String())
+}
+
+// popCorpus are answers the fast reader must accept (fast) or may refuse.
+var popCorpus = []struct {
+	body string
+	fast bool
+}{
+	{string(canonicalPop(1)), true},
+	{string(canonicalPop(3)), true},
+	{`{"success":true,"messages":[]}`, true},
+	{`{"success":true,"leaseId":null,"messages":null}`, true},
+	{` { "success" : true , "queue" : "q" , "messages" : [ { "transactionId" : "t" , "partitionId" : "1" , "data" : [1, 2.5e3, "x\u00e9\n", null, true, false, {}] } ] } `, true},
+	{`{"success":true,"queue":"q","leaseId":"L","messages":[{"transactionId":"t","partitionId":"1","data":null,"leaseId":null,"deliveryAttempt":null,"offset":-0}]}`, true},
+	{`{"success":true,"queue":"q","leaseId":"L","messages":[{"transactionId":"t","partitionId":"1","data":"text","queue":"other","consumerGroup":"","retryCount":2}]}`, true},
+	{`{"success":true,"queue":"q","leaseId":"L","messages":[{"transactionId":"t","partitionId":"1"}],"extra":{"nested":[1,{"a":"b"}]}}`, true},
+	{`{"success":true,"messages":[{"transactionId":"t","createdAt":"2026-10-22 06:08:13.123456+00"}]}`, true},
+	{`{"success":true,"messages":[{"transactionId":"t","data":{"a":1}}, {"transactionId":"u","data":{"a":2}}]}`, true},
+	// Refused: decodePop decides.
+	{`{"success":false,"error":"no_available_partition","messages":[]}`, false},
+	{`{"success":true,"conflation":true,"messages":[]}`, false},
+	{`{"success":true,"messages":[{"transactionId":"t\u0041"}]}`, false},
+	{`{"success":true,"messages":[{"TransactionID":"t"}]}`, false},
+	{`{"success":true,"messages":[{"transactionId":"t","offset":1.0}]}`, false},
+	{`{"success":true,"messages":[{"transactionId":"t","offset":"1"}]}`, false},
+	{`{"success":true,"messages":[{"transactionId":"t","id":"a","id":"b"}]}`, false},
+	{`{"success":true,"messages":[null]}`, false},
+	{`{"success":true,"messages":[{"transactionId":"t","data":{"a":}}]}`, false},
+	{`{"success":true,"messages":[]} x`, false},
+	{`{"success":true,"messages":[{"partitionId":"1"}]}`, true},
+	{`[]`, false},
+	{``, false},
+	{`{"success":true,"queue":"caf\u00e9","messages":[]}`, false},
+	{"{\"success\":true,\"queue\":\"caf\xc3\xa9\",\"messages\":[]}", false},
+}
+
+func quietClient() *Client { return &Client{log: slog.New(slog.DiscardHandler)} }
+
+// TestDecodePopFastMatchesDecodePop holds the lean reader to decodePop's
+// result on every answer it accepts, and checks that it accepts the
+// canonical ones (else the hot path would silently take the slow one).
+func TestDecodePopFastMatchesDecodePop(t *testing.T) {
+	c := quietClient()
+	for i, tc := range popCorpus {
+		fast, ok := decodePopFast([]byte(tc.body))
+		if ok != tc.fast {
+			t.Errorf("#%d: fast reader ok=%v, want %v: %s", i, ok, tc.fast, tc.body)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		slow, err := c.decodePop([]byte(tc.body), "/p", false)
+		if err != nil {
+			t.Errorf("#%d: decodePop failed (%v) where the fast reader succeeded: %s", i, err, tc.body)
+			continue
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Errorf("#%d: results differ\nfast %s\nslow %s", i, dumpPop(fast), dumpPop(slow))
+		}
+	}
+}
+
+// FuzzDecodePopFast: whatever the answer, when the lean reader accepts it,
+// encoding/json accepts it too and decodePop builds the same result.
+func FuzzDecodePopFast(f *testing.F) {
+	for _, tc := range popCorpus {
+		f.Add([]byte(tc.body))
+	}
+	c := quietClient()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fast, ok := decodePopFast(body)
+		if !ok {
+			return
+		}
+		var pr wire.PopResponse
+		if err := json.Unmarshal(body, &pr); err != nil {
+			t.Fatalf("encoding/json refuses (%v) what the lean reader took: %q", err, body)
+		}
+		slow, err := c.decodePop(body, "/p", false)
+		if err != nil || !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("results differ for %q (%v)\nfast %s\nslow %s", body, err, dumpPop(fast), dumpPop(slow))
+		}
+	})
+}
+
+func dumpPop(r *popResult) string {
+	if r == nil {
+		return "<nil>"
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "lease=%q autopilot=%+v\n", r.leaseID, r.autopilot)
+	for _, m := range r.messages {
+		fmt.Fprintf(&sb, "  %+v\n", *m)
+	}
+	return sb.String()
+}
+
+func BenchmarkDecodePop(b *testing.B) {
+	body := canonicalPop(100)
+	c := quietClient()
+	b.Run("decodePop", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.decodePop(body, "/p", false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := decodePopFast(body); !ok {
+				b.Fatal("refused")
+			}
+		}
+	})
+}
+
+func TestParseCreatedAt(t *testing.T) {
+	for _, s := range []string{
+		"2026-10-22T06:08:13.123Z", "2026-10-22T06:08:13Z", "2026-10-22T06:08:13.123456Z",
+		"2026-10-22T06:08:13.123456789Z", "2026-10-22T06:08:13.1234567891Z", "2024-02-29T00:00:00.5Z",
+		"2025-02-29T00:00:00.5Z", "2026-10-22T24:00:00Z", "2026-13-01T00:00:00Z", "2026-10-22T06:08:13,5Z",
+		"2026-10-22T06:08:13.Z", "2026-10-22 06:08:13.123456+00", "2026-10-22T06:08:13.123456", "", "junk",
+		"2026-10-22T06:08:60Z", "0000-01-01T00:00:00Z",
+	} {
+		got, want := parseCreatedAt([]byte(s)), parseBrokerTime(s)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: got %v, want %v", s, got, want)
+		}
+	}
+}
