@@ -512,7 +512,6 @@ func (r *popReader) topLevel() bool {
 	if r.next() != '{' {
 		return false
 	}
-	var scratch string
 	var leaseSet bool
 	var lease string
 	ok := r.object(topKeys, func(k int) bool {
@@ -538,8 +537,12 @@ func (r *popReader) topLevel() bool {
 			return true
 		case 2:
 			return r.str(&r.queue, true, nil)
-		case 3, 4, 6: // partition, partitionId, consumerGroup: not used here
-			return r.str(&scratch, true, nil)
+		case 3, 4, 6: // partition, partitionId, consumerGroup: checked, not kept
+			if r.next() == 'n' {
+				return r.literal("null")
+			}
+			_, ok := r.plainString()
+			return ok
 		case 5:
 			return r.str(&lease, true, &leaseSet)
 		case 7:
