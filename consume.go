@@ -794,8 +794,7 @@ func (r *consumeRun) settle(acks []Settlement) {
 	}
 	ctx, cancel := context.WithTimeout(r.reqCtx, settleTimeout)
 	defer cancel()
-	_, err := r.c.SettleBatch(ctx, acks, AckOptions{ConsumerGroup: r.group})
-	if err != nil {
+	if err := r.sendAcks(ctx, acks); err != nil {
 		var ae *AckError
 		if errors.As(err, &ae) {
 			r.c.log.Warn("queen: broker refused some acks of a pop", "queue", r.queue, "group", r.group, "err", err)

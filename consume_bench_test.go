@@ -20,7 +20,8 @@ import (
 // The consume loop against queentest in one process, next to a baseline
 // that does the same pops and batch acks with bare net/http: one slot, one
 // partition, a no-op handler per message. Each benchmark consumes b.N
-// messages with each of the two (in two interleaved halves), and reports:
+// messages with each of the two (in up to 20 alternating rounds, so that a
+// change of load on the machine hits both alike), and reports:
 //
 //	loop-msgs/s, baseline-msgs/s  messages consumed per second
 //	ratio                         loop-msgs/s / baseline-msgs/s
@@ -221,14 +222,14 @@ func measure(f func()) (time.Duration, uint64) {
 
 func benchConsume(b *testing.B, batch int) {
 	bs := newBenchSetup(b)
-	halves := []int{b.N / 2, b.N - b.N/2}
+	// Many short rounds, alternating which side goes first, so that a
+	// change of load on the machine hits both sides alike.
+	rounds := min(20, max(1, b.N/(5*batch)))
 	var loopT, baseT time.Duration
 	var loopA, baseA uint64
 	b.ResetTimer()
-	for i, n := range halves {
-		if n == 0 {
-			continue
-		}
+	for i := range rounds {
+		n := b.N/rounds + btoi(i < b.N%rounds)
 		b.StopTimer()
 		lq := bs.fill(b, "loop", n)
 		bq := bs.fill(b, "base", n)
@@ -259,4 +260,11 @@ func benchConsume(b *testing.B, batch int) {
 	b.ReportMetric(loopRate/baseRate, "ratio")
 	b.ReportMetric(float64(loopA)/msgs, "loop-allocs/msg")
 	b.ReportMetric(float64(baseA)/msgs, "baseline-allocs/msg")
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -155,3 +155,62 @@ func TestParseCreatedAt(t *testing.T) {
 		}
 	}
 }
+
+// The hand-written ack bodies are byte for byte what json.Marshal writes
+// for the wire structs SettleBatch sends.
+func TestAckBodyMatchesMarshal(t *testing.T) {
+	msg := func(txn, pid, lease string) *Message {
+		return &Message{TransactionID: txn, PartitionID: pid, LeaseID: lease}
+	}
+	cases := [][]Settlement{
+		{{Message: msg("t1", "17", "L"), Status: StatusCompleted}},
+		{{Message: msg("t1", "17", ""), Status: StatusFailed, Error: `boom "quoted" <tag> & \ é` + "\n\x01"}},
+		{{Message: msg("t1", "17", "L"), Status: StatusCompleted}, {Message: msg("t2", "17", "L"), Status: StatusFailed, Error: "x"},
+			{Message: msg("t3", "18", "L"), Status: StatusRetry}, {Message: msg("t4", "18", "L"), Status: StatusDLQ, Error: "dead"}},
+	}
+	for i, acks := range cases {
+		for _, group := range []string{"", "billing", "g<&>"} {
+			path, got := ackBody(acks, group)
+			items := make([]wire.AckItem, len(acks))
+			for j, a := range acks {
+				items[j] = wire.AckItem{TransactionID: a.Message.TransactionID, PartitionID: a.Message.PartitionID,
+					LeaseID: a.Message.LeaseID, Status: string(a.Status), Error: a.Error}
+			}
+			var want []byte
+			var wantPath string
+			if len(items) == 1 {
+				want, _ = json.Marshal(wire.AckRequest{AckItem: items[0], ConsumerGroup: group})
+				wantPath = wire.RouteAck
+			} else {
+				want, _ = json.Marshal(wire.AckBatchRequest{ConsumerGroup: group, Acknowledgments: items})
+				wantPath = wire.RouteAckBatch
+			}
+			if path != wantPath || string(got) != string(want) {
+				t.Errorf("#%d group %q: %s %s\nwant %s %s", i, group, path, got, wantPath, want)
+			}
+		}
+	}
+}
+
+func TestAllAcked(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		n    int
+		want bool
+	}{
+		{`[{"index":0,"transactionId":"t","success":true,"error":null,"leaseReleased":true,"dlq":false}]`, 1, true},
+		{` [ {"success":true} , {"success":true,"noop":true} ] `, 2, true},
+		{`[{"success":true}]`, 2, false},
+		{`[{"success":true},{"success":false,"error":"invalid or expired lease"}]`, 2, false},
+		{`[{"Success":true}]`, 1, false},
+		{`[{"success":true,"success":true}]`, 1, false},
+		{`{"error":"bad"}`, 1, false},
+		{`[{"success":1}]`, 1, false},
+		{`[{"success":true}] x`, 1, false},
+		{`[]`, 0, true},
+	} {
+		if got := allAcked([]byte(tc.body), tc.n); got != tc.want {
+			t.Errorf("allAcked(%s, %d) = %v", tc.body, tc.n, got)
+		}
+	}
+}
