@@ -1,9 +1,7 @@
 package queen
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -126,25 +124,4 @@ func golden(t testing.TB, name string) string {
 // ok200 answers 200 with a golden file.
 func ok200(t testing.TB, name string) answer {
 	return answer{status: http.StatusOK, body: golden(t, name)}
-}
-
-// jsonOf re-encodes a JSON document with sorted keys and no spaces, so
-// that bodies compare as text in failure messages.
-func jsonOf(t *testing.T, b []byte) string {
-	t.Helper()
-	var v any
-	require.NoError(t, json.Unmarshal(b, &v), "body %s", b)
-	out, err := json.Marshal(v)
-	require.NoError(t, err)
-	return string(out)
-}
-
-// decodeJSON decodes b into a generic value.
-func decodeJSON(t *testing.T, b []byte) any {
-	t.Helper()
-	var v any
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	require.NoError(t, d.Decode(&v), "body %s", b)
-	return v
 }
