@@ -1,6 +1,7 @@
 package queentest
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -339,4 +340,24 @@ func TestAutopilotChoosesWhatTheRequestLeftOut(t *testing.T) {
 	// The pinned route ignores it.
 	_, p = h.pop("/api/v1/pop/queue/q/partition/c", vals("autopilot", "true"))
 	assert.Nil(t, p.Autopilot)
+}
+
+// TestUnansweredClaimIsGivenBack drives runPop directly with a request whose
+// client is gone: the claim must not strand the messages under a lease.
+func TestUnansweredClaimIsGivenBack(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("q", "p", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p, err := parsePopParams(vals("batch", "2"))
+	require.NoError(t, err)
+	pr := p.base(s.b.now())
+	pr.queue, pr.maxParts = "q", 1
+	w := newRecorder()
+	s.runPop(w, ctx, pr)
+	assert.Equal(t, 0, s.LeasedCount("q", ""))
+	got := h.popQ("q", vals("batch", "2"))
+	assert.Len(t, got.Messages, 2)
+	assert.Equal(t, 1, got.Messages[0].DeliveryAttempt, "a claim nobody received is no delivery")
 }
