@@ -361,3 +361,21 @@ func TestUnansweredClaimIsGivenBack(t *testing.T) {
 	assert.Len(t, got.Messages, 2)
 	assert.Equal(t, 1, got.Messages[0].DeliveryAttempt, "a claim nobody received is no delivery")
 }
+
+func TestNewSubscriptionUsesPushOrderNotTimestamps(t *testing.T) {
+	clock := NewFakeClock(t0) // never moves
+	h := newHC(t, Start(t, WithClock(clock)))
+	h.pushN("q", "p", 2)
+	h.popEmpty("q", vals("consumerGroup", "g"))
+	h.pushN("q", "p", 1) // same instant, but after the registration
+	p := h.popQ("q", vals("consumerGroup", "g", "batch", "10"))
+	assert.EqualValues(t, 2, p.Messages[0].Offset)
+	h.ackAll(p, "g")
+
+	// Deleting the cursors but keeping the registration re-seeds by the
+	// stored subscription: still only what came after the first pop.
+	h.doJSON("DELETE", "/api/v1/consumer-groups/g?deleteMetadata=false", nil, http.StatusOK, nil)
+	p = h.popQ("q", vals("consumerGroup", "g", "batch", "10"))
+	assert.Len(t, p.Messages, 1)
+	assert.EqualValues(t, 2, p.Messages[0].Offset)
+}
