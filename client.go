@@ -156,8 +156,11 @@ func normalizeURL(raw string) (string, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%w %q: want http(s)://host[:port]", ErrInvalidURL, raw)
 	}
-	if u.RawQuery != "" || u.Fragment != "" {
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
 		return "", fmt.Errorf("%w %q: no query or fragment allowed", ErrInvalidURL, raw)
+	}
+	if u.User != nil {
+		return "", fmt.Errorf("%w: user info in the URL is not allowed; use WithBearerToken", ErrInvalidURL)
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }

@@ -129,6 +129,8 @@ func TestNewRefusesBadURLs(t *testing.T) {
 		{"query", "http://broker:6632/?x=1", nil},
 		{"fragment", "http://broker:6632/#top", nil},
 		{"unparsable", "http://[::1", nil},
+		{"empty query", "http://broker:6632/?", nil},
+		{"user info", "http://user:secret@broker:6632", nil},
 		{"bad failover URL", rec.srv.URL, []Option{WithURLs("broker-2:6632")}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
