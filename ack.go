@@ -193,11 +193,10 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 	}
 	res := make([]AckResult, len(items))
 	failed := false
+	// Results come in request order on both generations; position is trusted
+	// over "index" so that a malformed answer cannot leave a slot unset.
 	for i, o := range out {
 		idx := i
-		if o.Index >= 0 && o.Index < len(items) {
-			idx = o.Index
-		}
 		r := AckResult{TransactionID: o.TransactionID, Success: o.Success, LeaseReleased: o.LeaseReleased, DLQ: o.DLQ, Noop: o.Noop}
 		if r.TransactionID == "" {
 			r.TransactionID = items[idx].TransactionID

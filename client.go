@@ -156,15 +156,20 @@ func normalizeURL(raw string) (string, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%w %q: want http(s)://host[:port]", ErrInvalidURL, raw)
 	}
-	if u.RawQuery != "" || u.Fragment != "" {
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
 		return "", fmt.Errorf("%w %q: no query or fragment allowed", ErrInvalidURL, raw)
+	}
+	if u.User != nil {
+		return "", fmt.Errorf("%w: user info in the URL is not allowed; use WithBearerToken", ErrInvalidURL)
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }
 
-// Close releases the client's idle connections. Calls after Close fail with
-// ErrClosed. Consume loops should be stopped (their Execute returned) before
-// Close; Close does not wait for them. It is safe to call more than once.
+// Close releases the client's idle connections; the client starts no
+// goroutine of its own, so none is left running. Calls after Close fail
+// with ErrClosed. Consume loops should be stopped (their Execute returned)
+// before Close; Close does not wait for them, so ctx is not waited on
+// today. It is safe to call more than once.
 func (c *Client) Close(ctx context.Context) error {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
@@ -173,7 +178,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	c.tr.Close()
-	return ctx.Err()
+	return nil
 }
 
 // call is one request for do.

@@ -74,12 +74,12 @@ func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResul
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
 			Message: "undecodable pop answer: " + err.Error()}
 	}
-	if !pr.Success && pr.Error != "" {
-		if emptyPopErrors[pr.Error] {
-			return &popResult{}, nil
-		}
+	if !pr.Success && pr.Error != "" && !emptyPopErrors[pr.Error] {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body, Message: pr.Error}
 	}
+	// A broker that conflates echoes it on every answer with a body, empty
+	// ones included. Checked before the 0.15.1 "empty" answers too: such a
+	// broker ignores conflation and would hand out the whole backlog next.
 	if conflation {
 		if pr.Conflation == nil && pr.ConflationConflict == nil {
 			return nil, fmt.Errorf("%w: answer to %s carries no conflation echo (%d messages withheld)",
@@ -89,6 +89,9 @@ func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResul
 			c.log.Warn("queen: conflation policy of the group differs from the request; the group's stored policy applies",
 				"path", path, "group", pr.ConsumerGroup)
 		}
+	}
+	if !pr.Success && pr.Error != "" {
+		return &popResult{}, nil // no_available_partition & co: nothing to take
 	}
 	res := &popResult{autopilot: pr.Autopilot}
 	if pr.LeaseID != nil {

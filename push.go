@@ -1,6 +1,7 @@
 package queen
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -38,6 +39,9 @@ type PushResult struct {
 	TransactionID string
 	// Queue is the queue the message went to.
 	Queue string
+	// PartitionID is the broker's opaque id of the message's partition, when
+	// the broker reports it (0.15.1 does for queued messages; 2.x does not).
+	PartitionID string
 	// Offset is the message's position in its partition; -1 when the broker
 	// does not report it.
 	Offset int64
@@ -90,7 +94,7 @@ type PushBuilder struct {
 // (and partition, if set; else the broker's "Default" partition). A payload
 // is any value that encodes to JSON: a map, a struct, a number, a string, a
 // slice; json.RawMessage and []byte are sent as they are and must hold valid
-// JSON; an Item carries its own ids.
+// JSON; an Item (or *Item) carries its own ids.
 func (b *QueueBuilder) Push(payloads ...any) *PushBuilder {
 	return &PushBuilder{qb: b, payloads: payloads}
 }
@@ -129,6 +133,9 @@ func (p *PushBuilder) items() ([]wire.PushItem, error) {
 		it := wire.PushItem{Queue: b.queue, Partition: b.partition, TraceID: p.traceID}
 		if i < len(p.txIDs) {
 			it.TransactionID = p.txIDs[i]
+		}
+		if ip, ok := pl.(*Item); ok && ip != nil {
+			pl = *ip
 		}
 		if item, ok := pl.(Item); ok {
 			pl = item.Payload
@@ -170,31 +177,48 @@ func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
 	for i := range items {
 		p.txIDs[i] = items[i].TransactionID
 	}
-	var out []wire.PushResult
-	if _, err := p.qb.c.doJSON(ctx, call{method: http.MethodPost, path: wire.RoutePush, body: wire.PushRequest{Items: items}}, &out); err != nil {
+	resp, err := p.qb.c.do(ctx, call{method: http.MethodPost, path: wire.RoutePush, body: wire.PushRequest{Items: items}})
+	if err != nil {
 		return nil, err
 	}
-	return pushResults(items, out)
+	return decodePush(resp.status, resp.body, items)
 }
 
-func pushResults(items []wire.PushItem, out []wire.PushResult) ([]PushResult, error) {
+// decodePush reads a push answer: an array of per-item results on both
+// broker generations (snake_case ids), or an error object that a 0.15.1
+// broker sends with HTTP 200.
+func decodePush(status int, body []byte, items []wire.PushItem) ([]PushResult, error) {
+	fail := func(msg string) *BrokerError {
+		return &BrokerError{Status: status, Method: http.MethodPost, Path: wire.RoutePush, Body: body, Message: msg}
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '{' {
+		var eb wire.ErrorBody
+		_ = json.Unmarshal(body, &eb)
+		e := fail(orDefault(eb.Error, "push answered with an object instead of results"))
+		e.Code = eb.Code
+		return nil, e
+	}
+	var out []wire.PushResult
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fail("undecodable push answer: " + err.Error())
+	}
 	if len(out) != len(items) {
-		return nil, &BrokerError{Status: http.StatusCreated, Method: http.MethodPost, Path: wire.RoutePush,
-			Message: fmt.Sprintf("push answer has %d results for %d messages", len(out), len(items))}
+		return nil, fail(fmt.Sprintf("push answer has %d results for %d messages", len(out), len(items)))
 	}
 	res := make([]PushResult, len(out))
 	var failed []int
+	// The answer lists the items in request order (its "index" repeats the
+	// position; a 0.15.1 "buffered" entry has none), so position is trusted.
 	for i, o := range out {
 		idx := i
-		if o.Index >= 0 && o.Index < len(items) {
-			idx = o.Index
-		}
-		r := PushResult{Index: idx, MessageID: o.MessageID, TransactionID: o.TransactionID, Queue: o.QueueName, Offset: -1, Error: o.Error}
+		r := PushResult{Index: idx, MessageID: o.MessageID, TransactionID: o.TransactionID, Queue: o.QueueName,
+			PartitionID: o.PartitionID, Offset: -1, Error: o.Error}
 		if r.TransactionID == "" {
 			r.TransactionID = items[idx].TransactionID
 		}
 		if r.Queue == "" {
-			r.Queue = items[idx].Queue
+			r.Queue = orDefault(o.Queue, items[idx].Queue)
 		}
 		if o.Offset != nil {
 			r.Offset = *o.Offset

@@ -64,6 +64,8 @@ func (q *QueueConfig) wire() *wire.QueueOptions {
 	}
 }
 
+// queueConfigFromWire builds a QueueConfig from a broker's answer. name is
+// unused; it stays for the callers in admin.go.
 func queueConfigFromWire(name string, o wire.QueueOptions, ns, task *string) QueueConfig {
 	c := QueueConfig{
 		LeaseTime: o.LeaseTime, RetryLimit: o.RetryLimit, RetryDelay: o.RetryDelay, Priority: o.Priority,
@@ -78,7 +80,6 @@ func queueConfigFromWire(name string, o wire.QueueOptions, ns, task *string) Que
 	if task != nil {
 		c.Task = *task
 	}
-	_ = name
 	return c
 }
 
@@ -92,12 +93,29 @@ type CreateBuilder struct {
 }
 
 // Create prepares the creation of the queue, or the update of its options
-// if it exists (options not given keep their value). Send it with Execute.
+// if it exists. On a 2.x broker options not given keep their value (merge);
+// a 0.15.1 broker always replaces, so send the full set there if you need
+// the same result on both. Send it with Execute.
 func (b *QueueBuilder) Create() *CreateBuilder { return &CreateBuilder{qb: b} }
 
 // Replace makes the configure replace every option (those not given go back
 // to the broker's defaults) instead of merging.
 func (cb *CreateBuilder) Replace() *CreateBuilder { cb.replace = true; return cb }
+
+// configureBody is the body of POST /api/v1/configure as this client sends
+// it: wire.ConfigureRequest, except that the namespace is a pointer so that
+// an empty one can be sent when nothing else would be. A 0.15.1 broker
+// fails a configure that has neither a namespace, a task nor a known option
+// (and creates the queue all the same); a 2.x broker ignores an empty
+// top-level namespace when "options" is present, so there it changes
+// nothing.
+type configureBody struct {
+	Queue     string             `json:"queue"`
+	Namespace *string            `json:"namespace,omitempty"`
+	Task      string             `json:"task,omitempty"`
+	Options   *wire.QueueOptions `json:"options"`
+	Mode      string             `json:"mode,omitempty"`
+}
 
 // QueueInfo is a queue's configuration as the broker reports it.
 type QueueInfo struct {
@@ -112,20 +130,27 @@ func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
 	if b.queue == "" {
 		return QueueInfo{}, ErrEmptyQueue
 	}
-	req := wire.ConfigureRequest{Queue: b.queue}
+	req := configureBody{Queue: b.queue, Options: &wire.QueueOptions{}}
+	var ns string
 	if b.config != nil {
 		req.Options = b.config.wire()
-		req.Namespace, req.Task = b.config.Namespace, b.config.Task
+		ns, req.Task = b.config.Namespace, b.config.Task
+	}
+	if ns != "" || (req.Task == "" && *req.Options == (wire.QueueOptions{})) {
+		req.Namespace = &ns
 	}
 	if cb.replace {
 		req.Mode = wire.ConfigureReplace
 	}
 	var out wire.ConfigureResponse
-	if _, err := b.c.doJSON(ctx, call{method: http.MethodPost, path: wire.RouteConfigure, body: req}, &out); err != nil {
+	resp, err := b.c.doJSON(ctx, call{method: http.MethodPost, path: wire.RouteConfigure, body: req}, &out)
+	if err != nil {
 		return QueueInfo{}, err
 	}
-	if out.Error != "" && !out.Configured {
-		return QueueInfo{}, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteConfigure, Message: out.Error}
+	if out.Error != "" || !out.Configured {
+		// 0.15.1 answers its failures with HTTP 200 and {"error": ...}.
+		return QueueInfo{}, &BrokerError{Status: resp.status, Method: http.MethodPost, Path: wire.RouteConfigure,
+			Body: resp.body, Message: orDefault(out.Error, "configure answer does not say configured")}
 	}
 	name := out.Queue
 	if name == "" {
@@ -154,9 +179,18 @@ func (d *DeleteBuilder) Execute(ctx context.Context) (DeleteResult, error) {
 	if b.queue == "" {
 		return DeleteResult{}, ErrEmptyQueue
 	}
-	var out wire.DeleteQueueResponse
-	if _, err := b.c.doJSON(ctx, call{method: http.MethodDelete, path: "/api/v1/resources/queues/" + escape(b.queue)}, &out); err != nil {
+	var out struct {
+		wire.DeleteQueueResponse
+		Error string `json:"error"`
+	}
+	path := "/api/v1/resources/queues/" + escape(b.queue)
+	resp, err := b.c.doJSON(ctx, call{method: http.MethodDelete, path: path}, &out)
+	if err != nil {
 		return DeleteResult{}, err
+	}
+	if out.Error != "" {
+		// A broker error answered with HTTP 200 (0.15.1).
+		return DeleteResult{}, &BrokerError{Status: resp.status, Method: http.MethodDelete, Path: path, Body: resp.body, Message: out.Error}
 	}
 	return DeleteResult{Deleted: out.Deleted, Existed: out.Existed}, nil
 }

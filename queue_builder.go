@@ -107,7 +107,8 @@ func (b *QueueBuilder) Group(name string) *QueueBuilder { b.group = name; return
 
 // SubscriptionMode sets where the group starts if this is its first pop.
 // Without it a named group is sent SubscriptionModeNew explicitly (brokers
-// disagree on the default).
+// disagree on the default), or SubscriptionModeAll when SubscriptionFrom is
+// set. Queue mode (no Group) sends neither: it always reads everything.
 func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 	b.subMode = m
 	return b
@@ -115,7 +116,8 @@ func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 
 // SubscriptionFrom starts a new group at the first message pushed at or
 // after ts, an RFC 3339 time such as "2026-10-22T00:00:00Z" (or "now").
-// Like SubscriptionMode it matters only on the group's first pop.
+// Like SubscriptionMode it matters only on the group's first pop, and only
+// for a named Group. Anything else fails Pop with ErrInvalidSubscription.
 func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder { b.subFrom = ts; return b }
 
 // Batch sets the most messages one pop takes (the total across partitions).
@@ -268,17 +270,18 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	q := &r.query
 	q.ConsumerGroup = b.group
 	if b.group != "" {
-		switch {
-		case b.subFrom != "":
-			q.SubscriptionFrom = b.subFrom
-			if b.subMode != "" {
-				q.SubscriptionMode = string(b.subMode)
-			}
-		case b.subMode != "":
-			q.SubscriptionMode = string(b.subMode)
-		default:
+		// Brokers disagree on the default mode (2.x "new", 0.15.1 "all"),
+		// so a named group always sends one. With a start time and no mode,
+		// "all": should a broker let the mode win over the time, the group
+		// reads more (from the start) rather than skipping what it asked for.
+		q.SubscriptionMode = string(b.subMode)
+		if q.SubscriptionMode == "" {
 			q.SubscriptionMode = string(SubscriptionModeNew)
+			if b.subFrom != "" {
+				q.SubscriptionMode = string(SubscriptionModeAll)
+			}
 		}
+		q.SubscriptionFrom = b.subFrom
 	}
 	q.Wait = &r.wait
 	if r.wait {

@@ -415,11 +415,13 @@ func rewriteJSON(body []byte, names map[string]string) []byte {
 	if !renameQueues(doc, names) {
 		return body
 	}
-	out, err := json.Marshal(doc)
-	if err != nil {
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
 		return body
 	}
-	return out
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n"))
 }
 
 func renameQueues(v any, names map[string]string) bool {
@@ -458,6 +460,9 @@ func isNotSupported(err error) bool {
 	if errors.Is(err, queen.ErrNotSupported) {
 		return true
 	}
-	var be *queen.BrokerError
-	return errors.As(err, &be) && be.Status == http.StatusNotFound
+	var brokerErr *queen.BrokerError
+	return errors.As(err, &brokerErr) && brokerErr.Status == http.StatusNotFound
 }
+
+// jsonUnmarshal decodes a payload.
+func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }

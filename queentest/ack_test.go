@@ -314,3 +314,23 @@ func TestAckWithGroupDoesNotTouchQueueMode(t *testing.T) {
 	assert.True(t, h.ackMsg(g.Messages[0], "completed", "g").Success)
 	assert.True(t, h.ackMsg(qm.Messages[0], "completed", "").Success)
 }
+
+func TestAckBadRequestsChangeNothing(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("q", "p", 2)
+	p := h.popQ("q", vals("batch", "2"))
+	for _, body := range []string{``, `[`, `{"acknowledgments":{}}`, `{"transactionId":5}`} {
+		st, _, raw := h.do("POST", "/api/v1/ack/batch", body)
+		assert.Equal(t, http.StatusBadRequest, st, body)
+		assert.Contains(t, string(raw), `"code":"bad_body"`)
+	}
+	// An ack of an unknown message is refused per item and moves nothing.
+	out := h.ack("/api/v1/ack", item{"transactionId": "nope", "partitionId": p.PartitionID, "leaseId": p.LeaseID})
+	assert.False(t, out[0].Success)
+	out = h.ack("/api/v1/ack", item{"transactionId": "nope", "partitionId": "424242"})
+	assert.Equal(t, "no partition 424242", *out[0].Error)
+	assert.Equal(t, 2, s.LeasedCount("q", ""))
+	assert.Len(t, h.ackAll(p, ""), 2)
+	assert.Equal(t, 0, s.LeasedCount("q", ""))
+}

@@ -36,6 +36,7 @@ type broker struct {
 	groups  map[groupKey]*groupMeta
 	dlq     map[string]*dlqRow
 	dlqSeq  int64
+	msgSeq  int64 // every stored message gets the next number
 
 	// changed is closed and replaced on every state change (and when a
 	// FakeClock moves): parked long polls wait on it.
@@ -76,6 +77,7 @@ type message struct {
 	payload   json.RawMessage
 	createdAt time.Time
 	offset    int64
+	seq       int64 // broker-wide push order
 }
 
 // cursor is one consumer group's position on one partition.
@@ -115,6 +117,7 @@ type groupMeta struct {
 	mode         string // "new", "all" or "timestamp"
 	subTS        time.Time
 	registeredAt time.Time
+	regSeq       int64 // the last message stored when the group registered
 	conflation   bool
 }
 
@@ -284,21 +287,32 @@ func (b *broker) cursorOf(p *partition, group string, create bool) *cursor {
 	return c
 }
 
-// seed is where a cursor created after its group registered starts. Queue
-// mode and `all` start before the first message. A `new` group got cursors
-// at the tail of every partition that existed when it registered
-// (registerGroup); a partition without one was created later, and its
-// messages are all new to the group, so it starts at the beginning too
-// (PROTOCOL.md §13). A subscriptionFrom group starts at its first message at
-// or after the timestamp.
+// seed is where a new cursor of group on p starts. Queue mode and `all`
+// start before the first message. A `new` group skips what was stored
+// before it registered and reads everything stored since, so a partition
+// created after its registration is read from its start (PROTOCOL.md §13);
+// registration order is the broker's push sequence, not a timestamp, so a
+// FakeClock that never moves changes nothing. A subscriptionFrom group
+// starts at its first message created at or after the timestamp.
 func (b *broker) seed(p *partition, group string) int64 {
 	if group == queueModeGroup {
 		return -1
 	}
 	m := b.groups[groupKey{p.q.name, group}]
-	if m != nil && m.mode == "timestamp" {
+	if m == nil {
+		return -1
+	}
+	switch m.mode {
+	case "timestamp":
 		if off := p.firstAtOrAfter(m.subTS); off >= 0 {
 			return off - 1
+		}
+		return p.lastOffset()
+	case "new":
+		for _, msg := range p.msgs {
+			if msg.seq > m.regSeq {
+				return msg.offset - 1
+			}
 		}
 		return p.lastOffset()
 	}
@@ -315,27 +329,17 @@ type subscription struct {
 // registerGroup registers a named group on queue name at its first pop and
 // returns its stored registration (the first one wins, later requests never
 // change it). Cursors for the partitions that exist now are created at the
-// subscription's start.
+// subscription's start; those a seek placed already are never re-seeded.
 func (b *broker) registerGroup(name, group string, sub subscription, now time.Time) *groupMeta {
 	k := groupKey{name, group}
 	if m := b.groups[k]; m != nil {
 		return m
 	}
-	m := &groupMeta{mode: sub.mode, subTS: sub.ts, registeredAt: now, conflation: sub.conflation}
+	m := &groupMeta{mode: sub.mode, subTS: sub.ts, registeredAt: now, regSeq: b.msgSeq, conflation: sub.conflation}
 	b.groups[k] = m
 	if q := b.queues[name]; q != nil {
 		for _, p := range q.parts {
-			if p.cursors[group] != nil {
-				continue // a seek placed it already: never re-seeded
-			}
-			start := int64(-1)
-			switch m.mode {
-			case "new":
-				start = p.lastOffset()
-			case "timestamp":
-				start = b.seed(p, group)
-			}
-			p.cursors[group] = &cursor{committed: start, attempts: map[int64]int{}}
+			b.cursorOf(p, group, true)
 		}
 	}
 	return m

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,6 +44,7 @@ func TestConcurrentClientsDeliverEachMessageOnce(t *testing.T) {
 		}()
 	}
 
+	deadline := time.Now().Add(20 * time.Second) // a broken broker fails, never hangs
 	consume := func(group string, workers int) map[int]int {
 		var mu sync.Mutex
 		seen := map[int]int{}
@@ -52,7 +54,7 @@ func TestConcurrentClientsDeliverEachMessageOnce(t *testing.T) {
 			cw.Add(1)
 			go func() {
 				defer cw.Done()
-				for got.Load() < total {
+				for got.Load() < total && time.Now().Before(deadline) {
 					q := vals("wait", "true", "timeout", "200", "batch", "7", "partitions", "2")
 					if group != "" {
 						q.Set("consumerGroup", group)

@@ -49,4 +49,18 @@
 // implement authentication, tenants, retention, encryption, streams, KV or
 // timers. Where the 2.x wire was looked up upstream rather than taken from
 // the shared protocol notes, the source is named next to the code.
+//
+// Choices worth knowing, all on purpose:
+//
+//   - Like the 2.x planner, a wildcard pop of an unknown queue creates it with
+//     the default configuration (so a parked consumer recreates a deleted
+//     queue). A pinned or discovery pop creates nothing.
+//   - Deduplication by transactionId never expires (the broker's
+//     dedupWindowSeconds is only stored).
+//   - A plain push does not store traceId (the 2.x broker parses and drops
+//     it); a transaction push keeps a valid UUID one.
+//   - Injected 429s carry code "overloaded": the real admission code string
+//     could not be confirmed upstream.
+//   - A wildcard pop takes the partitions whose next message is the oldest
+//     first, so no partition starves.
 package queentest

@@ -156,3 +156,42 @@ func TestWallClockLongPollSeesDelayedMessages(t *testing.T) {
 	require.NotNil(t, p, "the delayed message becomes visible during the long poll")
 	assert.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond)
 }
+
+func TestDelayedProcessingHidesMessagesUntilDue(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	configure(h, "q", item{"delayedProcessing": 10})
+	h.pushN("q", "p", 1)
+	clock.Advance(5 * time.Second)
+	h.pushN("q", "p", 1)
+	h.popEmpty("q", nil)
+	clock.Advance(5 * time.Second)
+	p := h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{0}, ns(t, p.Messages), "only the first is due")
+	h.ackAll(p, "")
+	clock.Advance(5 * time.Second)
+	p = h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{0}, ns(t, p.Messages))
+	assert.EqualValues(t, 1, p.Messages[0].Offset)
+}
+
+func TestWithDefaultQueueConfigAppliesToImplicitQueues(t *testing.T) {
+	cfg := DefaultQueueConfig()
+	cfg.RetryLimit = 0
+	cfg.DeadLetterQueue, cfg.DLQAfterMaxRetries = false, false
+	cfg.LeaseTime = 0 // means the default 60 s
+	cfg.RetryDelay = 0
+	s := Start(t, WithDefaultQueueConfig(cfg))
+	h := newHC(t, s)
+	h.pushN("q", "p", 2)
+	var q struct{ Options map[string]any }
+	h.doJSON("GET", "/api/v1/resources/queues/q", nil, http.StatusOK, &q)
+	assert.EqualValues(t, 0, q.Options["retryLimit"])
+	assert.EqualValues(t, 60, q.Options["leaseTime"])
+	assert.Equal(t, false, q.Options["deadLetterQueue"])
+	p := h.popQ("q", vals("batch", "1"))
+	h.ackMsg(p.Messages[0], "failed", "")
+	assert.Equal(t, 0, s.DLQCount("q"), "dropped at once: retryLimit 0, no DLQ")
+	p = h.popQ("q", vals("batch", "1"))
+	assert.Equal(t, []int{1}, ns(t, p.Messages))
+}

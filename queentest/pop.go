@@ -308,6 +308,14 @@ func (s *Server) runPop(w *recorder, ctx context.Context, pr popReq) {
 		b.mu.Lock()
 		res := b.popOnce(pr, leaseID, b.now())
 		ch := b.changed
+		if res.claimed > 0 && ctx.Err() != nil && !pr.autoAck {
+			// Nobody is left to receive the answer: the claim is given back
+			// (lease dropped, cursor unmoved, no retry charged), as the 2.x
+			// broker nacks an unanswered claim.
+			b.nack(leaseID, res.body.Messages)
+			res = popResult{body: res.body}
+			res.body.Messages = []wire.PopMessage{}
+		}
 		b.mu.Unlock()
 		if res.claimed > 0 || !pr.wait || !s.park(ctx, ch, deadline, res.nextAt) {
 			answerPop(w, res)
@@ -545,4 +553,26 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 		}
 	}
 	return res
+}
+
+// nack gives back a claim nobody received. Callers hold mu.
+func (b *broker) nack(leaseID string, msgs []wire.PopMessage) {
+	for _, m := range msgs {
+		pid, err := strconv.ParseInt(m.PartitionID, 10, 64)
+		p := b.parts[pid]
+		if err != nil || p == nil {
+			continue
+		}
+		c := p.cursors[m.ConsumerGroup]
+		if c == nil {
+			continue
+		}
+		if c.lease != nil && c.lease.id == leaseID {
+			c.lease = nil
+		}
+		if m.Offset != nil && c.attempts[*m.Offset] > 0 {
+			c.attempts[*m.Offset]--
+		}
+	}
+	b.bump()
 }

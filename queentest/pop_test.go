@@ -1,6 +1,7 @@
 package queentest
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -339,4 +340,42 @@ func TestAutopilotChoosesWhatTheRequestLeftOut(t *testing.T) {
 	// The pinned route ignores it.
 	_, p = h.pop("/api/v1/pop/queue/q/partition/c", vals("autopilot", "true"))
 	assert.Nil(t, p.Autopilot)
+}
+
+// TestUnansweredClaimIsGivenBack drives runPop directly with a request whose
+// client is gone: the claim must not strand the messages under a lease.
+func TestUnansweredClaimIsGivenBack(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.pushN("q", "p", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p, err := parsePopParams(vals("batch", "2"))
+	require.NoError(t, err)
+	pr := p.base(s.b.now())
+	pr.queue, pr.maxParts = "q", 1
+	w := newRecorder()
+	s.runPop(w, ctx, pr)
+	assert.Equal(t, 0, s.LeasedCount("q", ""))
+	got := h.popQ("q", vals("batch", "2"))
+	assert.Len(t, got.Messages, 2)
+	assert.Equal(t, 1, got.Messages[0].DeliveryAttempt, "a claim nobody received is no delivery")
+}
+
+func TestNewSubscriptionUsesPushOrderNotTimestamps(t *testing.T) {
+	clock := NewFakeClock(t0) // never moves
+	h := newHC(t, Start(t, WithClock(clock)))
+	h.pushN("q", "p", 2)
+	h.popEmpty("q", vals("consumerGroup", "g"))
+	h.pushN("q", "p", 1) // same instant, but after the registration
+	p := h.popQ("q", vals("consumerGroup", "g", "batch", "10"))
+	assert.EqualValues(t, 2, p.Messages[0].Offset)
+	h.ackAll(p, "g")
+
+	// Deleting the cursors but keeping the registration re-seeds by the
+	// stored subscription: still only what came after the first pop.
+	h.doJSON("DELETE", "/api/v1/consumer-groups/g?deleteMetadata=false", nil, http.StatusOK, nil)
+	p = h.popQ("q", vals("consumerGroup", "g", "batch", "10"))
+	assert.Len(t, p.Messages, 1)
+	assert.EqualValues(t, 2, p.Messages[0].Offset)
 }

@@ -105,8 +105,9 @@ func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn st
 	if off, ok := p.byTxn[txn]; ok {
 		return p.msgs[off], true
 	}
+	b.msgSeq++
 	m := &message{
-		id: id, txn: txn, traceID: traceID,
+		id: id, txn: txn, traceID: traceID, seq: b.msgSeq,
 		payload:   append(json.RawMessage(nil), payload...),
 		createdAt: now, offset: int64(len(p.msgs)),
 	}

@@ -57,6 +57,14 @@ func TestTransactionPushesAndAcksCommitTogether(t *testing.T) {
 	assert.ElementsMatch(t, []int{7, 8, 9}, ns(t, got.Messages))
 	assert.Equal(t, 0, s.LeasedCount("in", ""))
 
+	// A transaction push keeps a valid UUID traceId (a plain push does not).
+	trace := "0196f0a4-1c2b-7c3d-8e4f-5a6b7c8d9e0f"
+	out = h.txn(item{"operations": []item{{"type": "push", "queue": "traced", "payload": 1, "traceId": trace}}})
+	require.True(t, out.Success)
+	tp := h.popQ("traced", nil)
+	require.NotNil(t, tp.Messages[0].TraceID)
+	assert.Equal(t, trace, *tp.Messages[0].TraceID)
+
 	// A repeated push transactionId is not stored twice.
 	out = h.txn(item{"operations": []item{{"type": "push", "items": []item{{"queue": "out", "payload": 1, "transactionId": "derived-1"}}}}})
 	require.True(t, out.Success)

@@ -31,15 +31,19 @@ func main() {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
+	// Signals are caught before the address is announced, so that a
+	// supervisor that reads it and stops us at once gets a clean stop.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
 	srv, err := queentest.Listen(queentest.WithAddr(*addr), queentest.WithLogger(logger))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "queentest:", err)
+		stop()
 		os.Exit(1)
 	}
 	fmt.Printf("queentest broker (Queen %s API, in memory) listening on %s\n", queentest.Version, srv.URL)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	<-ctx.Done()
 	srv.Close()
 	fmt.Println("queentest broker stopped")

@@ -1,0 +1,143 @@
+// Package queen is a client for the Queen MQ message broker, over its HTTP
+// API.
+//
+// Queen keeps queues as partitioned, ordered logs. Producers push messages
+// to a queue (and optionally to a named partition); consumers pop batches,
+// which leases the partitions they came from, and ack every message with
+// one of four outcomes. Consumer groups each read every message at their
+// own pace; without a group ("queue mode") each message goes to one worker.
+//
+// # Quick start
+//
+//	client, err := queen.New("http://localhost:6632")
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer client.Close(ctx)
+//
+//	_, err = client.Queue("orders").Push(map[string]any{"id": 1, "total": 30}).Execute(ctx)
+//
+//	msgs, err := client.Queue("orders").Group("billing").Batch(10).Pop(ctx)
+//	for _, msg := range msgs {
+//		ok := handle(msg.Data)
+//		_, err = client.Ack(ctx, msg, ok, queen.AckOptions{ConsumerGroup: "billing"})
+//	}
+//
+// Tests need no broker: package queentest serves the same HTTP API from
+// memory, on a loopback port.
+//
+// # Connecting
+//
+// New takes the broker's base URL and options: WithURLs for more brokers of
+// the same cluster (the client fails over to the next one when a call finds
+// a broker down, and tries the failed one again after a pause),
+// WithBearerToken, WithHTTPClient, WithLogger (the client logs nothing by
+// default), WithRequestTimeout and WithRetryPolicy. Network errors, 5xx and
+// 429 answers are retried with capped exponential backoff and jitter,
+// honouring Retry-After; other 4xx answers are final. A waiting pop retries
+// until its context ends; every other call has a bounded number of
+// attempts. Close releases the connections; the client runs no goroutine of
+// its own.
+//
+// # Queues
+//
+// A queue is created by its first push, with the broker's defaults, or
+// explicitly:
+//
+//	client.Queue("orders").Config(queen.QueueConfig{
+//		LeaseTime:       queen.Ptr(30),
+//		RetryLimit:      queen.Ptr(5),
+//		DeadLetterQueue: queen.Ptr(true),
+//	}).Create().Execute(ctx)
+//
+// QueueConfig fields left nil are not sent. Delete removes a queue with its
+// messages and positions.
+//
+// # Pushing
+//
+// Push sends one message per argument. A payload is any value that encodes
+// to JSON (maps, structs, numbers, strings, slices); json.RawMessage and
+// []byte are sent as they are. Item gives one message its own transaction
+// and trace ids.
+//
+// Every pushed message carries a transaction id: the one given, or one made
+// by the client (a UUIDv7). The broker refuses a second message with the
+// same id in the same partition and answers "duplicate", so a push that is
+// retried, by the transport or by calling Execute again on the same
+// builder, never stores a message twice. Trace ids must be UUIDs; others
+// are refused before sending, since a 0.15.1 broker loses such a message.
+// Execute returns one PushResult per message; when the broker stored only
+// some of them, the error is a *PushError listing the others.
+//
+// # Popping
+//
+// QueueBuilder collects the options of a pop: Group, SubscriptionMode and
+// SubscriptionFrom (where a new group starts), Batch, Partitions (1 to 64
+// partitions per pop, all under one lease), Wait and TimeoutMillis (long
+// poll, at most 60 s; on by default for 30 s), Autopilot, Conflation,
+// CommitOnDelivery and LeaseSeconds. Partition pins a pop to one partition;
+// Client.Namespace and Client.Task pop across every queue tagged so.
+//
+// Options you set are sent as they are. Batch and Partitions left unset
+// are chosen by the broker (autopilot=true travels instead); with both set
+// no autopilot flag is sent, and Autopilot(false) sends a batch of 1 unless
+// told otherwise. A named group always sends its subscription mode,
+// because brokers disagree on the default.
+//
+// Bad combinations fail before any request: conflation needs a group and
+// excludes commit on delivery. A conflating pop answered by a broker that
+// does not conflate fails with ErrConflationUnsupported rather than hand
+// out a whole backlog.
+//
+// # Messages
+//
+// A Message carries what an ack needs (transaction id, partition id, lease
+// id, consumer group) and what the broker reports about it: queue,
+// partition, creation time, trace id, delivery attempt and offset (the last
+// two are absent on 0.15.1). Data holds the payload when it is a JSON
+// object, as the documented examples use it; Raw always holds the payload
+// as pushed, whatever its JSON type, and Decode unmarshals it into any
+// type:
+//
+//	order, err := queen.Decode[Order](msg)
+//
+// # Acknowledging
+//
+// Client.Ack settles a message as completed (ok) or failed (one retry
+// spent; the message comes back after the queue's retry delay, and is
+// dead-lettered after the last retry). Client.Settle takes any of the four
+// outcomes, StatusCompleted, StatusFailed, StatusRetry (give it back without
+// spending a retry) and StatusDLQ (dead-letter it at once), with an error
+// text. Client.SettleBatch settles many messages of one group in a single
+// request and returns a result per message. Every ack carries the lease id
+// of the pop that delivered the message; an ack the broker refuses (a lease
+// that expired, say) is reported in its AckResult and as an *AckError.
+//
+// Client.Renew extends leases while work goes on: one request per distinct
+// lease id, which covers every partition of that pop. Success is read from
+// the broker's answer, not from the HTTP status.
+//
+// # Errors
+//
+// Invalid input is refused before anything is sent, with a sentinel error
+// (ErrEmptyQueue, ErrPartitionsOutOfRange, ErrInvalidTraceID, ...) that
+// also matches ErrInvalidArgument:
+//
+//	if errors.Is(err, queen.ErrInvalidArgument) { ... } // a bug in the caller
+//
+// A refusal by the broker is a *BrokerError, found with errors.As through
+// any wrapping, with the HTTP status, the broker's code and message and its
+// Retry-After. A 0.15.1 broker answers most failures with HTTP 200 and an
+// error in the body; the client reads the body and reports those as
+// *BrokerError too (Status 200).
+//
+// # Broker versions
+//
+// The client speaks the current (2.x) protocol and stays compatible with
+// 0.15.1 brokers where that is cheap: their "no_available_partition",
+// "partition_not_found" and "lease_held" answers and the null lease of a
+// long poll that timed out are empty pops; array or object answers to acks
+// and lease renewals are both read; snake_case push answers, including
+// "buffered" (not stored), are understood. Features that old brokers lack
+// (conflation, autopilot, offsets) degrade as described above.
+package queen

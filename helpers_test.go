@@ -1,0 +1,127 @@
+package queen
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// seen is one request as the fake broker received it.
+type seen struct {
+	Method   string
+	Path     string // escaped, as sent
+	RawQuery string
+	Query    url.Values
+	Header   http.Header
+	Body     []byte
+}
+
+// answer is what the fake broker sends back.
+type answer struct {
+	status int
+	body   string
+	header map[string]string
+}
+
+// recorder is an httptest broker that records every request and answers
+// from a script: answers[i] for the i-th request, the last one repeated.
+type recorder struct {
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	reqs    []seen
+	answers []answer
+}
+
+// newRecorder starts a recording broker answering with the given script
+// (204 with no body when empty) and a client pointed at it. Both are
+// closed when the test ends.
+func newRecorder(t *testing.T, answers ...answer) (*recorder, *Client) {
+	t.Helper()
+	return newRecorderOpts(t, nil, answers...)
+}
+
+func newRecorderOpts(t *testing.T, opts []Option, answers ...answer) (*recorder, *Client) {
+	t.Helper()
+	r := &recorder{answers: answers}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(r.srv.Close)
+	// Fast retries keep tests quick; one attempt unless a test asks for more.
+	base := []Option{WithRetryPolicy(RetryPolicy{MaxAttempts: 1, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})}
+	c, err := New(r.srv.URL, append(base, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return r, c
+}
+
+func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	n := len(r.reqs)
+	r.reqs = append(r.reqs, seen{
+		Method: req.Method, Path: req.URL.EscapedPath(), RawQuery: req.URL.RawQuery,
+		Query: req.URL.Query(), Header: req.Header.Clone(), Body: body,
+	})
+	a := answer{status: http.StatusNoContent}
+	if len(r.answers) > 0 {
+		a = r.answers[min(n, len(r.answers)-1)]
+	}
+	r.mu.Unlock()
+	for k, v := range a.header {
+		w.Header().Set(k, v)
+	}
+	if a.body != "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(a.status)
+	_, _ = io.WriteString(w, a.body)
+}
+
+// hits is the number of requests received.
+func (r *recorder) hits() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.reqs)
+}
+
+// all returns a copy of the requests received.
+func (r *recorder) all() []seen {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]seen(nil), r.reqs...)
+}
+
+// only returns the one request received, failing the test otherwise.
+func (r *recorder) only(t *testing.T) seen {
+	t.Helper()
+	reqs := r.all()
+	require.Len(t, reqs, 1, "requests received")
+	return reqs[0]
+}
+
+// golden reads a file of testdata/.
+func golden(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// ok200 answers 200 with a golden file.
+func ok200(t testing.TB, name string) answer {
+	return answer{status: http.StatusOK, body: golden(t, name)}
+}
