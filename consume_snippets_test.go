@@ -2,6 +2,7 @@ package queen_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -47,6 +48,34 @@ func TestConsumeSnippets(t *testing.T) {
 		}
 		if len(e.peek("events", "archiver")) != 0 {
 			t.Fatal("events left after Limit(1000)")
+		}
+	})
+	t.Run("mailer settles each message itself", func(t *testing.T) {
+		for _, tc := range []struct {
+			name      string
+			send      error
+			dlq, back int
+		}{
+			{"sent", nil, 0, 0},
+			{"permanent failure: dlq", fmt.Errorf("no such mailbox: %w", errPermanent), 1, 0},
+			{"transient failure: failed", errors.New("smtp timeout"), 0, 1},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				e := newEnv(t, withQueueConfig(noRetryDelay))
+				e.push("emails", "", map[string]any{"to": "a@example.com"})
+				sendEmail = func(map[string]any) error { return tc.send }
+				defer func() { sendEmail = nil }()
+				snippetMailer(ctx, e.c)
+				if n := e.srv.DLQCount("emails"); n != tc.dlq {
+					t.Fatalf("dead letters %d, want %d", n, tc.dlq)
+				}
+				if n := e.srv.LeasedCount("emails", "mailer"); n != 0 {
+					t.Fatalf("%d leased", n)
+				}
+				if n := len(e.peek("emails", "mailer")); n != tc.back {
+					t.Fatalf("%d came back, want %d", n, tc.back)
+				}
+			})
 		}
 	})
 	t.Run("running for real, stopped by its ctx", func(t *testing.T) {

@@ -4,11 +4,12 @@ package queen_test
 // pasted unchanged into functions; consume_snippets_test.go runs them
 // against queentest and checks what the page says they do.
 //
-// The mailer snippet (onSuccess/onError, dlq through a transaction) needs
-// Client.Transaction, which lands with issue 6.
+// errPermanent, which the mailer snippet names, is declared in
+// spec_admin_test.go.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os/signal"
@@ -19,6 +20,9 @@ import (
 
 // runTask is what the page's worker runs per task; tests set it.
 var runTask func(data map[string]any) error
+
+// sendEmail is what the page's mailer calls; tests set it.
+var sendEmail func(data map[string]any) error
 
 // snippetQueueMode: Queue mode: one message at a time, Limit(1).
 func snippetQueueMode(ctx context.Context, client *queen.Client) {
@@ -110,6 +114,36 @@ func snippetReadAgain(ctx context.Context, client *queen.Client) {
 		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
 			fmt.Println("again:", msg.Data)
 			return nil
+		}).
+		Execute(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// snippetMailer: the Go form of onSuccess/onError, the handler settles each message.
+func snippetMailer(ctx context.Context, client *queen.Client) {
+	var err error
+	err = client.Queue("emails").
+		Group("mailer").
+		SubscriptionMode(queen.SubscriptionModeAll).
+		AutoAck(false). // the client stops acking: the handler gives every answer
+		Each().
+		Limit(1).
+		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
+			opts := queen.AckOptions{ConsumerGroup: "mailer"}
+			err := sendEmail(msg.Data)
+			switch {
+			case err == nil:
+				_, err = client.Ack(ctx, msg, true, opts)
+			case errors.Is(err, errPermanent): // trying again cannot help
+				// Ack takes no dlq status: a transaction carries it, without the error text.
+				_, err = client.Transaction().Ack(msg, "dlq", opts).Commit(ctx)
+			default:
+				opts.Error = err.Error()
+				_, err = client.Ack(ctx, msg, false, opts) // failed: back after retryDelay
+			}
+			return err
 		}).
 		Execute(ctx)
 	if err != nil {
