@@ -268,3 +268,35 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// BenchmarkRequestOverhead is one empty, non-waiting pop (204) through the
+// client next to the same request with bare net/http: the per-request cost
+// of the client's HTTP layer, which dominates the loop with batch 1.
+func BenchmarkRequestOverhead(b *testing.B) {
+	bs := newBenchSetup(b)
+	ctx := context.Background()
+	qb := bs.client.Queue("empty").Batch(1).Partitions(1).Wait(false)
+	b.Run("client", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if msgs, err := qb.Pop(ctx); err != nil || len(msgs) != 0 {
+				b.Fatal(err, len(msgs))
+			}
+		}
+	})
+	u := bs.srv.URL + "/api/v1/pop/queue/empty?batch=1&partitions=1&wait=false"
+	b.Run("net/http", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			resp, err := bs.hc.Get(u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				b.Fatal(resp.StatusCode)
+			}
+		}
+	})
+}
