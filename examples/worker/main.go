@@ -39,9 +39,16 @@ func main() {
 	}
 }
 
-// errOutOfStock is the transient failure the handler simulates: the order
-// is failed (one retry spent) and comes back after the queue's retryDelay.
+// errOutOfStock is the transient failure the handler simulates on the first
+// delivery of some orders. The OnError callback gives such an order back
+// with a retry ack (no retry spent): it comes back at once. Any other
+// error is acked failed, which spends one of the queue's retries.
 var errOutOfStock = errors.New("warehouse briefly out of stock")
+
+// idleStop ends the worker when nothing has come for that long although
+// orders are missing (dead-lettered by the broker, say), so that it never
+// hangs.
+const idleStop = 3000 // ms
 
 func run(total, partitions, concurrency int, work time.Duration) error {
 	if total < 1 || partitions < 1 || concurrency < 1 {
@@ -102,6 +109,7 @@ func run(total, partitions, concurrency int, work time.Duration) error {
 		Batch(50).
 		Concurrency(concurrency). // handlers at once, each on its own partitions
 		RenewLease(true, 1000).   // renew every second while a handler runs
+		IdleMillis(idleStop).     // a safety net: see idleStop
 		Each().
 		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
 			inFlight.Add(1)
@@ -127,7 +135,13 @@ func run(total, partitions, concurrency int, work time.Duration) error {
 			}
 			return nil
 		}).
-		GracePeriod(5 * time.Second).
+		OnError(func(ctx context.Context, msg *queen.Message, err error) queen.Outcome {
+			if errors.Is(err, errOutOfStock) {
+				return queen.Retry() // back at once, no retry spent
+			}
+			return queen.Fail(err)
+		}).
+		GracePeriod(5 * time.Second). // a stop lets running orders finish
 		Execute(ctx)
 	stopProgress()
 	elapsed := time.Since(consumeStart)
@@ -136,14 +150,18 @@ func run(total, partitions, concurrency int, work time.Duration) error {
 	}
 
 	n := processed.Load()
-	fmt.Printf("processed %d/%d orders in %v (%.0f orders/s), %d failed once and retried, %d duplicates\n",
+	fmt.Printf("processed %d/%d orders in %v (%.0f orders/s), %d given back once and retried, %d duplicates\n",
 		n, total, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), retried.Load(), duplicates.Load())
 	if srv != nil {
 		fmt.Printf("broker: %d leased, %d dead-lettered\n", srv.LeasedCount(queue, group), srv.DLQCount(queue))
 	}
 	if n < int64(total) {
-		fmt.Printf("stopped by signal: the %d orders not processed stay in %s for the next worker\n", int64(total)-n, queue)
-		return nil
+		if sigCtx.Err() != nil {
+			fmt.Printf("stopped by signal: the %d orders not processed stay in %s for the next worker\n", int64(total)-n, queue)
+			return nil
+		}
+		return fmt.Errorf("%d orders missing after %d ms with nothing to do (dead-lettered?); they stay in %s",
+			int64(total)-n, idleStop, queue)
 	}
 	if _, err := client.Queue(queue).Delete().Execute(context.Background()); err != nil {
 		return fmt.Errorf("delete queue: %w", err)
