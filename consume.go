@@ -84,13 +84,19 @@ type ConsumeBuilder struct {
 	grace       time.Duration
 }
 
-// Consume prepares a loop that pops messages and calls h once per message,
-// in partition order, never two messages of one partition at once. When h
+// Consume prepares a loop that pops messages and calls h once per message
+// (Each() is implied), in partition order, never two messages of one
+// partition at once. When h
 // returns nil the message is acked completed; when it returns an error it is
 // acked failed with the error's text, and the messages after it in its
 // partition are left for the broker to deliver again after it. The
 // completed and failed outcomes of one pop go to the broker in one batch
-// ack. See Execute for when the loop stops and what it gives back.
+// ack. With AutoAck(false) h acks each message itself; the loop then acks
+// nothing after a nil, and still nacks (failed) after an error, so that the
+// partition is not stuck until the lease runs out. A panic in h is
+// recovered, logged with its stack and treated as an error matching
+// ErrHandlerPanic. See Execute for when the loop stops and what it gives
+// back.
 //
 // The loop stops when ctx or the ctx given to Execute ends. The ctx passed to
 // h keeps ctx's values; it is cancelled when the grace period after a stop
@@ -125,8 +131,10 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 
 // OnError hands the outcome of every message whose handler returned an
 // error (or panicked) to f: the loop acks what f returns instead of failed,
-// for example DLQ for an error that retrying cannot fix. Under
-// ConsumeBatch, f is called for each message of the failed batch, in order,
+// for example DLQ for an error that retrying cannot fix. Per message, after
+// Fail or Retry the rest of that partition in the pop is not handled (it
+// comes back after the message); after Complete or DLQ it goes on. Under
+// ConsumeBatch without Each(), f is called for each message of the failed batch, in order,
 // until it returns Fail or Retry for a message: the rest of that partition
 // then comes back after it without a call. A handler stopped by the end of
 // the grace period (its error returned after its ctx was cancelled by the
