@@ -230,10 +230,6 @@ type targetResult struct {
 
 func (c *cursor) clone() *cursor {
 	n := *c
-	n.attempts = make(map[int64]int, len(c.attempts))
-	for k, v := range c.attempts {
-		n.attempts[k] = v
-	}
 	if c.lease != nil {
 		l := *c.lease
 		l.delivered = append([]int64(nil), c.lease.delivered...)
@@ -432,6 +428,7 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		c.setCommitted(max(next, sigOff), now)
 		file(sigOff, dlqError(), brc0)
 		c.release()
+		c.clearAttempt()
 		c.batchRetry = 0
 		if settle(brc0 >= retryLimit, brc0) {
 			c.batchRetry = brc0 // the rest keeps the budget it used
@@ -448,6 +445,7 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 			c.setCommitted(sigOff, now)
 			file(sigOff, dlqError(), brc0)
 			c.release()
+			c.clearAttempt()
 			c.batchRetry = 0
 			settle(true, brc0)
 		default: // no DLQ: the poison is dropped
@@ -464,9 +462,15 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 			next = l.end // a clean ack retires the whole conflated span
 		}
 		c.setCommitted(next, now)
-		if hasLease && next >= l.end {
+		switch {
+		case hasLease && next >= l.end:
 			c.release()
+			c.clearAttempt()
 			c.batchRetry = 0
+		case hasLease:
+			// A partial ack keeps the lease; a redelivery of the rest starts
+			// at the first message it left.
+			c.attemptOff = next + 1
 		}
 	}
 

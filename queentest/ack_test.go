@@ -87,8 +87,9 @@ func TestAckFailedSpendsRetryAndRedeliversAfterRetryDelay(t *testing.T) {
 	clock.Advance(1 * time.Second)
 	p2 := h.popQ("q", vals("batch", "10"))
 	assert.Equal(t, []int{1, 2, 3}, ns(t, p2.Messages))
-	assert.Equal(t, 2, p2.Messages[0].DeliveryAttempt)
-	assert.Equal(t, 2, p2.Messages[2].DeliveryAttempt)
+	// The redelivery starts past the completed #0, so it counts as a first
+	// claim from there (TestDeliveryAttemptIsCountedPerClaim).
+	assert.Equal(t, 1, p2.Messages[0].DeliveryAttempt)
 	assert.NotEqual(t, p.LeaseID, p2.LeaseID)
 }
 
@@ -173,11 +174,13 @@ func TestAckRetryReleasesWithoutSpending(t *testing.T) {
 	for _, a := range out {
 		assert.True(t, a.Success)
 	}
-	// No retryDelay and no budget: retry as often as we like.
+	// No retryDelay and no budget: retry as often as we like. The first
+	// redelivery starts past #0 (attempt 1); each retry of the claim's first
+	// message then redelivers from the same start.
 	for i := 0; i < 5; i++ {
 		p = h.popQ("q", vals("batch", "10"))
 		assert.Equal(t, []int{1, 2}, ns(t, p.Messages))
-		assert.Equal(t, i+2, p.Messages[0].DeliveryAttempt)
+		assert.Equal(t, i+1, p.Messages[0].DeliveryAttempt)
 		h.ackMsg(p.Messages[0], "retry", "")
 	}
 	assert.Equal(t, 0, s.DLQCount("q"))

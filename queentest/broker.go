@@ -86,9 +86,11 @@ type cursor struct {
 	lease      *lease
 	notBefore  time.Time // a `failed` release waits retryDelay
 	batchRetry int       // retries spent by the batch at the cursor
-	// attempts counts deliveries of each offset above committed, for
-	// deliveryAttempt.
-	attempts       map[int64]int
+	// attemptOff is the first offset of the last leased claim (-1: none)
+	// and attemptCount its deliveryAttempt: a claim starting there again
+	// is a redelivery (2.x rsm/consume/pop.rs claim_one).
+	attemptOff     int64
+	attemptCount   int
 	released       *releasedLease
 	totalConsumed  int64
 	lastConsumedAt time.Time
@@ -101,6 +103,10 @@ type lease struct {
 	end       int64   // last leased offset (the batch end)
 	delivered []int64 // offsets handed out under this lease
 	conflated bool
+	// the cursor's attempt marker before this claim, put back when the
+	// claim is given back unanswered
+	prevAttemptOff   int64
+	prevAttemptCount int
 }
 
 // releasedLease remembers the batch the last settling ack released, so that
@@ -259,21 +265,20 @@ func (c *cursor) liveLease(now time.Time) *lease {
 	return c.lease
 }
 
+// clearAttempt forgets the attempt marker: the next claim is attempt 1.
+func (c *cursor) clearAttempt() {
+	c.attemptOff, c.attemptCount = -1, 0
+}
+
 func (c *cursor) release() { c.lease = nil }
 
-// advance moves the committed position to off (never back) and forgets the
-// delivery counts below it.
+// setCommitted moves the committed position to off.
 func (c *cursor) setCommitted(off int64, now time.Time) {
 	if off > c.committed {
 		c.totalConsumed += off - c.committed
 		c.lastConsumedAt = now
 	}
 	c.committed = off
-	for o := range c.attempts {
-		if o <= c.committed {
-			delete(c.attempts, o)
-		}
-	}
 }
 
 // cursorOf returns the cursor of group on p, creating it (seeded by the
@@ -281,7 +286,7 @@ func (c *cursor) setCommitted(off int64, now time.Time) {
 func (b *broker) cursorOf(p *partition, group string, create bool) *cursor {
 	c := p.cursors[group]
 	if c == nil && create {
-		c = &cursor{committed: b.seed(p, group), attempts: map[int64]int{}}
+		c = &cursor{committed: b.seed(p, group), attemptOff: -1}
 		p.cursors[group] = c
 	}
 	return c

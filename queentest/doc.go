@@ -25,7 +25,9 @@
 //     prefix), failed (one retry spent, redelivered after retryDelay, then
 //     dead-lettered or dropped), retry (no retry spent) and dlq; a stale or
 //     foreign lease id is refused per item. Leases expire on the Clock and
-//     are renewed per lease id. Conflation, commit on delivery (autoAck),
+//     are renewed per lease id. deliveryAttempt is the claim's: a claim
+//     starting where the cursor's previous claim started (after an expiry,
+//     a retry or a failed first message) counts up, any other starts at 1. Conflation, commit on delivery (autoAck),
 //     transactions, seek, consumer-group admin, the dead-letter queue, fetch
 //     by offset and /health are there too.
 //

@@ -515,9 +515,20 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			res.body.Partition, res.body.PartitionID = p.name, p.pid()
 		}
 		res.claimed++
+		// The claim's delivery attempt: a claim that starts where the
+		// cursor's previous leased claim started is a redelivery; any other
+		// start is a first delivery. Commit on delivery is always attempt 1
+		// and leaves the marker alone.
+		attempt, prevOff, prevCount := 1, c.attemptOff, c.attemptCount
+		if !pr.autoAck {
+			start := c.committed + 1
+			if c.attemptOff == start {
+				attempt = c.attemptCount + 1
+			}
+			c.attemptOff, c.attemptCount = start, attempt
+		}
 		for _, off := range offs {
-			c.attempts[off]++
-			attempt := c.attempts[off]
+			attempt := attempt
 			m := p.msgs[off]
 			o := m.offset
 			l := wireLease
@@ -531,6 +542,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 		end := offs[len(offs)-1]
 		if pr.autoAck {
 			c.setCommitted(end, now) // commit on delivery: nothing to ack
+			c.release()
 			continue
 		}
 		secs := pr.leaseSec
@@ -543,6 +555,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 		c.lease = &lease{
 			id: leaseID, acquired: now, expires: now.Add(time.Duration(secs) * time.Second),
 			end: end, delivered: offs, conflated: named && conflate[p.q.name],
+			prevAttemptOff: prevOff, prevAttemptCount: prevCount,
 		}
 	}
 	res.body.PartitionsClaimed = res.claimed
@@ -568,10 +581,9 @@ func (b *broker) nack(leaseID string, msgs []wire.PopMessage) {
 			continue
 		}
 		if c.lease != nil && c.lease.id == leaseID {
+			// The attempt the claim counted is taken back with it.
+			c.attemptOff, c.attemptCount = c.lease.prevAttemptOff, c.lease.prevAttemptCount
 			c.lease = nil
-		}
-		if m.Offset != nil && c.attempts[*m.Offset] > 0 {
-			c.attempts[*m.Offset]--
 		}
 	}
 	b.bump()
