@@ -303,7 +303,10 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		return refuse(errInvalidLease)
 	}
 
+	// From here the batch is the lease on the cursor, live or expired: an
+	// expired lease still bounds a lease-less ack until a pop claims again.
 	committed0 := c.committed
+	l = c.lease
 	hasLease := l != nil
 	end := int64(math.MaxInt64)
 	if hasLease {

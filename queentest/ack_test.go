@@ -337,3 +337,41 @@ func TestAckBadRequestsChangeNothing(t *testing.T) {
 	assert.Len(t, h.ackAll(p, ""), 2)
 	assert.Equal(t, 0, s.LeasedCount("q", ""))
 }
+
+// After its lease expired, a batch still bounds a lease-less ack until the
+// next pop claims again (2.x rsm/consume/ack.rs: has_lease is the lease on
+// the cursor row, live or not): a message past the expired batch is not
+// acked, and a lease-less `failed` settles the batch like a leased one.
+func TestLeaseLessAckAfterExpiryIsBoundByTheExpiredBatch(t *testing.T) {
+	clock := NewFakeClock(t0)
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
+	configure(h, "q", item{"retryLimit": 0, "retryDelay": 0})
+	h.pushN("q", "p", 3)
+	p := h.popQ("q", vals("batch", "2", "leaseSeconds", "5"))
+	require.Len(t, p.Messages, 2)
+	clock.Advance(10 * time.Second)
+
+	// #2's transactionId, read without touching any cursor.
+	var fetch struct {
+		Entries []struct {
+			Records []struct {
+				TransactionID string `json:"transactionId"`
+			} `json:"records"`
+		} `json:"entries"`
+	}
+	h.doJSON("POST", "/api/v1/fetch", item{"entries": []item{{"queue": "q", "partition": "p", "offset": 2}}}, http.StatusOK, &fetch)
+	third := fetch.Entries[0].Records[0].TransactionID
+
+	out := h.ack("/api/v1/ack", item{"transactionId": third, "partitionId": p.PartitionID, "status": "completed"})
+	assert.False(t, out[0].Success, "#2 was never in the batch")
+
+	// A lease-less failed ack of #0 spends the (zero) budget: dead-lettered.
+	out = h.ack("/api/v1/ack", item{"transactionId": p.Messages[0].TransactionID, "partitionId": p.PartitionID, "status": "failed"})
+	assert.True(t, out[0].Success)
+	assert.True(t, out[0].DLQ)
+	assert.True(t, out[0].LeaseReleased)
+	assert.Equal(t, 1, s.DLQCount("q"))
+	p2 := h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{1, 2}, ns(t, p2.Messages))
+}

@@ -255,12 +255,14 @@ func (p *partition) firstAtOrAfter(ts time.Time) int64 {
 	return -1
 }
 
-// liveLease drops c's lease if it expired at now, and returns what is left.
-// Expiry spends no retry: the cursor stays where it is and the messages go
-// to the next pop with their delivery attempt + 1.
+// liveLease returns c's lease if it is live at now. An expired lease stays
+// on the cursor, holding nothing, until the next claim replaces it (a
+// lease-less ack still settles its batch, as on the 2.x broker). Expiry
+// spends no retry: the cursor stays where it is and the messages go to the
+// next pop as a redelivery.
 func (c *cursor) liveLease(now time.Time) *lease {
 	if c.lease != nil && now.After(c.lease.expires) {
-		c.lease = nil
+		return nil
 	}
 	return c.lease
 }
