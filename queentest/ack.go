@@ -291,7 +291,9 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 					res.per[i] = ackOut{success: true, leaseReleased: true}
 					any = true
 				} else {
-					res.per[i] = ackOut{err: errStaleAck}
+					// Not of the released batch: refused like any item
+					// under a lease that is not the live one.
+					res.per[i] = ackOut{err: errInvalidLease}
 					res.stale = true
 				}
 			}

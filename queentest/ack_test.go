@@ -246,10 +246,20 @@ func TestRepeatOfAnAckAfterReleaseIsAnsweredAsTheFirstTime(t *testing.T) {
 		assert.True(t, again[i].Success, "the lost-reply retry is answered as the first")
 		assert.Equal(t, first[i].LeaseReleased, again[i].LeaseReleased)
 	}
-	// But the released lease cannot ack anything else.
+	// But the released lease cannot ack anything else: in the same repeat,
+	// an item of no batch it held is refused as under any lease that is not
+	// the live one (2.x render_ack: the presented lease is invalid).
 	next := h.popQ("q", nil)
 	a := h.ack("/api/v1/ack", item{"transactionId": next.Messages[0].TransactionID, "partitionId": next.Messages[0].PartitionID, "leaseId": p.LeaseID})
 	assert.False(t, a[0].Success)
+	assert.Equal(t, "invalid or expired lease", *a[0].Error)
+	a = h.ack("/api/v1/ack/batch", item{"acknowledgments": []item{
+		{"transactionId": p.Messages[1].TransactionID, "partitionId": p.PartitionID, "leaseId": p.LeaseID},
+		{"transactionId": next.Messages[0].TransactionID, "partitionId": p.PartitionID, "leaseId": p.LeaseID},
+	}})
+	assert.True(t, a[0].Success)
+	assert.False(t, a[1].Success)
+	assert.Equal(t, "invalid or expired lease", *a[1].Error)
 }
 
 func TestLeaseLessAckIsAcceptedAfterExpiry(t *testing.T) {
