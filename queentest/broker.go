@@ -326,6 +326,20 @@ func (b *broker) seed(p *partition, group string) int64 {
 	return -1
 }
 
+// seedIntent is where a cursor of p starts for a pop's subscription taken
+// now, without a registration (a pinned pop of an unregistered group).
+func (p *partition) seedIntent(sub subscription) int64 {
+	switch sub.mode {
+	case "all":
+		return -1
+	case "timestamp":
+		if off := p.firstAtOrAfter(sub.ts); off >= 0 {
+			return off - 1
+		}
+	}
+	return p.lastOffset()
+}
+
 // subscription is what a pop asks for a group that registers with it.
 type subscription struct {
 	mode       string // "new", "all" or "timestamp"

@@ -398,18 +398,32 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 		queues = append(queues, b.queueOf(pr.queue, true, b.implicitConfig(), now))
 	}
 
-	// A named group registers on its first pop; its stored policy wins.
+	// A named group registers on its first wildcard or discovery pop; its
+	// stored policy wins. A pinned pop of an unregistered group registers
+	// nothing (2.x rsm/consume/pop.rs pop_pinned): the partition it reads
+	// starts where this pop's subscription says, and the claim conflates
+	// as this pop asks. Only a conflating pinned pop that finds no cursor on
+	// its partition registers the group (and starts all its partitions).
 	conflate := map[string]bool{}
 	if named {
-		names := make([]string, 0, len(queues))
 		for _, q := range queues {
-			names = append(names, q.name)
-		}
-		if pr.pinned && len(queues) == 0 {
-			names = append(names, pr.queue)
-		}
-		for _, n := range names {
-			m := b.registerGroup(n, pr.group, pr.sub, now)
+			n := q.name
+			m := b.groups[groupKey{n, pr.group}]
+			if m == nil && pr.pinned {
+				p := q.byName[pr.partition]
+				if !pr.sub.conflation || p == nil || p.cursors[pr.group] != nil {
+					if p != nil && p.cursors[pr.group] == nil {
+						p.cursors[pr.group] = &cursor{committed: p.seedIntent(pr.sub), attemptOff: -1}
+					}
+					conflate[n] = pr.sub.conflation
+					if pr.sub.conflation {
+						t := true
+						res.body.Conflation = &t
+					}
+					continue
+				}
+			}
+			m = b.registerGroup(n, pr.group, pr.sub, now)
 			conflate[n] = m.conflation
 			if m.conflation {
 				t := true

@@ -379,3 +379,54 @@ func TestNewSubscriptionUsesPushOrderNotTimestamps(t *testing.T) {
 	assert.Len(t, p.Messages, 1)
 	assert.EqualValues(t, 2, p.Messages[0].Offset)
 }
+
+// A plain pinned pop does not register its consumer group (2.x
+// rsm/consume/pop.rs pop_pinned; tests_pop.rs
+// a_plain_pinned_pop_does_not_register_the_group): the partition it reads is
+// started where this pop's subscription says, and the group registers, with
+// its own subscription, at its first wildcard pop. A conflating pinned pop of
+// an unregistered group does register it.
+func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
+	h := newHC(t, Start(t))
+	pinned := func(part string, q url.Values) (int, *tPop) {
+		return h.pop("/api/v1/pop/queue/q/partition/"+part, q)
+	}
+	h.pushN("q", "a", 1)
+	st, _ := pinned("a", vals("consumerGroup", "g", "subscriptionMode", "new"))
+	assert.Equal(t, http.StatusNoContent, st, "new: a's backlog is skipped")
+
+	// b is created after that pop; a pinned pop in mode new still starts b
+	// at its tail, since no registration fixed an earlier start.
+	h.pushN("q", "b", 1)
+	st, _ = pinned("b", vals("consumerGroup", "g", "subscriptionMode", "new"))
+	assert.Equal(t, http.StatusNoContent, st)
+
+	// The first wildcard pop registers the group with its own subscription.
+	h.pushN("q", "c", 1)
+	p := h.popQ("q", vals("consumerGroup", "g", "subscriptionMode", "all", "partitions", "10", "batch", "10"))
+	require.Len(t, p.Messages, 1)
+	assert.Equal(t, "c", p.Messages[0].Partition)
+	var rows []struct {
+		Name             string `json:"name"`
+		QueueName        string `json:"queueName"`
+		SubscriptionMode string `json:"subscriptionMode"`
+	}
+	h.doJSON("GET", "/api/v1/consumer-groups", nil, http.StatusOK, &rows)
+	mode := ""
+	for _, r := range rows {
+		if r.Name == "g" && r.QueueName == "q" {
+			mode = r.SubscriptionMode
+		}
+	}
+	assert.Equal(t, "all", mode)
+
+	// A conflating pinned pop registers an unregistered group.
+	h.pushN("q", "d", 2)
+	st, p = pinned("d", vals("consumerGroup", "cg", "conflation", "true", "subscriptionMode", "all"))
+	require.Equal(t, http.StatusOK, st)
+	require.NotNil(t, p.Conflation)
+	assert.Equal(t, []int{1}, ns(t, p.Messages))
+	_, p = h.pop("/api/v1/pop/queue/q", vals("consumerGroup", "cg", "partitions", "10"))
+	require.NotNil(t, p)
+	require.NotNil(t, p.Conflation, "the stored policy of the registration")
+}
