@@ -173,8 +173,19 @@ type popResult struct {
 	nextAt  time.Time // when a partition of the scope may become claimable (0: unknown)
 }
 
+// popRefusal is the 400 the pop handlers write themselves (2.x
+// handlers/data.rs): {success:false, error, messages:[]}, no code.
 func popRefusal(w *recorder, msg string) {
-	w.json(http.StatusBadRequest, map[string]any{"success": false, "error": msg, "messages": []any{}, "code": "bad_request"})
+	w.json(http.StatusBadRequest, map[string]any{"success": false, "error": msg, "messages": []any{}})
+}
+
+// queryRejected answers a pop query the typed extractor cannot read as the
+// 2.x broker's axum Query extractor does: a plain-text 400.
+func queryRejected(w *recorder, err error) {
+	w.body.Reset()
+	w.header.Set("Content-Type", "text/plain; charset=utf-8")
+	w.status = http.StatusBadRequest
+	w.body.WriteString("Failed to deserialize query string: " + err.Error())
 }
 
 // conflationRefused answers the two refused conflation combinations
@@ -201,7 +212,7 @@ func (p popParams) base(now time.Time) popReq {
 	}
 	batch := defaultPopBatch
 	if p.batch != nil {
-		batch = max(*p.batch, 0)
+		batch = max(*p.batch, 1) // the claim takes at least one message
 	}
 	return popReq{
 		group: group, budget: batch, autoAck: p.autoAck, leaseSec: p.leaseSec,
@@ -229,7 +240,7 @@ func (p popParams) width(conflate bool, batch int) int {
 func (s *Server) handlePopQueue(w *recorder, req *request) {
 	p, err := parsePopParams(req.query)
 	if err != nil {
-		w.error(http.StatusBadRequest, "bad_request", "Failed to deserialize query string: "+err.Error())
+		queryRejected(w, err)
 		return
 	}
 	if conflationRefused(w, p) || nameTooLong(w, req.params[0], p.group) {
@@ -251,7 +262,7 @@ func (s *Server) handlePopQueue(w *recorder, req *request) {
 func (s *Server) handlePopPartition(w *recorder, req *request) {
 	p, err := parsePopParams(req.query)
 	if err != nil {
-		w.error(http.StatusBadRequest, "bad_request", "Failed to deserialize query string: "+err.Error())
+		queryRejected(w, err)
 		return
 	}
 	if conflationRefused(w, p) || nameTooLong(w, req.params[0], max(p.group, req.params[1])) {
@@ -269,7 +280,7 @@ func (s *Server) handlePopPartition(w *recorder, req *request) {
 func (s *Server) handlePopDiscover(w *recorder, req *request) {
 	p, err := parsePopParams(req.query)
 	if err != nil {
-		w.error(http.StatusBadRequest, "bad_request", "Failed to deserialize query string: "+err.Error())
+		queryRejected(w, err)
 		return
 	}
 	if p.namespace == "" && p.task == "" {

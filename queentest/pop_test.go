@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,16 +69,46 @@ func TestPopEmptyIs204WithoutBody(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, st)
 }
 
+// The pop routes read their query with axum's typed Query extractor (2.x
+// handlers/data.rs), whose rejection is a plain-text 400, not the JSON error
+// envelope.
 func TestPopBadQueryIs400(t *testing.T) {
 	h := newHC(t, Start(t))
-	for _, q := range []string{"batch=x", "wait=yes", "timeout=-1", "partitions=1.5"} {
-		st, _, raw := h.do("GET", "/api/v1/pop/queue/q?"+q, nil)
-		assert.Equal(t, http.StatusBadRequest, st, q)
-		var e struct{ Error, Code string }
-		require.NoError(t, json.Unmarshal(raw, &e), q)
-		assert.NotEmpty(t, e.Error)
-		assert.Equal(t, "bad_request", e.Code)
+	for _, path := range []string{"/api/v1/pop/queue/q", "/api/v1/pop/queue/q/partition/p", "/api/v1/pop"} {
+		for _, q := range []string{"batch=x", "wait=yes", "timeout=-1", "partitions=1.5"} {
+			st, hdr, raw := h.do("GET", path+"?namespace=n&"+q, nil)
+			assert.Equal(t, http.StatusBadRequest, st, q)
+			assert.Equal(t, "text/plain; charset=utf-8", hdr.Get("Content-Type"), q)
+			assert.True(t, strings.HasPrefix(string(raw), "Failed to deserialize query string: "), "%s: %s", q, raw)
+		}
 	}
+	// The refusals the handlers write themselves are JSON without a code.
+	for _, path := range []string{"/api/v1/pop", "/api/v1/pop/queue/q?conflation=true"} {
+		st, _, raw := h.do("GET", path, nil)
+		assert.Equal(t, http.StatusBadRequest, st, path)
+		var e map[string]any
+		require.NoError(t, json.Unmarshal(raw, &e), path)
+		assert.Equal(t, false, e["success"], path)
+		assert.NotEmpty(t, e["error"], path)
+		assert.Equal(t, []any{}, e["messages"], path)
+		assert.NotContains(t, e, "code", path)
+	}
+}
+
+// batch below 1 still claims one message: the 2.x claim takes at least one
+// (rsm/consume/pop.rs: budget.max(1)).
+func TestPopBatchBelowOneTakesOne(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 3)
+	p := h.popQ("q", vals("batch", "0"))
+	assert.Equal(t, []int{0}, ns(t, p.Messages))
+	h.ackAll(p, "")
+	p = h.popQ("q", vals("batch", "-5"))
+	assert.Equal(t, []int{1}, ns(t, p.Messages))
+	h.ackAll(p, "")
+	_, p = h.pop("/api/v1/pop/queue/q/partition/p", vals("batch", "0"))
+	require.NotNil(t, p)
+	assert.Equal(t, []int{2}, ns(t, p.Messages))
 }
 
 func TestPopDefaultsBatch200AndOnePartition(t *testing.T) {
