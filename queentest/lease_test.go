@@ -248,3 +248,22 @@ func TestDeliveryAttemptIsCountedPerClaim(t *testing.T) {
 	assert.Equal(t, []int{4, 5}, ns(t, p.Messages))
 	assert.Equal(t, 1, p.Messages[0].DeliveryAttempt)
 }
+
+// A renew body the broker cannot read means the default 60 s, never a 400
+// (2.x handlers/data.rs handle_lease_extend).
+func TestRenewUnreadableBodyMeansSixtySeconds(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	h.pushN("q", "p", 1)
+	p := h.popQ("q", vals("leaseSeconds", "5"))
+	want := isoMillis(t0.Add(60 * time.Second))
+	for _, body := range []string{`{`, `{"seconds":"ten"}`, `[1]`, `{"seconds":null}`} {
+		st, _, raw := h.do("POST", "/api/v1/lease/"+p.LeaseID+"/extend", body)
+		require.Equal(t, http.StatusOK, st, body)
+		var r tRenew
+		require.NoError(t, json.Unmarshal(raw, &r), body)
+		assert.True(t, r.Success, body)
+		require.NotNil(t, r.NewExpiresAt, body)
+		assert.Equal(t, want, *r.NewExpiresAt, body)
+	}
+}
