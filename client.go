@@ -227,7 +227,7 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 		Timeout:  r.timeout,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queen: %s %s: %w", r.method, r.path, err)
+		return nil, fmt.Errorf("queen: %w", err) // the transport names the method and path
 	}
 	out := &response{status: resp.Status, header: resp.Header, body: resp.Body}
 	if resp.Status < 200 || resp.Status > 299 {

@@ -230,10 +230,6 @@ type targetResult struct {
 
 func (c *cursor) clone() *cursor {
 	n := *c
-	n.attempts = make(map[int64]int, len(c.attempts))
-	for k, v := range c.attempts {
-		n.attempts[k] = v
-	}
 	if c.lease != nil {
 		l := *c.lease
 		l.delivered = append([]int64(nil), c.lease.delivered...)
@@ -295,7 +291,9 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 					res.per[i] = ackOut{success: true, leaseReleased: true}
 					any = true
 				} else {
-					res.per[i] = ackOut{err: errStaleAck}
+					// Not of the released batch: refused like any item
+					// under a lease that is not the live one.
+					res.per[i] = ackOut{err: errInvalidLease}
 					res.stale = true
 				}
 			}
@@ -307,7 +305,10 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		return refuse(errInvalidLease)
 	}
 
+	// From here the batch is the lease on the cursor, live or expired: an
+	// expired lease still bounds a lease-less ack until a pop claims again.
 	committed0 := c.committed
+	l = c.lease
 	hasLease := l != nil
 	end := int64(math.MaxInt64)
 	if hasLease {
@@ -432,6 +433,7 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		c.setCommitted(max(next, sigOff), now)
 		file(sigOff, dlqError(), brc0)
 		c.release()
+		c.clearAttempt()
 		c.batchRetry = 0
 		if settle(brc0 >= retryLimit, brc0) {
 			c.batchRetry = brc0 // the rest keeps the budget it used
@@ -448,6 +450,7 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 			c.setCommitted(sigOff, now)
 			file(sigOff, dlqError(), brc0)
 			c.release()
+			c.clearAttempt()
 			c.batchRetry = 0
 			settle(true, brc0)
 		default: // no DLQ: the poison is dropped
@@ -464,9 +467,15 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 			next = l.end // a clean ack retires the whole conflated span
 		}
 		c.setCommitted(next, now)
-		if hasLease && next >= l.end {
+		switch {
+		case hasLease && next >= l.end:
 			c.release()
+			c.clearAttempt()
 			c.batchRetry = 0
+		case hasLease:
+			// A partial ack keeps the lease; a redelivery of the rest starts
+			// at the first message it left.
+			c.attemptOff = next + 1
 		}
 	}
 

@@ -87,8 +87,9 @@ func TestAckFailedSpendsRetryAndRedeliversAfterRetryDelay(t *testing.T) {
 	clock.Advance(1 * time.Second)
 	p2 := h.popQ("q", vals("batch", "10"))
 	assert.Equal(t, []int{1, 2, 3}, ns(t, p2.Messages))
-	assert.Equal(t, 2, p2.Messages[0].DeliveryAttempt)
-	assert.Equal(t, 2, p2.Messages[2].DeliveryAttempt)
+	// The redelivery starts past the completed #0, so it counts as a first
+	// claim from there (TestDeliveryAttemptIsCountedPerClaim).
+	assert.Equal(t, 1, p2.Messages[0].DeliveryAttempt)
 	assert.NotEqual(t, p.LeaseID, p2.LeaseID)
 }
 
@@ -173,11 +174,13 @@ func TestAckRetryReleasesWithoutSpending(t *testing.T) {
 	for _, a := range out {
 		assert.True(t, a.Success)
 	}
-	// No retryDelay and no budget: retry as often as we like.
+	// No retryDelay and no budget: retry as often as we like. The first
+	// redelivery starts past #0 (attempt 1); each retry of the claim's first
+	// message then redelivers from the same start.
 	for i := 0; i < 5; i++ {
 		p = h.popQ("q", vals("batch", "10"))
 		assert.Equal(t, []int{1, 2}, ns(t, p.Messages))
-		assert.Equal(t, i+2, p.Messages[0].DeliveryAttempt)
+		assert.Equal(t, i+1, p.Messages[0].DeliveryAttempt)
 		h.ackMsg(p.Messages[0], "retry", "")
 	}
 	assert.Equal(t, 0, s.DLQCount("q"))
@@ -243,10 +246,20 @@ func TestRepeatOfAnAckAfterReleaseIsAnsweredAsTheFirstTime(t *testing.T) {
 		assert.True(t, again[i].Success, "the lost-reply retry is answered as the first")
 		assert.Equal(t, first[i].LeaseReleased, again[i].LeaseReleased)
 	}
-	// But the released lease cannot ack anything else.
+	// But the released lease cannot ack anything else: in the same repeat,
+	// an item of no batch it held is refused as under any lease that is not
+	// the live one (2.x render_ack: the presented lease is invalid).
 	next := h.popQ("q", nil)
 	a := h.ack("/api/v1/ack", item{"transactionId": next.Messages[0].TransactionID, "partitionId": next.Messages[0].PartitionID, "leaseId": p.LeaseID})
 	assert.False(t, a[0].Success)
+	assert.Equal(t, "invalid or expired lease", *a[0].Error)
+	a = h.ack("/api/v1/ack/batch", item{"acknowledgments": []item{
+		{"transactionId": p.Messages[1].TransactionID, "partitionId": p.PartitionID, "leaseId": p.LeaseID},
+		{"transactionId": next.Messages[0].TransactionID, "partitionId": p.PartitionID, "leaseId": p.LeaseID},
+	}})
+	assert.True(t, a[0].Success)
+	assert.False(t, a[1].Success)
+	assert.Equal(t, "invalid or expired lease", *a[1].Error)
 }
 
 func TestLeaseLessAckIsAcceptedAfterExpiry(t *testing.T) {
@@ -333,4 +346,42 @@ func TestAckBadRequestsChangeNothing(t *testing.T) {
 	assert.Equal(t, 2, s.LeasedCount("q", ""))
 	assert.Len(t, h.ackAll(p, ""), 2)
 	assert.Equal(t, 0, s.LeasedCount("q", ""))
+}
+
+// After its lease expired, a batch still bounds a lease-less ack until the
+// next pop claims again (2.x rsm/consume/ack.rs: has_lease is the lease on
+// the cursor row, live or not): a message past the expired batch is not
+// acked, and a lease-less `failed` settles the batch like a leased one.
+func TestLeaseLessAckAfterExpiryIsBoundByTheExpiredBatch(t *testing.T) {
+	clock := NewFakeClock(t0)
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
+	configure(h, "q", item{"retryLimit": 0, "retryDelay": 0})
+	h.pushN("q", "p", 3)
+	p := h.popQ("q", vals("batch", "2", "leaseSeconds", "5"))
+	require.Len(t, p.Messages, 2)
+	clock.Advance(10 * time.Second)
+
+	// #2's transactionId, read without touching any cursor.
+	var fetch struct {
+		Entries []struct {
+			Records []struct {
+				TransactionID string `json:"transactionId"`
+			} `json:"records"`
+		} `json:"entries"`
+	}
+	h.doJSON("POST", "/api/v1/fetch", item{"entries": []item{{"queue": "q", "partition": "p", "offset": 2}}}, http.StatusOK, &fetch)
+	third := fetch.Entries[0].Records[0].TransactionID
+
+	out := h.ack("/api/v1/ack", item{"transactionId": third, "partitionId": p.PartitionID, "status": "completed"})
+	assert.False(t, out[0].Success, "#2 was never in the batch")
+
+	// A lease-less failed ack of #0 spends the (zero) budget: dead-lettered.
+	out = h.ack("/api/v1/ack", item{"transactionId": p.Messages[0].TransactionID, "partitionId": p.PartitionID, "status": "failed"})
+	assert.True(t, out[0].Success)
+	assert.True(t, out[0].DLQ)
+	assert.True(t, out[0].LeaseReleased)
+	assert.Equal(t, 1, s.DLQCount("q"))
+	p2 := h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{1, 2}, ns(t, p2.Messages))
 }

@@ -448,7 +448,7 @@ func (s *Server) handleSeek(w *recorder, req *request) {
 		}
 		c.lease = nil
 		c.committed = target
-		c.attempts = map[int64]int{}
+		c.clearAttempt()
 		c.notBefore = time.Time{}
 		c.batchRetry = 0
 		c.released = nil

@@ -86,9 +86,11 @@ type cursor struct {
 	lease      *lease
 	notBefore  time.Time // a `failed` release waits retryDelay
 	batchRetry int       // retries spent by the batch at the cursor
-	// attempts counts deliveries of each offset above committed, for
-	// deliveryAttempt.
-	attempts       map[int64]int
+	// attemptOff is the first offset of the last leased claim (-1: none)
+	// and attemptCount its deliveryAttempt: a claim starting there again
+	// is a redelivery (2.x rsm/consume/pop.rs claim_one).
+	attemptOff     int64
+	attemptCount   int
 	released       *releasedLease
 	totalConsumed  int64
 	lastConsumedAt time.Time
@@ -101,6 +103,10 @@ type lease struct {
 	end       int64   // last leased offset (the batch end)
 	delivered []int64 // offsets handed out under this lease
 	conflated bool
+	// the cursor's attempt marker before this claim, put back when the
+	// claim is given back unanswered
+	prevAttemptOff   int64
+	prevAttemptCount int
 }
 
 // releasedLease remembers the batch the last settling ack released, so that
@@ -249,31 +255,32 @@ func (p *partition) firstAtOrAfter(ts time.Time) int64 {
 	return -1
 }
 
-// liveLease drops c's lease if it expired at now, and returns what is left.
-// Expiry spends no retry: the cursor stays where it is and the messages go
-// to the next pop with their delivery attempt + 1.
+// liveLease returns c's lease if it is live at now. An expired lease stays
+// on the cursor, holding nothing, until the next claim replaces it (a
+// lease-less ack still settles its batch, as on the 2.x broker). Expiry
+// spends no retry: the cursor stays where it is and the messages go to the
+// next pop as a redelivery.
 func (c *cursor) liveLease(now time.Time) *lease {
 	if c.lease != nil && now.After(c.lease.expires) {
-		c.lease = nil
+		return nil
 	}
 	return c.lease
 }
 
+// clearAttempt forgets the attempt marker: the next claim is attempt 1.
+func (c *cursor) clearAttempt() {
+	c.attemptOff, c.attemptCount = -1, 0
+}
+
 func (c *cursor) release() { c.lease = nil }
 
-// advance moves the committed position to off (never back) and forgets the
-// delivery counts below it.
+// setCommitted moves the committed position to off.
 func (c *cursor) setCommitted(off int64, now time.Time) {
 	if off > c.committed {
 		c.totalConsumed += off - c.committed
 		c.lastConsumedAt = now
 	}
 	c.committed = off
-	for o := range c.attempts {
-		if o <= c.committed {
-			delete(c.attempts, o)
-		}
-	}
 }
 
 // cursorOf returns the cursor of group on p, creating it (seeded by the
@@ -281,7 +288,7 @@ func (c *cursor) setCommitted(off int64, now time.Time) {
 func (b *broker) cursorOf(p *partition, group string, create bool) *cursor {
 	c := p.cursors[group]
 	if c == nil && create {
-		c = &cursor{committed: b.seed(p, group), attempts: map[int64]int{}}
+		c = &cursor{committed: b.seed(p, group), attemptOff: -1}
 		p.cursors[group] = c
 	}
 	return c
@@ -317,6 +324,20 @@ func (b *broker) seed(p *partition, group string) int64 {
 		return p.lastOffset()
 	}
 	return -1
+}
+
+// seedIntent is where a cursor of p starts for a pop's subscription taken
+// now, without a registration (a pinned pop of an unregistered group).
+func (p *partition) seedIntent(sub subscription) int64 {
+	switch sub.mode {
+	case "all":
+		return -1
+	case "timestamp":
+		if off := p.firstAtOrAfter(sub.ts); off >= 0 {
+			return off - 1
+		}
+	}
+	return p.lastOffset()
 }
 
 // subscription is what a pop asks for a group that registers with it.

@@ -17,15 +17,20 @@
 //     whole pop, under one leaseId; the pinned route takes one partition;
 //     GET /api/v1/pop?namespace=&task= discovers queues. Queue mode is one
 //     shared cursor; each consumer group has its own cursor per partition,
-//     starting where its first pop's subscription says (new, all, or
-//     subscriptionFrom). wait=true parks up to timeout (at most 60 s) and
-//     wakes on a push. An empty pop is a bodiless 204. autopilot=true lets
-//     the broker choose the batch and width the request left out.
+//     starting where the subscription of the pop that registered the group
+//     (its first wildcard or discovery pop) says: new, all, or
+//     subscriptionFrom. A plain pinned pop registers nothing and starts its
+//     partition by its own subscription. wait=true parks up to timeout (at
+//     most 60 s) and wakes on a push. An empty pop is a bodiless 204.
+//     autopilot=true lets the broker choose the batch and width the request
+//     left out.
 //   - Acks follow the 2.x outcomes: completed (with implicit ack of the
 //     prefix), failed (one retry spent, redelivered after retryDelay, then
 //     dead-lettered or dropped), retry (no retry spent) and dlq; a stale or
 //     foreign lease id is refused per item. Leases expire on the Clock and
-//     are renewed per lease id. Conflation, commit on delivery (autoAck),
+//     are renewed per lease id. deliveryAttempt is the claim's: a claim
+//     starting where the cursor's previous claim started (after an expiry,
+//     a retry or a failed first message) counts up, any other starts at 1. Conflation, commit on delivery (autoAck),
 //     transactions, seek, consumer-group admin, the dead-letter queue, fetch
 //     by offset and /health are there too.
 //

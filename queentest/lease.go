@@ -17,21 +17,18 @@ type renewResponse struct {
 }
 
 // handleRenew is POST /api/v1/lease/{leaseId}/extend, body {"seconds":N}
-// (default 60; an empty body is fine). It extends every live lease held by
+// (default 60; an empty body, or one that does not read as that object,
+// means 60, as on the 2.x broker). It extends every live lease held by
 // the lease id, on every partition a multi-partition pop took: the new
 // expiry is max(current, now + seconds), never shorter. An expired or
 // released lease cannot be renewed: success:false, renewed:0. Always 200.
 func (s *Server) handleRenew(w *recorder, req *request) {
 	var body struct {
-		Seconds *int `json:"seconds"`
-	}
-	if err := decodeJSONLenient(req.body, &body); err != nil {
-		w.error(http.StatusBadRequest, "bad_body", "bad renew body: "+err.Error())
-		return
+		Seconds *int32 `json:"seconds"`
 	}
 	secs := 60
-	if body.Seconds != nil {
-		secs = max(*body.Seconds, 1)
+	if decodeJSONLenient(req.body, &body) == nil && body.Seconds != nil {
+		secs = max(int(*body.Seconds), 1)
 	}
 	id := req.params[0]
 	b := s.b

@@ -195,3 +195,75 @@ func TestWithDefaultQueueConfigAppliesToImplicitQueues(t *testing.T) {
 	p = h.popQ("q", vals("batch", "1"))
 	assert.Equal(t, []int{1}, ns(t, p.Messages))
 }
+
+// deliveryAttempt is counted per claim, as the 2.x broker does
+// (rsm/consume/pop.rs claim_one): a claim starting where the previous claim
+// of the cursor started is a redelivery (+1), a claim starting anywhere else
+// is attempt 1, and every message of a claim carries the claim's attempt. A
+// partial ack moves the start marker to the first unacked message; an ack
+// that settles the batch clears it.
+func TestDeliveryAttemptIsCountedPerClaim(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	configure(h, "q", item{"leaseTime": 10, "retryDelay": 0})
+	h.pushN("q", "p", 6)
+
+	// #0 alone, expired, then #0..#2 in one claim from the same start.
+	p := h.popQ("q", vals("batch", "1"))
+	assert.Equal(t, 1, p.Messages[0].DeliveryAttempt)
+	clock.Advance(11 * time.Second)
+	p = h.popQ("q", vals("batch", "3"))
+	require.Len(t, p.Messages, 3)
+	for _, m := range p.Messages {
+		assert.Equal(t, 2, m.DeliveryAttempt, "every message of the claim carries its attempt")
+	}
+
+	// A partial ack moves the marker: expiry then redelivers #1.. as attempt 3.
+	assert.True(t, h.ackMsg(p.Messages[0], "completed", "").Success)
+	clock.Advance(11 * time.Second)
+	p = h.popQ("q", vals("batch", "3"))
+	assert.Equal(t, []int{1, 2, 3}, ns(t, p.Messages))
+	assert.Equal(t, 3, p.Messages[0].DeliveryAttempt)
+	assert.Equal(t, 3, p.Messages[2].DeliveryAttempt)
+
+	// [completed #1, failed #2]: the redelivery starts elsewhere, attempt 1.
+	out := h.ack("/api/v1/ack/batch", item{"acknowledgments": []item{
+		{"transactionId": p.Messages[0].TransactionID, "partitionId": p.Messages[0].PartitionID, "leaseId": p.LeaseID, "status": "completed"},
+		{"transactionId": p.Messages[1].TransactionID, "partitionId": p.Messages[1].PartitionID, "leaseId": p.LeaseID, "status": "failed"},
+	}})
+	require.True(t, out[0].Success && out[1].Success)
+	p = h.popQ("q", vals("batch", "2"))
+	assert.Equal(t, []int{2, 3}, ns(t, p.Messages))
+	assert.Equal(t, 1, p.Messages[0].DeliveryAttempt)
+
+	// A retry of the claim's first message comes back from the same start.
+	assert.True(t, h.ackMsg(p.Messages[0], "retry", "").Success)
+	p = h.popQ("q", vals("batch", "2"))
+	assert.Equal(t, []int{2, 3}, ns(t, p.Messages))
+	assert.Equal(t, 2, p.Messages[1].DeliveryAttempt)
+
+	// Settling the batch clears the marker; the next claim is attempt 1.
+	h.ackAll(p, "")
+	p = h.popQ("q", vals("batch", "2"))
+	assert.Equal(t, []int{4, 5}, ns(t, p.Messages))
+	assert.Equal(t, 1, p.Messages[0].DeliveryAttempt)
+}
+
+// A renew body the broker cannot read means the default 60 s, never a 400
+// (2.x handlers/data.rs handle_lease_extend).
+func TestRenewUnreadableBodyMeansSixtySeconds(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	h.pushN("q", "p", 1)
+	p := h.popQ("q", vals("leaseSeconds", "5"))
+	want := isoMillis(t0.Add(60 * time.Second))
+	for _, body := range []string{`{`, `{"seconds":"ten"}`, `[1]`, `{"seconds":null}`} {
+		st, _, raw := h.do("POST", "/api/v1/lease/"+p.LeaseID+"/extend", body)
+		require.Equal(t, http.StatusOK, st, body)
+		var r tRenew
+		require.NoError(t, json.Unmarshal(raw, &r), body)
+		assert.True(t, r.Success, body)
+		require.NotNil(t, r.NewExpiresAt, body)
+		assert.Equal(t, want, *r.NewExpiresAt, body)
+	}
+}

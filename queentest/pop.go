@@ -173,8 +173,19 @@ type popResult struct {
 	nextAt  time.Time // when a partition of the scope may become claimable (0: unknown)
 }
 
+// popRefusal is the 400 the pop handlers write themselves (2.x
+// handlers/data.rs): {success:false, error, messages:[]}, no code.
 func popRefusal(w *recorder, msg string) {
-	w.json(http.StatusBadRequest, map[string]any{"success": false, "error": msg, "messages": []any{}, "code": "bad_request"})
+	w.json(http.StatusBadRequest, map[string]any{"success": false, "error": msg, "messages": []any{}})
+}
+
+// queryRejected answers a pop query the typed extractor cannot read as the
+// 2.x broker's axum Query extractor does: a plain-text 400.
+func queryRejected(w *recorder, err error) {
+	w.body.Reset()
+	w.header.Set("Content-Type", "text/plain; charset=utf-8")
+	w.status = http.StatusBadRequest
+	w.body.WriteString("Failed to deserialize query string: " + err.Error())
 }
 
 // conflationRefused answers the two refused conflation combinations
@@ -201,7 +212,7 @@ func (p popParams) base(now time.Time) popReq {
 	}
 	batch := defaultPopBatch
 	if p.batch != nil {
-		batch = max(*p.batch, 0)
+		batch = max(*p.batch, 1) // the claim takes at least one message
 	}
 	return popReq{
 		group: group, budget: batch, autoAck: p.autoAck, leaseSec: p.leaseSec,
@@ -229,7 +240,7 @@ func (p popParams) width(conflate bool, batch int) int {
 func (s *Server) handlePopQueue(w *recorder, req *request) {
 	p, err := parsePopParams(req.query)
 	if err != nil {
-		w.error(http.StatusBadRequest, "bad_request", "Failed to deserialize query string: "+err.Error())
+		queryRejected(w, err)
 		return
 	}
 	if conflationRefused(w, p) || nameTooLong(w, req.params[0], p.group) {
@@ -251,7 +262,7 @@ func (s *Server) handlePopQueue(w *recorder, req *request) {
 func (s *Server) handlePopPartition(w *recorder, req *request) {
 	p, err := parsePopParams(req.query)
 	if err != nil {
-		w.error(http.StatusBadRequest, "bad_request", "Failed to deserialize query string: "+err.Error())
+		queryRejected(w, err)
 		return
 	}
 	if conflationRefused(w, p) || nameTooLong(w, req.params[0], max(p.group, req.params[1])) {
@@ -269,7 +280,7 @@ func (s *Server) handlePopPartition(w *recorder, req *request) {
 func (s *Server) handlePopDiscover(w *recorder, req *request) {
 	p, err := parsePopParams(req.query)
 	if err != nil {
-		w.error(http.StatusBadRequest, "bad_request", "Failed to deserialize query string: "+err.Error())
+		queryRejected(w, err)
 		return
 	}
 	if p.namespace == "" && p.task == "" {
@@ -398,18 +409,32 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 		queues = append(queues, b.queueOf(pr.queue, true, b.implicitConfig(), now))
 	}
 
-	// A named group registers on its first pop; its stored policy wins.
+	// A named group registers on its first wildcard or discovery pop; its
+	// stored policy wins. A pinned pop of an unregistered group registers
+	// nothing (2.x rsm/consume/pop.rs pop_pinned): the partition it reads
+	// starts where this pop's subscription says, and the claim conflates
+	// as this pop asks. Only a conflating pinned pop that finds no cursor on
+	// its partition registers the group (and starts all its partitions).
 	conflate := map[string]bool{}
 	if named {
-		names := make([]string, 0, len(queues))
 		for _, q := range queues {
-			names = append(names, q.name)
-		}
-		if pr.pinned && len(queues) == 0 {
-			names = append(names, pr.queue)
-		}
-		for _, n := range names {
-			m := b.registerGroup(n, pr.group, pr.sub, now)
+			n := q.name
+			m := b.groups[groupKey{n, pr.group}]
+			if m == nil && pr.pinned {
+				p := q.byName[pr.partition]
+				if !pr.sub.conflation || p == nil || p.cursors[pr.group] != nil {
+					if p != nil && p.cursors[pr.group] == nil {
+						p.cursors[pr.group] = &cursor{committed: p.seedIntent(pr.sub), attemptOff: -1}
+					}
+					conflate[n] = pr.sub.conflation
+					if pr.sub.conflation {
+						t := true
+						res.body.Conflation = &t
+					}
+					continue
+				}
+			}
+			m = b.registerGroup(n, pr.group, pr.sub, now)
 			conflate[n] = m.conflation
 			if m.conflation {
 				t := true
@@ -515,9 +540,20 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			res.body.Partition, res.body.PartitionID = p.name, p.pid()
 		}
 		res.claimed++
+		// The claim's delivery attempt: a claim that starts where the
+		// cursor's previous leased claim started is a redelivery; any other
+		// start is a first delivery. Commit on delivery is always attempt 1
+		// and leaves the marker alone.
+		attempt, prevOff, prevCount := 1, c.attemptOff, c.attemptCount
+		if !pr.autoAck {
+			start := c.committed + 1
+			if c.attemptOff == start {
+				attempt = c.attemptCount + 1
+			}
+			c.attemptOff, c.attemptCount = start, attempt
+		}
 		for _, off := range offs {
-			c.attempts[off]++
-			attempt := c.attempts[off]
+			attempt := attempt
 			m := p.msgs[off]
 			o := m.offset
 			l := wireLease
@@ -531,6 +567,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 		end := offs[len(offs)-1]
 		if pr.autoAck {
 			c.setCommitted(end, now) // commit on delivery: nothing to ack
+			c.release()
 			continue
 		}
 		secs := pr.leaseSec
@@ -543,6 +580,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 		c.lease = &lease{
 			id: leaseID, acquired: now, expires: now.Add(time.Duration(secs) * time.Second),
 			end: end, delivered: offs, conflated: named && conflate[p.q.name],
+			prevAttemptOff: prevOff, prevAttemptCount: prevCount,
 		}
 	}
 	res.body.PartitionsClaimed = res.claimed
@@ -568,10 +606,9 @@ func (b *broker) nack(leaseID string, msgs []wire.PopMessage) {
 			continue
 		}
 		if c.lease != nil && c.lease.id == leaseID {
+			// The attempt the claim counted is taken back with it.
+			c.attemptOff, c.attemptCount = c.lease.prevAttemptOff, c.lease.prevAttemptCount
 			c.lease = nil
-		}
-		if m.Offset != nil && c.attempts[*m.Offset] > 0 {
-			c.attempts[*m.Offset]--
 		}
 	}
 	b.bump()

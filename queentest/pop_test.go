@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,16 +69,46 @@ func TestPopEmptyIs204WithoutBody(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, st)
 }
 
+// The pop routes read their query with axum's typed Query extractor (2.x
+// handlers/data.rs), whose rejection is a plain-text 400, not the JSON error
+// envelope.
 func TestPopBadQueryIs400(t *testing.T) {
 	h := newHC(t, Start(t))
-	for _, q := range []string{"batch=x", "wait=yes", "timeout=-1", "partitions=1.5"} {
-		st, _, raw := h.do("GET", "/api/v1/pop/queue/q?"+q, nil)
-		assert.Equal(t, http.StatusBadRequest, st, q)
-		var e struct{ Error, Code string }
-		require.NoError(t, json.Unmarshal(raw, &e), q)
-		assert.NotEmpty(t, e.Error)
-		assert.Equal(t, "bad_request", e.Code)
+	for _, path := range []string{"/api/v1/pop/queue/q", "/api/v1/pop/queue/q/partition/p", "/api/v1/pop"} {
+		for _, q := range []string{"batch=x", "wait=yes", "timeout=-1", "partitions=1.5"} {
+			st, hdr, raw := h.do("GET", path+"?namespace=n&"+q, nil)
+			assert.Equal(t, http.StatusBadRequest, st, q)
+			assert.Equal(t, "text/plain; charset=utf-8", hdr.Get("Content-Type"), q)
+			assert.True(t, strings.HasPrefix(string(raw), "Failed to deserialize query string: "), "%s: %s", q, raw)
+		}
 	}
+	// The refusals the handlers write themselves are JSON without a code.
+	for _, path := range []string{"/api/v1/pop", "/api/v1/pop/queue/q?conflation=true"} {
+		st, _, raw := h.do("GET", path, nil)
+		assert.Equal(t, http.StatusBadRequest, st, path)
+		var e map[string]any
+		require.NoError(t, json.Unmarshal(raw, &e), path)
+		assert.Equal(t, false, e["success"], path)
+		assert.NotEmpty(t, e["error"], path)
+		assert.Equal(t, []any{}, e["messages"], path)
+		assert.NotContains(t, e, "code", path)
+	}
+}
+
+// batch below 1 still claims one message: the 2.x claim takes at least one
+// (rsm/consume/pop.rs: budget.max(1)).
+func TestPopBatchBelowOneTakesOne(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 3)
+	p := h.popQ("q", vals("batch", "0"))
+	assert.Equal(t, []int{0}, ns(t, p.Messages))
+	h.ackAll(p, "")
+	p = h.popQ("q", vals("batch", "-5"))
+	assert.Equal(t, []int{1}, ns(t, p.Messages))
+	h.ackAll(p, "")
+	_, p = h.pop("/api/v1/pop/queue/q/partition/p", vals("batch", "0"))
+	require.NotNil(t, p)
+	assert.Equal(t, []int{2}, ns(t, p.Messages))
 }
 
 func TestPopDefaultsBatch200AndOnePartition(t *testing.T) {
@@ -378,4 +409,55 @@ func TestNewSubscriptionUsesPushOrderNotTimestamps(t *testing.T) {
 	p = h.popQ("q", vals("consumerGroup", "g", "batch", "10"))
 	assert.Len(t, p.Messages, 1)
 	assert.EqualValues(t, 2, p.Messages[0].Offset)
+}
+
+// A plain pinned pop does not register its consumer group (2.x
+// rsm/consume/pop.rs pop_pinned; tests_pop.rs
+// a_plain_pinned_pop_does_not_register_the_group): the partition it reads is
+// started where this pop's subscription says, and the group registers, with
+// its own subscription, at its first wildcard pop. A conflating pinned pop of
+// an unregistered group does register it.
+func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
+	h := newHC(t, Start(t))
+	pinned := func(part string, q url.Values) (int, *tPop) {
+		return h.pop("/api/v1/pop/queue/q/partition/"+part, q)
+	}
+	h.pushN("q", "a", 1)
+	st, _ := pinned("a", vals("consumerGroup", "g", "subscriptionMode", "new"))
+	assert.Equal(t, http.StatusNoContent, st, "new: a's backlog is skipped")
+
+	// b is created after that pop; a pinned pop in mode new still starts b
+	// at its tail, since no registration fixed an earlier start.
+	h.pushN("q", "b", 1)
+	st, _ = pinned("b", vals("consumerGroup", "g", "subscriptionMode", "new"))
+	assert.Equal(t, http.StatusNoContent, st)
+
+	// The first wildcard pop registers the group with its own subscription.
+	h.pushN("q", "c", 1)
+	p := h.popQ("q", vals("consumerGroup", "g", "subscriptionMode", "all", "partitions", "10", "batch", "10"))
+	require.Len(t, p.Messages, 1)
+	assert.Equal(t, "c", p.Messages[0].Partition)
+	var rows []struct {
+		Name             string `json:"name"`
+		QueueName        string `json:"queueName"`
+		SubscriptionMode string `json:"subscriptionMode"`
+	}
+	h.doJSON("GET", "/api/v1/consumer-groups", nil, http.StatusOK, &rows)
+	mode := ""
+	for _, r := range rows {
+		if r.Name == "g" && r.QueueName == "q" {
+			mode = r.SubscriptionMode
+		}
+	}
+	assert.Equal(t, "all", mode)
+
+	// A conflating pinned pop registers an unregistered group.
+	h.pushN("q", "d", 2)
+	st, p = pinned("d", vals("consumerGroup", "cg", "conflation", "true", "subscriptionMode", "all"))
+	require.Equal(t, http.StatusOK, st)
+	require.NotNil(t, p.Conflation)
+	assert.Equal(t, []int{1}, ns(t, p.Messages))
+	_, p = h.pop("/api/v1/pop/queue/q", vals("consumerGroup", "cg", "partitions", "10"))
+	require.NotNil(t, p)
+	require.NotNil(t, p.Conflation, "the stored policy of the registration")
 }

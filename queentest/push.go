@@ -84,6 +84,21 @@ func (s *Server) handlePush(w *recorder, req *request) {
 	w.json(http.StatusCreated, out)
 }
 
+// storedOffset is the offset of the message stored under (queue, partition,
+// txn), if there is one. Callers hold mu.
+func (b *broker) storedOffset(queue, part, txn string) (int64, bool) {
+	q := b.queues[queue]
+	if q == nil {
+		return 0, false
+	}
+	p := q.byName[partitionName(part)]
+	if p == nil {
+		return 0, false
+	}
+	off, ok := p.byTxn[txn]
+	return off, ok
+}
+
 func partitionName(p string) string {
 	if p == "" {
 		return wire.DefaultPartition

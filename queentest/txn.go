@@ -86,13 +86,14 @@ type txnAck struct {
 // handleTransaction is POST /api/v1/transaction: pushes and acks applied all
 // together or not at all. Every ack is fenced by its own leaseId (a
 // lease-less ack borrows the lease of requiredLeases when all hints name
-// the same one); one refused ack rolls the whole transaction back. The
-// answer is 200 on commit ({transactionId, success:true, results}) and on
-// rollback ({transactionId, success:false, reason, error, results:[]}, reason
-// bad_request or rejected_ack), as the 2.x broker answers
-// (rsm/facade/real.rs txn_impl). Unlike a plain ack, a repeat of an ack whose
-// lease already settled is refused. The kv and timers riders are not
-// supported here (a rollback with reason bad_request).
+// the same one); one refused ack rolls the whole transaction back, and so
+// does a push that repeats a message an earlier request stored. The answer
+// is 200 on commit ({transactionId, success:true, results}) and on rollback
+// ({transactionId, success:false, reason, error, results:[]}, reason
+// bad_request, rejected_ack or duplicate), as the 2.x broker answers
+// (rsm/facade/real.rs txn_impl, rsm/planner/txn.rs). Unlike a plain ack, a
+// repeat of an ack whose lease already settled is refused. The kv and timers
+// riders are not supported here (a rollback with reason bad_request).
 func (s *Server) handleTransaction(w *recorder, req *request) {
 	txnID := newUUID()
 	fail := func(reason, msg string) {
@@ -254,7 +255,27 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 		files[sk] = append(files[sk], tr.files...)
 	}
 
-	// 2. Commit: the pushes, then the settled cursors and their dead letters.
+	// 2. A push that repeats a message an earlier request stored rolls the
+	// whole transaction back (upstream planner/txn.rs refuses it with code
+	// "duplicate"); a repeat inside this transaction only follows its first
+	// occurrence.
+	firsts := map[string]bool{}
+	for _, p := range pushes {
+		if p.txn == "" {
+			continue // a minted id repeats nothing
+		}
+		key := p.queue + "\x00" + p.part + "\x00" + p.txn
+		if firsts[key] {
+			continue
+		}
+		firsts[key] = true
+		if off, ok := b.storedOffset(p.queue, p.part, p.txn); ok {
+			fail("duplicate", fmt.Sprintf("QDUP the message pushed to %s/%s repeats a stored transactionId (original offset %d); nothing was applied", p.queue, p.part, off))
+			return
+		}
+	}
+
+	// 3. Commit: the pushes, then the settled cursors and their dead letters.
 	results := make([]txnResult, flat)
 	created := map[string]bool{}
 	for _, p := range pushes {
@@ -262,8 +283,9 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 		key := p.queue + "\x00" + p.part + "\x00" + m.txn
 		r := txnResult{Index: p.flat, Type: wire.TxnPush, Success: true, TransactionID: m.txn, MessageID: m.id, QueueName: p.queue}
 		if dup {
-			// A repeat inside this transaction follows its first occurrence;
-			// a message stored by an earlier request is not created again.
+			// A repeat inside this transaction follows its first occurrence
+			// (a repeat of an earlier request's message refused the whole
+			// transaction above).
 			r.Duplicate = true
 			r.Success = created[key]
 		} else {

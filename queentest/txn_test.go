@@ -65,11 +65,51 @@ func TestTransactionPushesAndAcksCommitTogether(t *testing.T) {
 	require.NotNil(t, tp.Messages[0].TraceID)
 	assert.Equal(t, trace, *tp.Messages[0].TraceID)
 
-	// A repeated push transactionId is not stored twice.
-	out = h.txn(item{"operations": []item{{"type": "push", "items": []item{{"queue": "out", "payload": 1, "transactionId": "derived-1"}}}}})
-	require.True(t, out.Success)
-	assert.Equal(t, true, out.Results[0]["duplicate"])
-	assert.Equal(t, false, out.Results[0]["success"])
+}
+
+// A transaction push whose transactionId is already stored (by an earlier
+// request) rolls the whole transaction back, acks included: 200,
+// success:false, reason "duplicate" (upstream planner/txn.rs, QDUP). A repeat
+// inside the same transaction is only a follower of its first occurrence.
+func TestTransactionPushOfAStoredMessageRollsEverythingBack(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	h.push(item{"queue": "out", "partition": "p", "payload": 1, "transactionId": "derived-1"})
+	h.pushN("in", "p", 1)
+	p := h.popQ("in", nil)
+	m := p.Messages[0]
+
+	out := h.txn(item{"operations": []item{
+		{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID},
+		{"type": "push", "items": []item{
+			{"queue": "out", "partition": "p", "payload": 2, "transactionId": "fresh"},
+			{"queue": "out", "partition": "p", "payload": 3, "transactionId": "derived-1"},
+		}},
+	}})
+	assert.False(t, out.Success)
+	assert.Equal(t, "duplicate", out.Reason)
+	assert.Contains(t, out.Error, "out/p")
+	assert.Contains(t, out.Error, "original offset 0")
+	assert.NotNil(t, out.Results)
+	assert.Empty(t, out.Results)
+
+	// Nothing happened: the fresh push is not stored, the ack did not settle.
+	assert.Equal(t, 1, s.LeasedCount("in", ""))
+	got := h.popQ("out", vals("batch", "10"))
+	assert.Equal(t, []json.RawMessage{json.RawMessage("1")}, []json.RawMessage{got.Messages[0].Data})
+	assert.Len(t, got.Messages, 1)
+
+	// Inside one transaction the second occurrence follows the first.
+	out = h.txn(item{"operations": []item{{"type": "push", "items": []item{
+		{"queue": "out", "partition": "p", "payload": 4, "transactionId": "twice"},
+		{"queue": "out", "partition": "p", "payload": 5, "transactionId": "twice"},
+	}}}})
+	require.True(t, out.Success, out.Error)
+	require.Len(t, out.Results, 2)
+	assert.Equal(t, true, out.Results[1]["success"])
+	assert.Equal(t, true, out.Results[1]["duplicate"])
+	assert.Equal(t, out.Results[0]["messageId"], out.Results[1]["messageId"])
+	assert.NotContains(t, out.Results[0], "duplicate")
 }
 
 func TestTransactionOneBadAckRollsEverythingBack(t *testing.T) {
