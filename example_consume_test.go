@@ -106,11 +106,11 @@ func Example_testWithQueentest() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("back for a retry:", back[0].Data["amount"], "attempt", back[0].DeliveryAttempt)
+	fmt.Println("back for a retry:", back[0].Data["amount"])
 	// Output:
 	// billed: 10
 	// leased: 0
-	// back for a retry: -5 attempt 2
+	// back for a retry: -5
 }
 
 // Deciding each outcome: errors that retrying cannot fix go to the

@@ -39,8 +39,8 @@ func main() {
 	}
 }
 
-// errOutOfStock is the transient failure the handler simulates on the first
-// delivery of some orders. The OnError callback gives such an order back
+// errOutOfStock is the transient failure the handler simulates the first
+// time it handles some orders. The OnError callback gives such an order back
 // with a retry ack (no retry spent): it comes back at once. Any other
 // error is acked failed, which spends one of the queue's retries.
 var errOutOfStock = errors.New("warehouse briefly out of stock")
@@ -93,6 +93,7 @@ func run(total, partitions, concurrency int, work time.Duration) error {
 	var (
 		mu         sync.Mutex
 		done       = make(map[int]bool, total)
+		shortOnce  = make(map[int]bool)
 		processed  atomic.Int64 // distinct orders done
 		duplicates atomic.Int64 // an order handled again after it was done (should stay 0)
 		retried    atomic.Int64
@@ -115,9 +116,15 @@ func run(total, partitions, concurrency int, work time.Duration) error {
 			inFlight.Add(1)
 			defer inFlight.Add(-1)
 			id := int(msg.Data["id"].(float64))
-			if id%100 == 7 && msg.DeliveryAttempt == 1 {
-				retried.Add(1)
-				return fmt.Errorf("order %d: %w", id, errOutOfStock)
+			if id%100 == 7 {
+				mu.Lock()
+				first := !shortOnce[id]
+				shortOnce[id] = true
+				mu.Unlock()
+				if first { // out of stock the first time it is handled
+					retried.Add(1)
+					return fmt.Errorf("order %d: %w", id, errOutOfStock)
+				}
 			}
 			select { // the work; a stop past the grace period cancels ctx
 			case <-time.After(work):
