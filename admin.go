@@ -83,7 +83,8 @@ type SeekResult struct {
 // /api/v1/consumer-groups/{group}/queues/{queue}/seek). Leases the group
 // holds there are dropped. Neither or both of Timestamp and ToEnd, or a
 // Timestamp that is not RFC 3339, fails with ErrInvalidSeek before any
-// request. The group's later pops read from the new position; its
+// request (an empty group or queue name with ErrEmptyGroup or
+// ErrEmptyQueue). The group's later pops read from the new position; its
 // subscription mode is not used again.
 func (a *Admin) SeekConsumerGroup(ctx context.Context, group, queue string, opts SeekConsumerGroupOptions) (SeekResult, error) {
 	return a.seek(ctx, group, queue, "", opts)
@@ -93,17 +94,17 @@ func (a *Admin) SeekConsumerGroup(ctx context.Context, group, queue string, opts
 // .../queues/{queue}/partitions/{partition}/seek). A 0.15.1 broker ignores
 // the options and always seeks such a partition to its end: when it reports
 // that for a Timestamp seek, the result is returned with an error matching
-// ErrNotSupported.
+// ErrNotSupported. An empty partition name fails with ErrEmptyPartition.
 func (a *Admin) SeekPartition(ctx context.Context, group, queue, partition string, opts SeekConsumerGroupOptions) (SeekResult, error) {
 	if partition == "" {
-		return SeekResult{}, fmt.Errorf("%w: partition name is empty", ErrInvalidArgument)
+		return SeekResult{}, ErrEmptyPartition
 	}
 	return a.seek(ctx, group, queue, partition, opts)
 }
 
 func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts SeekConsumerGroupOptions) (SeekResult, error) {
 	if group == "" {
-		return SeekResult{}, fmt.Errorf("%w: consumer group name is empty", ErrInvalidArgument)
+		return SeekResult{}, ErrEmptyGroup
 	}
 	if queue == "" {
 		return SeekResult{}, ErrEmptyQueue
@@ -293,10 +294,11 @@ type GroupPartitionState struct {
 
 // GetConsumerGroup returns the group's cursor on each partition of each
 // queue it reads (GET /api/v1/consumer-groups/{group}). A group with no
-// position anywhere is a *BrokerError with Status 404.
+// position anywhere is a *BrokerError with Status 404; an empty name fails
+// with ErrEmptyGroup before any request.
 func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGroupDetail, error) {
 	if group == "" {
-		return ConsumerGroupDetail{}, fmt.Errorf("%w: consumer group name is empty", ErrInvalidArgument)
+		return ConsumerGroupDetail{}, ErrEmptyGroup
 	}
 	path := "/api/v1/consumer-groups/" + escape(group)
 	var out wire.GroupDetail
@@ -350,10 +352,11 @@ type DeleteGroupResult struct {
 // DeleteConsumerGroup removes the group's positions (and by default its
 // registration) on one queue or on all of them (DELETE
 // /api/v1/consumer-groups/{group}[/queues/{queue}]?deleteMetadata=). A
-// group that does not exist is not an error: DeletedPartitions is 0.
+// group that does not exist is not an error: DeletedPartitions is 0. An
+// empty name fails with ErrEmptyGroup before any request.
 func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts DeleteConsumerGroupOptions) (DeleteGroupResult, error) {
 	if group == "" {
-		return DeleteGroupResult{}, fmt.Errorf("%w: consumer group name is empty", ErrInvalidArgument)
+		return DeleteGroupResult{}, ErrEmptyGroup
 	}
 	path := "/api/v1/consumer-groups/" + escape(group)
 	if opts.Queue != "" {
@@ -760,12 +763,13 @@ type ReplayResult struct {
 // and partition and removes it from the dead-letter queue, in one step.
 // It needs dl.ID (POST /api/v1/dlq/{id}/replay) or, for brokers without
 // that route, dl.PartitionID and dl.TransactionID (POST
-// /api/v1/messages/{partitionId}/{transactionId}/retry). A message no
-// longer in the dead-letter queue is a *BrokerError with Status 404.
+// /api/v1/messages/{partitionId}/{transactionId}/retry); with neither it
+// fails with ErrNotReplayable before any request. A message no longer in
+// the dead-letter queue is a *BrokerError with Status 404.
 func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, error) {
 	byAddress := dl.PartitionID != "" && dl.TransactionID != ""
 	if dl.ID == "" && !byAddress {
-		return ReplayResult{}, fmt.Errorf("%w: a replay needs the dead-letter id, or the partition id and transaction id", ErrInvalidArgument)
+		return ReplayResult{}, ErrNotReplayable
 	}
 	addrPath := ""
 	if byAddress {

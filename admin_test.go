@@ -70,7 +70,7 @@ func TestSeekBadOptionsSendNothing(t *testing.T) {
 		{"date only", "g", "q", queen.SeekConsumerGroupOptions{Timestamp: "2026-10-22"}, queen.ErrInvalidSeek},
 		{"words", "g", "q", queen.SeekConsumerGroupOptions{Timestamp: "yesterday"}, queen.ErrInvalidSeek},
 		{"no zone", "g", "q", queen.SeekConsumerGroupOptions{Timestamp: "2026-10-22T00:00:00"}, queen.ErrInvalidSeek},
-		{"no group", "", "q", queen.SeekConsumerGroupOptions{ToEnd: true}, queen.ErrInvalidArgument},
+		{"no group", "", "q", queen.SeekConsumerGroupOptions{ToEnd: true}, queen.ErrEmptyGroup},
 		{"no queue", "g", "", queen.SeekConsumerGroupOptions{ToEnd: true}, queen.ErrEmptyQueue},
 	}
 	for _, tt := range tests {
@@ -88,7 +88,7 @@ func TestSeekBadOptionsSendNothing(t *testing.T) {
 		})
 	}
 	stub, c := newWireStub(t, 200, `{"success":true}`)
-	if _, err := c.Admin().SeekPartition(t.Context(), "g", "q", "", queen.SeekConsumerGroupOptions{ToEnd: true}); !errors.Is(err, queen.ErrInvalidArgument) {
+	if _, err := c.Admin().SeekPartition(t.Context(), "g", "q", "", queen.SeekConsumerGroupOptions{ToEnd: true}); !errors.Is(err, queen.ErrEmptyPartition) || !errors.Is(err, queen.ErrInvalidArgument) {
 		t.Fatalf("empty partition: err = %v", err)
 	}
 	stub.nothingSent()
@@ -199,7 +199,7 @@ func TestGetConsumerGroup(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	stub, c = newWireStub(t, 200, `{}`)
-	if _, err := c.Admin().GetConsumerGroup(t.Context(), ""); !errors.Is(err, queen.ErrInvalidArgument) {
+	if _, err := c.Admin().GetConsumerGroup(t.Context(), ""); !errors.Is(err, queen.ErrEmptyGroup) || !errors.Is(err, queen.ErrInvalidArgument) {
 		t.Fatalf("err = %v", err)
 	}
 	stub.nothingSent()
@@ -232,7 +232,7 @@ func TestDeleteConsumerGroup(t *testing.T) {
 	}
 
 	stub, c = newWireStub(t, 200, `{}`)
-	if _, err := c.Admin().DeleteConsumerGroup(t.Context(), "", queen.DeleteConsumerGroupOptions{}); !errors.Is(err, queen.ErrInvalidArgument) {
+	if _, err := c.Admin().DeleteConsumerGroup(t.Context(), "", queen.DeleteConsumerGroupOptions{}); !errors.Is(err, queen.ErrEmptyGroup) || !errors.Is(err, queen.ErrInvalidArgument) {
 		t.Fatalf("err = %v", err)
 	}
 	stub.nothingSent()
@@ -451,7 +451,7 @@ func TestReplayDLQ(t *testing.T) {
 	}
 
 	stub, c = newWireStub(t, 200, `{}`)
-	if _, err := c.Admin().ReplayDLQ(t.Context(), queen.DeadLetter{TransactionID: "t"}); !errors.Is(err, queen.ErrInvalidArgument) {
+	if _, err := c.Admin().ReplayDLQ(t.Context(), queen.DeadLetter{TransactionID: "t"}); !errors.Is(err, queen.ErrNotReplayable) || !errors.Is(err, queen.ErrInvalidArgument) {
 		t.Fatalf("err = %v", err)
 	}
 	stub.nothingSent()

@@ -26,6 +26,11 @@ var (
 	ErrInvalidURL = newArgError("invalid broker URL")
 	// ErrEmptyQueue: a queue name is required.
 	ErrEmptyQueue = newArgError("queue name is empty")
+	// ErrEmptyGroup: a consumer group name is required (seek, group detail and deletion).
+	ErrEmptyGroup = newArgError("consumer group name is empty")
+	// ErrEmptyPartition: a partition name is required (SeekPartition, and
+	// Fetch given no partition).
+	ErrEmptyPartition = newArgError("partition name is empty")
 	// ErrConflationNeedsGroup: conflation needs a consumer group.
 	ErrConflationNeedsGroup = newArgError("conflation requires a consumer group")
 	// ErrConflationWithCommitOnDelivery: conflation cannot be combined with commit on delivery.
@@ -46,6 +51,9 @@ var (
 	ErrNoMessages = newArgError("no messages given")
 	// ErrNotAckable: the message has no transaction id or partition id (it did not come from a pop).
 	ErrNotAckable = newArgError("message cannot be acknowledged: missing transactionId or partitionId")
+	// ErrNotReplayable: a dead letter to replay needs its ID, or its
+	// PartitionID and TransactionID.
+	ErrNotReplayable = newArgError("dead letter cannot be replayed: missing id, or partition id and transaction id")
 	// ErrUnknownStatus: an ack status other than completed, failed, retry or dlq.
 	ErrUnknownStatus = newArgError("unknown ack status")
 	// ErrCommitOnDeliveryConsume: a consume loop cannot commit on delivery.

@@ -101,7 +101,7 @@ func TestSentinelsAreDistinct(t *testing.T) {
 	all := []error{ErrInvalidURL, ErrEmptyQueue, ErrConflationNeedsGroup, ErrConflationWithCommitOnDelivery,
 		ErrPartitionsOutOfRange, ErrNegativeBatch, ErrTimeoutOutOfRange, ErrInvalidSubscription, ErrInvalidTraceID,
 		ErrInvalidPayload, ErrNoMessages, ErrNotAckable, ErrUnknownStatus, ErrCommitOnDeliveryConsume, ErrInvalidOption,
-		ErrEmptyTransaction, ErrInvalidSeek}
+		ErrEmptyTransaction, ErrInvalidSeek, ErrEmptyGroup, ErrEmptyPartition, ErrNotReplayable}
 	for i, a := range all {
 		assert.ErrorIs(t, a, ErrInvalidArgument)
 		for j, b := range all {

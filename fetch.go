@@ -200,7 +200,8 @@ func FetchWait(d time.Duration) FetchOption {
 // returned error is for the request as a whole.
 //
 // With no start offset the read begins at the oldest record still kept. A
-// nil or empty partitions reads the builder's Partition, if set. The empty
+// nil or empty partitions reads the builder's Partition, if set (with
+// neither, Fetch fails with ErrEmptyPartition before any request). The empty
 // name means the broker's "Default" partition, and is keyed so. A broker
 // without the fetch route (0.15.1) gives an error matching ErrNotSupported.
 func (b *QueueBuilder) Fetch(ctx context.Context, partitions []string, opts ...FetchOption) (FetchResult, error) {
@@ -220,7 +221,7 @@ func (b *QueueBuilder) Fetch(ctx context.Context, partitions []string, opts ...F
 		partitions = []string{b.partition}
 	}
 	if len(partitions) == 0 {
-		return nil, fmt.Errorf("%w: fetch needs at least one partition", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: fetch needs at least one partition", ErrEmptyPartition)
 	}
 	var names []string
 	seen := map[string]bool{}

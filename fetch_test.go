@@ -153,7 +153,7 @@ func TestFetchBadInputSendsNothing(t *testing.T) {
 		want  error
 	}{
 		{"no queue", "", []string{"p"}, nil, queen.ErrEmptyQueue},
-		{"no partition", "q", nil, nil, queen.ErrInvalidArgument},
+		{"no partition", "q", nil, nil, queen.ErrEmptyPartition},
 		{"negative offset", "q", []string{"p"}, []queen.FetchOption{queen.FetchFrom(-1)}, queen.ErrInvalidOption},
 		{"negative partition offset", "q", []string{"p"}, []queen.FetchOption{queen.FetchFromOffsets(map[string]int64{"p": -2})}, queen.ErrInvalidOption},
 		{"zero bytes", "q", []string{"p"}, []queen.FetchOption{queen.FetchMaxBytes(0)}, queen.ErrInvalidOption},
@@ -165,8 +165,8 @@ func TestFetchBadInputSendsNothing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			stub, c := newWireStub(t, 200, `{"entries":[]}`)
 			_, err := c.Queue(tt.queue).Fetch(t.Context(), tt.parts, tt.opts...)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("err = %v, want %v", err, tt.want)
+			if !errors.Is(err, tt.want) || !errors.Is(err, queen.ErrInvalidArgument) {
+				t.Fatalf("err = %v, want %v (and ErrInvalidArgument)", err, tt.want)
 			}
 			stub.nothingSent()
 		})
