@@ -1,0 +1,216 @@
+package queen_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
+)
+
+// A renewal that fails on the way (503, network) is not a lost lease: the
+// handler's ctx stays alive and its outcome is acked.
+func TestConsumeRenewTransientFailureKeepsHandler(t *testing.T) {
+	e := newEnv(t, withRetry(queen.RetryPolicy{MaxAttempts: 1, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}))
+	e.pushN("q", "p", 1)
+	e.srv.FailNext(queentest.RouteRenew, 3, 503, 0)
+	var cancelled atomic.Bool
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").RenewLease(true, 5).Each().Limit(1).
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				waitFor(t, "failed renewals, then a good one", func() bool { return e.srv.Requests(queentest.RouteRenew) >= 5 })
+				cancelled.Store(hctx.Err() != nil)
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cancelled.Load() {
+		t.Fatal("a renewal that failed on the way cancelled the handler")
+	}
+	if e.acks() != 1 || e.srv.LeasedCount("q", "") != 0 || len(e.peek("q", "")) != 0 {
+		t.Fatal("the handler's outcome was not acked")
+	}
+}
+
+// Renewals go on during the grace period (they do not use the cancelled
+// ctx): a handler that runs past its lease after the stop keeps it, and its
+// outcome is acked.
+func TestConsumeRenewalsGoOnDuringGrace(t *testing.T) {
+	e := newEnv(t, withFakeClock()) // lease 60 s
+	e.pushN("q", "p", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- e.c.Queue("q").RenewLease(true, 5).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				close(started)
+				<-finish
+				return nil
+			}).GracePeriod(time.Minute).Execute(ctx)
+	}()
+	<-started
+	cancel()
+	for range 4 { // 160 s of broker time after the stop, lease 60 s
+		n := e.srv.Requests(queentest.RouteRenew)
+		waitFor(t, "two renewals after the stop", func() bool { return e.srv.Requests(queentest.RouteRenew) >= n+2 })
+		e.clock.Advance(40 * time.Second)
+	}
+	close(finish)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Execute did not return")
+	}
+	if left := e.peek("q", ""); len(left) != 0 {
+		t.Fatalf("the message came back (%v): its lease ran out during the grace period", keys(left))
+	}
+}
+
+// A panic in an outcome callback is recovered like a handler's: the message
+// is acked failed with the panic, the panic is logged, the loop goes on.
+func TestConsumeCallbackPanics(t *testing.T) {
+	for _, which := range []string{"OnSuccess", "OnError"} {
+		t.Run(which, func(t *testing.T) {
+			e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+			e.pushN("q", "p", 2)
+			var rec recorder
+			err := execute(t, context.Background(), func(ctx context.Context) error {
+				cb := e.c.Queue("q").Batch(1).Each().Limit(3).
+					Consume(ctx, func(_ context.Context, m *queen.Message) error {
+						if rec.add(key(m)) == 1 && which == "OnError" {
+							return errors.New("first")
+						}
+						return nil
+					})
+				if which == "OnSuccess" {
+					var once atomic.Bool
+					cb.OnSuccess(func(context.Context, *queen.Message) queen.Outcome {
+						if once.CompareAndSwap(false, true) {
+							panic("callback kaboom")
+						}
+						return queen.Complete()
+					})
+				} else {
+					cb.OnError(func(context.Context, *queen.Message, error) queen.Outcome { panic("callback kaboom") })
+				}
+				return cb.Execute(ctx)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.get(); strings.Join(got, ",") != "p/0,p/0,p/1" {
+				t.Fatalf("handled %v, want p/0 twice then p/1", got)
+			}
+			first := e.spy.ackRequests()[0].Items[0]
+			if first.Status != "failed" || !strings.Contains(first.Error, "callback kaboom") {
+				t.Fatalf("first ack %+v, want failed with the panic", first)
+			}
+			if !strings.Contains(e.logs.String(), "callback kaboom") {
+				t.Fatal("the callback's panic was not logged")
+			}
+		})
+	}
+}
+
+// Consume without Each() still calls the handler once per message (Each is
+// implied by its signature), and settles the pop in one batch ack.
+func TestConsumeImpliesEach(t *testing.T) {
+	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+	e.pushN("q", "a", 3)
+	e.pushN("q", "b", 2)
+	var rec recorder
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(5).Partitions(2).Limit(5).
+			Consume(ctx, func(_ context.Context, m *queen.Message) error {
+				if rec.add(key(m)) == 1 {
+					return errors.New("first fails")
+				}
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a/0 fails: a/1, a/2 skipped; b goes on; then a/0 comes back, first
+	// of its partition (the Limit caps that pop to the two messages left).
+	if got := strings.Join(rec.get(), ","); got != "a/0,b/0,b/1,a/0,a/1" {
+		t.Fatalf("handled %s", got)
+	}
+	if a := e.spy.ackRequests(); len(a) != 2 || len(a[0].Items) != 3 || len(a[1].Items) != 2 {
+		t.Fatalf("acks %+v, want one batch ack per pop (3 items, then 2)", a)
+	}
+}
+
+// ConsumeBatch with OnError and no Each(): the callback is asked for each
+// message of the failed batch, in order, until it fails one; the rest of
+// that partition comes back after it without a call, the other partitions
+// are still asked.
+func TestConsumeBatchOnErrorPerMessage(t *testing.T) {
+	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+	e.pushN("q", "a", 3)
+	e.pushN("q", "b", 2)
+	var asked recorder
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(5).Partitions(2).Limit(5).
+			ConsumeBatch(ctx, func(context.Context, []*queen.Message) error { return errors.New("bulk insert") }).
+			OnError(func(_ context.Context, m *queen.Message, err error) queen.Outcome {
+				asked.add(key(m))
+				if key(m) == "a/1" {
+					return queen.Fail(err)
+				}
+				return queen.DLQ(err)
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(asked.get(), ","); got != "a/0,a/1,b/0,b/1" {
+		t.Fatalf("OnError asked for %s", got)
+	}
+	var got []string
+	for _, it := range e.spy.ackRequests()[0].Items {
+		got = append(got, it.Status)
+	}
+	if strings.Join(got, ",") != "dlq,failed,dlq,dlq" {
+		t.Fatalf("acked %v", got)
+	}
+	if e.srv.DLQCount("q") != 3 {
+		t.Fatalf("DLQ holds %d, want 3", e.srv.DLQCount("q"))
+	}
+	if left := keys(e.peek("q", "")); strings.Join(left, ",") != "a/1,a/2" {
+		t.Fatalf("left %v, want a/1 a/2", left)
+	}
+}
+
+// The ctx a handler gets carries the values of the ctx given to Consume.
+func TestConsumeHandlerCtxValues(t *testing.T) {
+	type key struct{}
+	e := newEnv(t)
+	e.pushN("q", "p", 1)
+	var got any
+	cctx := context.WithValue(context.Background(), key{}, "tenant-7")
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Each().Limit(1).
+			Consume(cctx, func(hctx context.Context, _ *queen.Message) error {
+				got = hctx.Value(key{})
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "tenant-7" {
+		t.Fatalf("handler ctx value %v, want the Consume ctx's", got)
+	}
+}
