@@ -136,9 +136,10 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 // comes back after the message); after Complete or DLQ it goes on. Under
 // ConsumeBatch without Each(), f is called for each message of the failed batch, in order,
 // until it returns Fail or Retry for a message: the rest of that partition
-// then comes back after it without a call. A handler stopped by the end of
-// the grace period (its error returned after its ctx was cancelled by the
-// stop) is given back with Retry without calling f.
+// then comes back after it without a call. A handler stopped by the stop
+// (its error returned after its ctx was cancelled at the end of the grace
+// period, or an error matching context.Canceled returned once the loop is
+// stopping) is given back with Retry without calling f.
 func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err error) Outcome) *ConsumeBuilder {
 	cb.onError = f
 	return cb
@@ -147,8 +148,10 @@ func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err 
 // GracePeriod sets how long the handlers already running may go on after a
 // stop before their ctx is cancelled (default DefaultGracePeriod; 0 cancels
 // them at once). Their outcomes are acked either way; a handler that returns
-// an error because of that cancellation has its message given back with a
-// retry ack, which spends no retry.
+// an error because of that cancellation, or an error matching
+// context.Canceled once the loop is stopping (a ctx of its own that the same
+// signal ended, say), has its message given back with a retry ack, which
+// spends no retry.
 func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 	cb.grace = d
 	return cb
@@ -334,13 +337,20 @@ func (r *consumeRun) stop() {
 	})
 }
 
+// stopping says whether the loop is stopping. It reads the two ctxs itself
+// rather than wait for the supervisor to notice: a ctx that has ended stops
+// the loop before its next pop or handler, and before its first pop.
 func (r *consumeRun) stopping() bool {
 	select {
 	case <-r.stopCh:
 		return true
 	default:
-		return false
 	}
+	if r.execCtx.Err() != nil || (r.cb.ctx != nil && r.cb.ctx.Err() != nil) {
+		r.stop()
+		return true
+	}
+	return false
 }
 
 // fail records a terminal error and stops the loop.
@@ -691,7 +701,7 @@ func (r *consumeRun) handlePop(res *popResult) int {
 			}
 			var o Outcome
 			var send bool
-			if err != nil && r.cb.onError == nil && !stoppedCtx(pctx) {
+			if err != nil && r.cb.onError == nil && !r.stoppedBy(pctx, err) {
 				o, send = Fail(err), true // the first of the partition; the rest follow it
 			} else {
 				o, send = r.decide(pctx, m, err)
@@ -720,8 +730,16 @@ func leaseLost(ctx context.Context) bool {
 	return ctx.Err() != nil && errors.Is(context.Cause(ctx), errLeaseLostCause)
 }
 
-func stoppedCtx(ctx context.Context) bool {
-	return ctx.Err() != nil && errors.Is(context.Cause(ctx), errConsumeStopped)
+// stoppedBy says whether a handler's error comes from the loop's stop: its
+// ctx was cancelled at the end of the grace period, or, once the loop is
+// stopping, the error is a context cancellation (of a ctx of the handler's
+// own, such as the signal ctx of a worker). Such a message is given back
+// with a retry ack: a stop spends no retry and dead-letters nothing.
+func (r *consumeRun) stoppedBy(ctx context.Context, err error) bool {
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errConsumeStopped) {
+		return true
+	}
+	return r.stopping() && errors.Is(err, context.Canceled)
 }
 
 // decide turns a handler's result into the message's outcome; send is false
@@ -736,8 +754,8 @@ func (r *consumeRun) decide(ctx context.Context, m *Message, err error) (o Outco
 		}
 		return Complete(), true
 	}
-	if stoppedCtx(ctx) {
-		// Stopped by the end of the grace period: give it back, spend nothing.
+	if r.stoppedBy(ctx, err) {
+		// Stopped by the stop: give it back, spend nothing.
 		return Retry(), true
 	}
 	if f := r.cb.onError; f != nil {
