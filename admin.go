@@ -224,7 +224,7 @@ type ConsumerGroup struct {
 // ListConsumerGroups lists every consumer group on every queue, one row
 // per (group, queue), with its lag and state (GET /api/v1/consumer-groups).
 func (a *Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroup, error) {
-	resp, err := a.c.do(ctx, call{method: http.MethodGet, path: wire.RouteGroups})
+	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteGroups}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +302,7 @@ func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGro
 	}
 	path := "/api/v1/consumer-groups/" + escape(group)
 	var out wire.GroupDetail
-	if _, err := a.c.doJSON(ctx, call{method: http.MethodGet, path: path}, &out); err != nil {
+	if _, err := a.c.doObject(ctx, call{method: http.MethodGet, path: path}, &out); err != nil {
 		return ConsumerGroupDetail{}, err
 	}
 	d := ConsumerGroupDetail{Name: group, Queues: make(map[string]GroupQueueState, len(out))}
@@ -444,7 +444,7 @@ type QueuePartition struct {
 // ListQueues lists the broker's queues with their counters and
 // configuration (GET /api/v1/resources/queues).
 func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
-	resp, err := a.c.do(ctx, call{method: http.MethodGet, path: wire.RouteQueues})
+	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueues}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -470,7 +470,7 @@ func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) 
 	}
 	path := "/api/v1/resources/queues/" + escape(name)
 	var row wire.QueueRow
-	if _, err := a.c.doJSON(ctx, call{method: http.MethodGet, path: path}, &row); err != nil {
+	if _, err := a.c.doObject(ctx, call{method: http.MethodGet, path: path}, &row); err != nil {
 		return QueueDetail{}, err
 	}
 	s, parts := queueFromWire(&row)
@@ -670,7 +670,7 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 	if err != nil {
 		return DLQPage{}, fmt.Errorf("queen: encode dlq query: %w", err)
 	}
-	resp, err := a.c.do(ctx, call{method: http.MethodGet, path: wire.RouteDLQ, query: vals})
+	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteDLQ, query: vals}, nil)
 	if err != nil {
 		return DLQPage{}, err
 	}

@@ -500,3 +500,31 @@ func TestAnswersWithoutSuccessField(t *testing.T) {
 		t.Fatalf("replay refused: %v", err)
 	}
 }
+
+// A broker that answers a failure with HTTP 200 and an error object (every
+// database route of 0.15.1 does) is refused, with the broker's message, by
+// every admin read: never an empty queue, page or group.
+func TestAdminReadsRefuseErrorObjectsIn200(t *testing.T) {
+	const body = `{"error":"ERROR:  relation \"queen.queues\" does not exist","success":false}`
+	calls := map[string]func(c *queen.Client) error{
+		"GetQueue": func(c *queen.Client) error { _, err := c.Admin().GetQueue(t.Context(), "orders"); return err },
+		"ListDLQ": func(c *queen.Client) error {
+			_, err := c.Admin().ListDLQ(t.Context(), "orders", queen.DLQListOptions{})
+			return err
+		},
+		"GetConsumerGroup":   func(c *queen.Client) error { _, err := c.Admin().GetConsumerGroup(t.Context(), "g"); return err },
+		"ListQueues":         func(c *queen.Client) error { _, err := c.Admin().ListQueues(t.Context()); return err },
+		"ListConsumerGroups": func(c *queen.Client) error { _, err := c.Admin().ListConsumerGroups(t.Context()); return err },
+		"Fetch":              func(c *queen.Client) error { _, err := c.Queue("orders").Fetch(t.Context(), []string{"p"}); return err },
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			_, c := newWireStub(t, 200, body)
+			err := call(c)
+			var be *queen.BrokerError
+			if !errors.As(err, &be) || be.Status != 200 || !strings.Contains(be.Message, `relation "queen.queues" does not exist`) || string(be.Body) != body {
+				t.Fatalf("err = %v, want a *BrokerError with the broker's message and body", err)
+			}
+		})
+	}
+}

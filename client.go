@@ -252,6 +252,46 @@ func (c *Client) doJSON(ctx context.Context, r call, out any) (*response, error)
 	return resp, nil
 }
 
+// doObject is doJSON for routes whose 2xx answer is never the broker's
+// error envelope: a body such as {"error":"..."} (with no "success", or
+// success false), which a 0.15.1 broker sends with HTTP 200 for a failure,
+// is returned as a *BrokerError instead of being decoded into out.
+func (c *Client) doObject(ctx context.Context, r call, out any) (*response, error) {
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return resp, err
+	}
+	if be := errorObject(resp, r.method, r.path); be != nil {
+		return resp, be
+	}
+	if out != nil && len(bytes.TrimSpace(resp.body)) > 0 {
+		if err := json.Unmarshal(resp.body, out); err != nil {
+			return resp, &BrokerError{Status: resp.status, Method: r.method, Path: r.path, Body: resp.body,
+				Message: "undecodable answer: " + err.Error()}
+		}
+	}
+	return resp, nil
+}
+
+// errorObject returns the refusal a 2xx answer carries when its body is the
+// broker's error envelope: an object whose "error" is a non-empty string and
+// whose "success", if present, is false. It returns nil for anything else.
+func errorObject(resp *response, method, path string) *BrokerError {
+	body := bytes.TrimSpace(resp.body)
+	if len(body) == 0 || body[0] != '{' {
+		return nil
+	}
+	var eb struct {
+		Error   *string `json:"error"`
+		Code    string  `json:"code"`
+		Success *bool   `json:"success"`
+	}
+	if json.Unmarshal(body, &eb) != nil || eb.Error == nil || *eb.Error == "" || (eb.Success != nil && *eb.Success) {
+		return nil
+	}
+	return &BrokerError{Status: resp.status, Method: method, Path: path, Body: resp.body, Code: eb.Code, Message: *eb.Error}
+}
+
 func brokerError(method, path string, status int, h http.Header, body []byte) *BrokerError {
 	e := &BrokerError{Status: status, Method: method, Path: path, Body: body}
 	var eb wire.ErrorBody

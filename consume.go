@@ -814,21 +814,57 @@ func (r *consumeRun) panicked(v any, m *Message, what string) error {
 }
 
 // settle sends the outcomes of one pop in one batch ack, on its own context.
+// A failure that asking again may cure (the network, 5xx, 408, 429) is sent
+// again with a backoff until settleTimeout, so that a blip, at a stop above
+// all, does not leave the messages leased until their lease runs out.
 func (r *consumeRun) settle(acks []Settlement) {
 	if len(acks) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.reqCtx, settleTimeout)
 	defer cancel()
-	if err := r.sendAcks(ctx, acks); err != nil {
+	var backoff time.Duration
+	for {
+		err := r.sendAcks(ctx, acks)
+		if err == nil {
+			return
+		}
 		var ae *AckError
 		if errors.As(err, &ae) {
 			r.c.log.Warn("queen: broker refused some acks of a pop", "queue", r.queue, "group", r.group, "err", err)
 			return
 		}
+		if transientSettleError(err) && ctx.Err() == nil {
+			backoff = r.nextBackoff(backoff)
+			r.c.log.Warn("queen: batch ack failed; sending it again", "queue", r.queue, "group", r.group,
+				"messages", len(acks), "err", err, "backoff", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
 		r.c.log.Error("queen: batch ack failed; its messages come back when their lease ends",
 			"queue", r.queue, "group", r.group, "messages", len(acks), "err", err)
+		return
 	}
+}
+
+// transientSettleError says whether sending an ack again may succeed: not
+// after a refusal of the request itself (4xx other than 408 and 429, an
+// answer that is not an ack result, an invalid ack, a closed client).
+func transientSettleError(err error) bool {
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var be *BrokerError
+	if errors.As(err, &be) {
+		return be.Status >= 500 || be.Status == http.StatusRequestTimeout || be.Status == http.StatusTooManyRequests
+	}
+	return true
 }
 
 // renewer renews one pop's lease on a ticker while its handlers run.

@@ -292,7 +292,7 @@ func (c *Client) fetch(ctx context.Context, req wire.FetchRequest) ([]wire.Fetch
 		cl.timeout = time.Duration(req.MaxWaitMs)*time.Millisecond + popMargin
 	}
 	var out wire.FetchResponse
-	resp, err := c.doJSON(ctx, cl, &out)
+	resp, err := c.doObject(ctx, cl, &out)
 	if err != nil {
 		var be *BrokerError
 		if errors.As(err, &be) && (be.Status == http.StatusNotFound || be.Status == http.StatusMethodNotAllowed) {
