@@ -172,9 +172,12 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 // messages popped but not started are given back with a retry ack (no
 // retry spent) in the same batch ack, so that another worker gets them at
 // once. Acks, renewals and give-backs go out on their own short-lived
-// context, never on a cancelled one. When Execute returns, none of its
+// context, never on a cancelled one; an ack that fails on the way (the
+// network, 5xx, 429) is sent again for up to 15 s, so a stop may take that
+// long when the broker is unreachable. When Execute returns, none of its
 // goroutines is left and every message it popped has been settled or
-// given back.
+// given back (unless the broker could not be reached for that long: such
+// messages come back when their lease runs out).
 //
 // Invalid options fail before any request with an error matching
 // ErrInvalidArgument: CommitOnDelivery(true) (ErrCommitOnDeliveryConsume),
