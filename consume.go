@@ -233,6 +233,7 @@ type consumeRun struct {
 var (
 	errConsumeStopped = errors.New("queen: consume loop stopped and its grace period ended")
 	errLeaseLostCause = fmt.Errorf("%w: renewal refused while the handler ran", ErrLeaseLost)
+	errHandlerGoexit  = errors.New("queen: consume handler ended its goroutine (runtime.Goexit)")
 )
 
 func (cb *ConsumeBuilder) newRun(ctx context.Context) (*consumeRun, error) {
@@ -624,6 +625,8 @@ func (s partSet) has(id string) bool {
 
 // handlePop runs the handler over one pop's messages and settles their
 // outcomes in one batch ack. It returns how many messages the handler got.
+// Should a handler end its goroutine (runtime.Goexit, as t.FailNow does),
+// the messages without an outcome are still given back on the way out.
 func (r *consumeRun) handlePop(res *popResult) int {
 	r.busy.Add(1)
 	r.touch()
@@ -648,6 +651,8 @@ func (r *consumeRun) handlePop(res *popResult) int {
 	var skip partSet
 	handled := 0
 	lost := false
+	next := 0 // msgs[next:] have no outcome yet
+	settled := false
 
 	giveBack := func(rest []*Message) {
 		for _, m := range rest {
@@ -656,9 +661,27 @@ func (r *consumeRun) handlePop(res *popResult) int {
 			}
 		}
 	}
+	defer func() {
+		if settled {
+			return
+		}
+		// The handler did not return (runtime.Goexit): stop renewing, give
+		// back what has no outcome, the running message included.
+		if rn != nil {
+			rn.stop()
+		}
+		if !leaseLost(pctx) {
+			giveBack(msgs[next:])
+			r.settle(acks)
+		}
+		r.c.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
+			"queue", r.queue, "group", r.group)
+		r.fail(errHandlerGoexit)
+	}()
 
 	if r.each {
 		for i, m := range msgs {
+			next = i
 			if leaseLost(pctx) {
 				lost = true
 				break
@@ -717,6 +740,7 @@ func (r *consumeRun) handlePop(res *popResult) int {
 			}
 		}
 	}
+	settled = true
 
 	if rn != nil {
 		rn.stop()

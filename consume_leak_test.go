@@ -3,10 +3,13 @@ package queen_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
 	"go.uber.org/goleak"
 )
 
@@ -39,6 +42,35 @@ func TestConsumeLeavesNoGoroutine(t *testing.T) {
 	}
 	if n := e.srv.LeasedCount("q", ""); n != 0 {
 		t.Fatalf("%d messages still leased after Execute returned", n)
+	}
+	_ = e.c.Close(context.Background())
+	e.srv.Close()
+	goleak.VerifyNone(t, before)
+}
+
+// A handler that ends its goroutine (runtime.Goexit, as t.FailNow in a
+// handler does) stops the loop with an error; its message and the
+// unstarted ones are given back, and no renewer is left behind.
+func TestConsumeHandlerGoexit(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }))
+	e.pushN("q", "p", 3)
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(3).RenewLease(true, 5).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				time.Sleep(20 * time.Millisecond) // a few renewals
+				runtime.Goexit()
+				return nil
+			}).Execute(ctx)
+	})
+	if err == nil || !strings.Contains(err.Error(), "Goexit") {
+		t.Fatalf("Execute = %v, want the handler's Goexit reported", err)
+	}
+	if n := e.srv.LeasedCount("q", ""); n != 0 {
+		t.Fatalf("%d still leased after Execute returned", n)
+	}
+	if left := e.peek("q", ""); len(left) != 3 {
+		t.Fatalf("given back %v, want all 3 at once", keys(left))
 	}
 	_ = e.c.Close(context.Background())
 	e.srv.Close()
