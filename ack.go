@@ -245,7 +245,9 @@ const DefaultRenewSeconds = 60
 // shortening them): one request per distinct lease id, which covers every
 // partition of that pop. Success is read from the broker's answer; a lease
 // that could not be renewed gives a result with Success false and an error
-// matching ErrLeaseLost.
+// matching ErrLeaseLost. A broker failure (any *BrokerError, including an
+// error object answered with HTTP 200) says nothing about the lease and
+// is returned as such.
 func (c *Client) Renew(ctx context.Context, msgs ...*Message) ([]RenewResult, error) {
 	return c.RenewFor(ctx, DefaultRenewSeconds*time.Second, msgs...)
 }
@@ -294,6 +296,17 @@ func (c *Client) renewLease(ctx context.Context, leaseID string, secs int) (Rene
 	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}})
 	if err != nil {
 		return RenewResult{LeaseID: leaseID}, err
+	}
+	if be := errorObject(resp, http.MethodPost, path); be != nil {
+		// An error object that does not name the lease is the broker's
+		// error envelope (0.15.1 sends them with HTTP 200), not a verdict
+		// on the lease: the call failed, the lease may well be alive.
+		var verdict struct {
+			LeaseID *string `json:"leaseId"`
+		}
+		if json.Unmarshal(resp.body, &verdict) == nil && verdict.LeaseID == nil {
+			return RenewResult{LeaseID: leaseID}, be
+		}
 	}
 	return decodeRenew(resp.body, leaseID, path)
 }

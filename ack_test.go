@@ -270,6 +270,17 @@ func TestRenewAnswers(t *testing.T) {
 			}
 		})
 	}
+	t.Run("0.15.1 error object with HTTP 200: a broker failure, not a lost lease", func(t *testing.T) {
+		body := `{"error":"ERROR:  could not serialize access","success":false}`
+		_, c := newRecorder(t, answer{status: 200, body: body})
+		_, err := c.Renew(context.Background(), popped("a", "g", "L1"))
+		var be *BrokerError
+		require.ErrorAs(t, err, &be)
+		assert.Equal(t, 200, be.Status)
+		assert.Equal(t, "ERROR:  could not serialize access", be.Message)
+		assert.Equal(t, body, string(be.Body))
+		assert.NotErrorIs(t, err, ErrLeaseLost)
+	})
 	t.Run("undecodable", func(t *testing.T) {
 		_, c := newRecorder(t, answer{status: 200, body: `[]`})
 		_, err := c.Renew(context.Background(), popped("a", "g", "L1"))
