@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -85,12 +87,61 @@ func TestDecodePopFastMatchesDecodePop(t *testing.T) {
 	}
 }
 
+// TestDecodePopFastGolden holds the lean reader to decodePop on every
+// recorded broker answer (testdata), and checks that it takes the answers
+// with messages of both generations (the refusals and the conflating
+// answers go to decodePop by design: the loop never uses the lean reader
+// for a conflating pop).
+func TestDecodePopFastGolden(t *testing.T) {
+	c := quietClient()
+	mustTake := map[string]bool{
+		"broker-2.x/pop_two_partitions_mixed_payloads.json": true,
+		"broker-2.x/pop_commit_on_delivery.json":            true,
+		"broker-0.15.1/pop_group_three.json":                true,
+		"broker-0.15.1/pop_queue_mode_three.json":           true,
+		"broker-0.15.1/pop_group_number_payloads.json":      true,
+		"broker-0.15.1/pop_pinned_string_payload.json":      true,
+		"broker-0.15.1/pop_group_new_first_pop_empty.json":  true,
+		"broker-0.15.1/pop_long_poll_timeout.json":          true,
+	}
+	seen := 0
+	for _, dir := range []string{"broker-0.15.1", "broker-2.x"} {
+		files, err := filepath.Glob(filepath.Join("testdata", dir, "pop_*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			body, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := dir + "/" + filepath.Base(f)
+			seen++
+			fast, ok := decodePopFast(body)
+			if !ok {
+				if mustTake[name] {
+					t.Errorf("%s: the lean reader refused a canonical 2.x answer", name)
+				}
+				continue
+			}
+			slow, err := c.decodePop(body, "/p", false)
+			if err != nil || !reflect.DeepEqual(fast, slow) {
+				t.Errorf("%s: results differ (%v)\nfast %s\nslow %s", name, err, dumpPop(fast), dumpPop(slow))
+			}
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("only %d recorded pop answers found", seen)
+	}
+}
+
 // FuzzDecodePopFast: whatever the answer, when the lean reader accepts it,
 // encoding/json accepts it too and decodePop builds the same result.
 func FuzzDecodePopFast(f *testing.F) {
 	for _, tc := range popCorpus {
 		f.Add([]byte(tc.body))
 	}
+	addGoldenSeeds(f, func(b []byte) { f.Add(b) }, "pop_")
 	c := quietClient()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		fast, ok := decodePopFast(body)
