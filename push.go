@@ -130,36 +130,49 @@ func (p *PushBuilder) items() ([]wire.PushItem, error) {
 	}
 	items := make([]wire.PushItem, len(p.payloads))
 	for i, pl := range p.payloads {
-		it := wire.PushItem{Queue: b.queue, Partition: b.partition, TraceID: p.traceID}
+		txID := ""
 		if i < len(p.txIDs) {
-			it.TransactionID = p.txIDs[i]
+			txID = p.txIDs[i]
 		}
-		if ip, ok := pl.(*Item); ok && ip != nil {
-			pl = *ip
-		}
-		if item, ok := pl.(Item); ok {
-			pl = item.Payload
-			if item.TransactionID != "" {
-				it.TransactionID = item.TransactionID
-			}
-			if item.TraceID != "" {
-				if err := checkTraceID(item.TraceID); err != nil {
-					return nil, fmt.Errorf("item %d: %w", i, err)
-				}
-				it.TraceID = item.TraceID
-			}
-		}
-		raw, err := encodePayload(pl)
+		it, err := pushItem(b.queue, b.partition, p.traceID, txID, pl)
 		if err != nil {
 			return nil, fmt.Errorf("item %d: %w", i, err)
-		}
-		it.Payload = raw
-		if it.TransactionID == "" {
-			it.TransactionID = newID()
 		}
 		items[i] = it
 	}
 	return items, nil
+}
+
+// pushItem builds the wire item of one payload, for a plain push and for a
+// transaction's push alike. An Item or *Item gives its own payload and ids
+// (over txID and traceID); a trace id must be a UUID; the transaction id is
+// made here when none was given, so that the item keeps it on a resend.
+func pushItem(queue, partition, traceID, txID string, pl any) (wire.PushItem, error) {
+	it := wire.PushItem{Queue: queue, Partition: partition, TraceID: traceID, TransactionID: txID}
+	if ip, ok := pl.(*Item); ok && ip != nil {
+		pl = *ip
+	}
+	if item, ok := pl.(Item); ok {
+		pl = item.Payload
+		if item.TransactionID != "" {
+			it.TransactionID = item.TransactionID
+		}
+		if item.TraceID != "" {
+			if err := checkTraceID(item.TraceID); err != nil {
+				return wire.PushItem{}, err
+			}
+			it.TraceID = item.TraceID
+		}
+	}
+	raw, err := encodePayload(pl)
+	if err != nil {
+		return wire.PushItem{}, err
+	}
+	it.Payload = raw
+	if it.TransactionID == "" {
+		it.TransactionID = newID()
+	}
+	return it, nil
 }
 
 // Execute sends the push and returns one result per message, in order. When

@@ -119,7 +119,7 @@ func (p *TransactionPush) TraceID(id string) *TransactionPush { p.traceID = id; 
 // Push adds one message per payload to the transaction and returns the
 // transaction builder. Payloads are what QueueBuilder.Push takes: any value
 // that encodes to JSON, json.RawMessage or []byte holding JSON, or an Item
-// with its own transaction and trace ids. Every message gets a transaction
+// (or *Item) with its own transaction and trace ids. Every message gets a transaction
 // id now (client-made when it has none), so committing the same builder
 // again cannot store a message twice.
 func (p *TransactionPush) Push(payloads ...any) *TransactionBuilder {
@@ -141,26 +141,10 @@ func (p *TransactionPush) Push(payloads ...any) *TransactionBuilder {
 	}
 	items := make([]wire.PushItem, len(payloads))
 	for i, pl := range payloads {
-		it := wire.PushItem{Queue: p.queue, Partition: p.partition, TraceID: p.traceID}
-		if item, ok := pl.(Item); ok {
-			pl = item.Payload
-			it.TransactionID = item.TransactionID
-			if item.TraceID != "" {
-				if err := checkTraceID(item.TraceID); err != nil {
-					t.fail(fmt.Errorf("transaction op %d item %d: %w", n, i, err))
-					return t
-				}
-				it.TraceID = item.TraceID
-			}
-		}
-		raw, err := encodePayload(pl)
+		it, err := pushItem(p.queue, p.partition, p.traceID, "", pl)
 		if err != nil {
 			t.fail(fmt.Errorf("transaction op %d item %d: %w", n, i, err))
 			return t
-		}
-		it.Payload = raw
-		if it.TransactionID == "" {
-			it.TransactionID = newID()
 		}
 		items[i] = it
 	}

@@ -233,3 +233,23 @@ func TestTransactionCommitAgainResendsSameIDs(t *testing.T) {
 		t.Fatalf("second commit sent another body:\n%s\n%s", reqs[0].Body, reqs[1].Body)
 	}
 }
+
+// A transaction push takes what QueueBuilder.Push takes: an *Item too, whose
+// payload and ids are sent, never the Item struct itself as the payload.
+func TestTransactionPushTakesItemPointers(t *testing.T) {
+	const trace = "5f0c7d1e-3b2a-4c8d-9e6f-0a1b2c3d4e5f"
+	stub, c := newWireStub(t, http.StatusOK, `{"transactionId":"t","success":true,"results":[]}`)
+	_, err := c.Transaction().Queue("q").Push(&queen.Item{Payload: map[string]int{"n": 1}, TransactionID: "own-1", TraceID: trace}).Commit(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonEqual(t, stub.only().Body, `{"operations":[{"type":"push","items":[
+	 {"queue":"q","payload":{"n":1},"transactionId":"own-1","traceId":"`+trace+`"}]}]}`)
+
+	stub, c = newWireStub(t, http.StatusOK, `{"success":true}`)
+	_, err = c.Transaction().Queue("q").Push(&queen.Item{Payload: 1, TraceID: "not-a-uuid"}).Commit(t.Context())
+	if !errors.Is(err, queen.ErrInvalidTraceID) {
+		t.Fatalf("err = %v, want ErrInvalidTraceID", err)
+	}
+	stub.nothingSent()
+}
