@@ -45,6 +45,13 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"subscriptionFrom not a time", pop(func(c *Client) *QueueBuilder {
 			return c.Queue("q").Group("g").SubscriptionFrom("yesterday")
 		}), ErrInvalidSubscription},
+		{"subscriptionMode new in queue mode (it only applies to a group)", pop(func(c *Client) *QueueBuilder {
+			return c.Queue("q").SubscriptionMode(SubscriptionModeNew)
+		}), ErrInvalidSubscription},
+		{"subscriptionFrom in queue mode (it only applies to a group)", pop(func(c *Client) *QueueBuilder {
+			return c.Queue("q").SubscriptionFrom("2026-10-22T00:00:00Z")
+		}), ErrInvalidSubscription},
+		{"task on a named queue (discovery pops only)", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Task("billing") }), ErrInvalidOption},
 		{"negative lease seconds", pop(func(c *Client) *QueueBuilder { return c.Queue("q").LeaseSeconds(-1) }), ErrInvalidOption},
 		{"empty queue: pop", pop(func(c *Client) *QueueBuilder { return c.Queue("") }), ErrEmptyQueue},
 		{"empty namespace: pop", pop(func(c *Client) *QueueBuilder { return c.Namespace("") }), ErrEmptyQueue},

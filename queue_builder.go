@@ -93,6 +93,7 @@ func (c *Client) Task(task string) *QueueBuilder {
 }
 
 // Task narrows a discovery pop (started with Client.Namespace) to a task.
+// On a builder of a named queue it fails Pop with ErrInvalidOption.
 func (b *QueueBuilder) Task(task string) *QueueBuilder { b.task = task; return b }
 
 // Partition pins the builder to one partition: pushes go there and pops use
@@ -108,7 +109,9 @@ func (b *QueueBuilder) Group(name string) *QueueBuilder { b.group = name; return
 // SubscriptionMode sets where the group starts if this is its first pop.
 // Without it a named group is sent SubscriptionModeNew explicitly (brokers
 // disagree on the default), or SubscriptionModeAll when SubscriptionFrom is
-// set. Queue mode (no Group) sends neither: it always reads everything.
+// set. Queue mode (no Group) always reads everything: SubscriptionModeAll
+// is accepted there and not sent, SubscriptionModeNew fails Pop with
+// ErrInvalidSubscription.
 func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 	b.subMode = m
 	return b
@@ -116,8 +119,9 @@ func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 
 // SubscriptionFrom starts a new group at the first message pushed at or
 // after ts, an RFC 3339 time such as "2026-10-22T00:00:00Z" (or "now").
-// Like SubscriptionMode it matters only on the group's first pop, and only
-// for a named Group. Anything else fails Pop with ErrInvalidSubscription.
+// Like SubscriptionMode it matters only on the group's first pop. Without
+// a Group, or with a value that is not a time, Pop fails with
+// ErrInvalidSubscription.
 func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder { b.subFrom = ts; return b }
 
 // Batch sets the most messages one pop takes (the total across partitions).
@@ -231,6 +235,10 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	if b.queue == "" && !discover {
 		return nil, ErrEmptyQueue
 	}
+	if b.queue != "" && b.task != "" {
+		return nil, fmt.Errorf("%w: Task(%q) narrows a discovery pop (Client.Namespace or Client.Task), not a pop of queue %q",
+			ErrInvalidOption, b.task, b.queue)
+	}
 	if b.conflation && b.group == "" {
 		return nil, ErrConflationNeedsGroup
 	}
@@ -253,6 +261,11 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	case "", SubscriptionModeNew, SubscriptionModeAll:
 	default:
 		return nil, fmt.Errorf("%w: mode %q", ErrInvalidSubscription, b.subMode)
+	}
+	if b.group == "" && (b.subMode == SubscriptionModeNew || b.subFrom != "") {
+		// Queue mode has one shared cursor that reads everything; a start
+		// point asked for there would be dropped without a word.
+		return nil, fmt.Errorf("%w: SubscriptionMode(new) and SubscriptionFrom apply to a consumer group; set Group", ErrInvalidSubscription)
 	}
 	if b.subFrom != "" && b.subFrom != "now" {
 		if _, err := time.Parse(time.RFC3339Nano, b.subFrom); err != nil {
