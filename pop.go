@@ -3,6 +3,7 @@ package queen
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -27,7 +28,9 @@ var emptyPopErrors = map[string]bool{
 // not an error, when there is nothing to take (after waiting, unless
 // Wait(false)). Bad options fail before any request with an error matching
 // ErrInvalidArgument. A conflating pop answered by a broker that does not
-// conflate fails with ErrConflationUnsupported and hands out nothing.
+// conflate fails with ErrConflationUnsupported and hands out nothing; a
+// namespace/task pop against a broker without that route (0.15.1) fails
+// with an error matching ErrNotSupported (and *BrokerError).
 func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 	r, err := b.popRequest()
 	if err != nil {
@@ -59,6 +62,11 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 	}
 	resp, err := c.do(ctx, cl)
 	if err != nil {
+		var be *BrokerError
+		if r.discover && errors.As(err, &be) && routeMissing(be) {
+			// 0.15.1 has no discovery route.
+			return nil, fmt.Errorf("%w: namespace/task pop (GET %s answered %d): %w", ErrNotSupported, r.path, be.Status, err)
+		}
 		return nil, err
 	}
 	if resp.status == http.StatusNoContent || len(resp.body) == 0 {

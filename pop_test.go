@@ -406,3 +406,31 @@ func TestPopQueryNames(t *testing.T) {
 	assert.JSONEq(t, `{"consumerGroup":["g"],"subscriptionMode":["all"],"subscriptionFrom":["now"],"batch":["3"],
 		"partitions":["2"],"wait":["true"],"timeout":["10"],"autoAck":["true"],"leaseSeconds":["5"]}`, string(raw))
 }
+
+// A discovery pop against a broker without that route (0.15.1: a 404 with
+// an HTML body; 2.x: no_such_route) says so with ErrNotSupported, and the
+// broker's answer stays reachable. A JSON 404 of a broker that has the
+// route is just a *BrokerError.
+func TestPopDiscoveryNotSupported(t *testing.T) {
+	for name, a := range map[string]answer{
+		"0.15.1 HTML 404":   {status: 404, body: golden(t, "broker-0.15.1/unknown_route_404.html")},
+		"2.x no_such_route": {status: 404, body: `{"code":"no_such_route","error":"not found","path":"/api/v1/pop"}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, c := newRecorder(t, a)
+			_, err := c.Namespace("shop").Pop(context.Background())
+			require.ErrorIs(t, err, ErrNotSupported)
+			var be *BrokerError
+			require.ErrorAs(t, err, &be)
+			assert.Equal(t, 404, be.Status)
+		})
+	}
+	_, c := newRecorder(t, answer{status: 404, body: `{"success":false,"error":"queue not found"}`})
+	_, err := c.Namespace("shop").Pop(context.Background())
+	assert.NotErrorIs(t, err, ErrNotSupported)
+	// A pop of a named queue is never "not supported": its route exists on
+	// every broker.
+	_, c = newRecorder(t, answer{status: 404, body: golden(t, "broker-0.15.1/unknown_route_404.html")})
+	_, err = c.Queue("q").Wait(false).Pop(context.Background())
+	assert.NotErrorIs(t, err, ErrNotSupported)
+}
