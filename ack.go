@@ -52,9 +52,10 @@ type AckResult struct {
 	// TransactionID names the message.
 	TransactionID string
 	// Success is false when the broker refused the ack (for example a lease
-	// that expired or belongs to another pop); Error says why.
+	// that expired or belongs to another pop).
 	Success bool
-	Error   string
+	// Error is the broker's reason for a refusal.
+	Error string
 	// LeaseReleased is true when this ack ended the lease of its partition.
 	LeaseReleased bool
 	// DLQ is true when the message was dead-lettered.
@@ -66,9 +67,12 @@ type AckResult struct {
 // AckError is returned when the broker refused one or more acks of a
 // request. Results holds every result, in request order.
 type AckError struct {
+	// Results holds one result per ack, in request order; those with
+	// Success false were refused.
 	Results []AckResult
 }
 
+// Error counts the refused acks and names the first of them.
 func (e *AckError) Error() string {
 	n, first := 0, ""
 	for _, r := range e.Results {
@@ -106,8 +110,10 @@ func (c *Client) Settle(ctx context.Context, msg *Message, status AckStatus, opt
 
 // Settlement is one message's outcome in a batch ack.
 type Settlement struct {
+	// Message is the popped message to settle.
 	Message *Message
-	Status  AckStatus
+	// Status is its outcome: completed, failed, retry or dlq.
+	Status AckStatus
 	// Error is the reason of a failed or dead-lettered message.
 	Error string
 }

@@ -98,6 +98,7 @@ type BrokerError struct {
 	Body []byte
 }
 
+// Error describes the refusal: status, method and path, code and message.
 func (e *BrokerError) Error() string {
 	s := fmt.Sprintf("queen: broker answered %d to %s %s", e.Status, e.Method, e.Path)
 	if e.Code != "" {

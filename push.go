@@ -57,10 +57,13 @@ func (r PushResult) Stored() bool { return r.Status == PushQueued || r.Status ==
 // of the messages. Results holds every result (stored or not); Failed the
 // indexes of the ones not stored.
 type PushError struct {
+	// Results holds one result per message, in push order.
 	Results []PushResult
-	Failed  []int
+	// Failed holds the indexes (into Results) of the messages not stored.
+	Failed []int
 }
 
+// Error counts the messages not stored and names the first of them.
 func (e *PushError) Error() string {
 	first := e.Results[e.Failed[0]]
 	return fmt.Sprintf("queen: %d of %d pushed messages not stored (first: #%d %s: %s)",

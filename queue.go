@@ -119,7 +119,10 @@ type configureBody struct {
 
 // QueueInfo is a queue's configuration as the broker reports it.
 type QueueInfo struct {
-	Name   string
+	// Name is the queue.
+	Name string
+	// Config is the queue's configuration after the call, as the broker
+	// reports it (every option it knows, defaults included).
 	Config QueueConfig
 }
 
