@@ -41,9 +41,10 @@ type Config struct {
 	URLs []string
 
 	// HTTPClient is the user's own client, used as is for every attempt
-	// except that its Timeout is replaced per attempt by Timeout (or
-	// Request.Timeout). When nil, New builds a client with its own pooled
-	// transport keeping IdleConns idle connections per host.
+	// except that its Timeout is not used: each attempt is bounded by
+	// Timeout (or Request.Timeout) instead, through the request's context.
+	// When nil, New builds a client with its own pooled transport keeping
+	// IdleConns idle connections per host.
 	HTTPClient *http.Client
 
 	// IdleConns is how many idle connections per host the built pool keeps

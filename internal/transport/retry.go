@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -14,16 +13,33 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 )
 
-// call is the state of one Do: the hooks given to retryablehttp share it.
-// retryablehttp runs the hooks of one call sequentially, so no lock.
+// call is one Do: its state, which the hooks given to retryablehttp
+// share, and the clients that run it. retryablehttp runs the hooks of one
+// call sequentially, so no lock. Transport recycles calls: callState is
+// reset for each Do, the rest is built once (see call.init).
 type call struct {
-	t      *Transport
-	ctx    context.Context
-	req    Request
-	suffix string // escaped path and query, appended to a base URL
+	t   *Transport
+	ctx context.Context
+	callState
+
+	hc http.Client          // its Transport is the call (RoundTrip)
+	rc retryablehttp.Client // hooks bound to the call's methods
+}
+
+// callState is the state of one Do.
+type callState struct {
+	req   Request
+	query string // encoded query, "" without one
 
 	ep   int    // index of the URL of the current attempt
 	base string // its base URL
+
+	timeout    time.Duration // per-attempt timeout
+	deadline   time.Time     // end of the current attempt
+	deadlineOf int           // attempt (from 1) that deadline is of
+
+	body   []byte         // body of bodyOf, read by RoundTrip
+	bodyOf *http.Response // the last response RoundTrip got
 
 	max      int           // attempt budget; 0 = until ctx ends (long poll)
 	attempts int           // attempts made so far
@@ -46,30 +62,17 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	// except 501 are worth another attempt.
 	retry, classErr := retryablehttp.ErrorPropagatedRetryPolicy(ctx, resp, err)
 
-	log := c.t.cfg.Logger
-	attrs := []any{slog.String("method", c.req.Method), slog.String("path", c.req.Path),
-		slog.String("url", c.base), slog.Int("attempt", c.attempts)}
-	if err != nil {
-		attrs = append(attrs, slog.Any("error", err))
-	} else {
-		attrs = append(attrs, slog.Int("status", resp.StatusCode))
-	}
-
 	c.lastErr = err
 	if resp != nil {
 		// Keep the answer: if later attempts get none, it is still what Do
-		// returns. The body is already in memory (bufferingRT); put a fresh
-		// reader back for retryablehttp to drain or hand over.
-		body, rerr := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		if rerr == nil {
+		// returns.
+		if body, ok := c.takeBody(resp); ok {
 			c.answer = &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, URL: c.base}
 		}
 	}
 	if err != nil || (resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented) {
 		if c.t.eps.markDown(c.ep) && len(c.t.eps.urls) > 1 {
-			log.Warn("queen transport: broker URL failing, using the next one", attrs...)
+			c.event(slog.LevelWarn, "queen transport: broker URL failing, using the next one", resp, err)
 		}
 	} else {
 		c.t.eps.markUp(c.ep)
@@ -84,7 +87,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	if c.max > 0 && c.attempts >= c.max {
 		// Budget spent: retryablehttp stops here and giveUp hands over the
 		// last answer (or error).
-		log.Debug("queen transport: attempts spent", attrs...)
+		c.event(slog.LevelDebug, "queen transport: attempts spent", resp, err)
 		return true, nil
 	}
 	c.wait = c.t.waitBefore(c.attempts, resp)
@@ -92,12 +95,46 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < c.wait {
 			// The ctx would end while waiting: the answer in hand is worth
 			// more to the caller than a bare deadline error.
-			log.Debug("queen transport: no time left to retry, returning the answer", attrs...)
+			c.event(slog.LevelDebug, "queen transport: no time left to retry, returning the answer", resp, err)
 			return false, nil
 		}
 	}
-	log.Debug("queen transport: retrying", append(attrs, slog.Duration("wait", c.wait))...)
+	c.event(slog.LevelDebug, "queen transport: retrying", resp, err, slog.Duration("wait", c.wait))
 	return true, nil
+}
+
+// takeBody returns the body of resp, which RoundTrip read and kept. It
+// reports false when the body could not be read.
+func (c *call) takeBody(resp *http.Response) ([]byte, bool) {
+	if resp == c.bodyOf {
+		body := c.body
+		c.body, c.bodyOf = nil, nil
+		return body, true
+	}
+	// Not an answer of RoundTrip (no such path in net/http): read it.
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = http.NoBody
+	return body, err == nil
+}
+
+// event logs an event of the attempt that got resp or err, with the
+// attempt's fields and extra ones. The fields are built only when the
+// logger takes the level: nothing is spent on a silent logger.
+func (c *call) event(level slog.Level, msg string, resp *http.Response, err error, extra ...any) {
+	log := c.t.cfg.Logger
+	if !log.Enabled(context.Background(), level) {
+		return
+	}
+	attrs := make([]any, 0, 5+len(extra))
+	attrs = append(attrs, slog.String("method", c.req.Method), slog.String("path", c.req.Path),
+		slog.String("url", c.base), slog.Int("attempt", c.attempts))
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	} else {
+		attrs = append(attrs, slog.Int("status", resp.StatusCode))
+	}
+	log.Log(context.Background(), level, msg, append(attrs, extra...)...)
 }
 
 // backoff is the retryablehttp.Backoff hook. It sleeps the wait chosen by
@@ -121,13 +158,13 @@ func (c *call) prepareRetry(req *http.Request) error {
 		return err
 	}
 	ep, base := c.t.eps.pick()
-	u, err := url.Parse(base + c.suffix)
+	u, err := url.Parse(c.url(base))
 	if err != nil {
 		c.abort = err
 		return err
 	}
-	if ep != c.ep {
-		c.t.cfg.Logger.Debug("queen transport: failing over",
+	if log := c.t.cfg.Logger; ep != c.ep && log.Enabled(context.Background(), slog.LevelDebug) {
+		log.Debug("queen transport: failing over",
 			slog.String("method", c.req.Method), slog.String("path", c.req.Path),
 			slog.String("from", c.base), slog.String("to", base))
 	}

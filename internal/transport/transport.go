@@ -12,7 +12,6 @@
 package transport
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -66,10 +66,16 @@ var _ Doer = (*Transport)(nil)
 type Transport struct {
 	cfg    Config
 	eps    *endpoints
-	client http.Client     // template for each call; Timeout set per call
-	owned  *http.Transport // the pool New built, nil with the user's client
+	client http.Client       // template of each call's client (see newCall)
+	next   http.RoundTripper // what each call's client sends through
+	owned  *http.Transport   // the pool New built, nil with the user's client
 	rand   func() float64
 	now    func() time.Time
+	// header is the header every request carries, as key/value pairs.
+	header [][2]string
+	// calls recycles the per-call machinery (see call): building it for
+	// every request would cost a handful of allocations each time.
+	calls sync.Pool
 }
 
 // New checks cfg, fills in defaults and returns a Transport. A bad or
@@ -97,11 +103,22 @@ func New(cfg Config) (*Transport, error) {
 		t.owned = newPool(cfg.IdleConns, len(bases))
 		t.client = http.Client{Transport: t.owned}
 	}
-	rt := t.client.Transport
-	if rt == nil {
-		rt = http.DefaultTransport
+	t.next = t.client.Transport
+	if t.next == nil {
+		t.next = http.DefaultTransport
 	}
-	t.client.Transport = bufferingRT{rt}
+	// Each call's client sends through the call itself (call.RoundTrip),
+	// which bounds every attempt by its own deadline: no Client.Timeout.
+	t.client.Transport, t.client.Timeout = nil, 0
+
+	t.header = append(t.header, [2]string{"Accept", "application/json"})
+	if cfg.BearerToken != "" {
+		t.header = append(t.header, [2]string{"Authorization", "Bearer " + cfg.BearerToken})
+	}
+	if cfg.UserAgent != "" {
+		t.header = append(t.header, [2]string{"User-Agent", cfg.UserAgent})
+	}
+	t.calls.New = func() any { return t.newCall() }
 	return t, nil
 }
 
@@ -134,33 +151,37 @@ func (t *Transport) Do(ctx context.Context, r Request) (*Response, error) {
 	if !strings.HasPrefix(r.Path, "/") {
 		return nil, fmt.Errorf("transport: path %q must start with /", r.Path)
 	}
-	c := &call{t: t, ctx: ctx, req: r, suffix: r.Path}
+	c := t.calls.Get().(*call)
+	resp, err := c.do(ctx, r)
+	c.ctx, c.callState = nil, callState{} // keep nothing of this call alive
+	t.calls.Put(c)
+	return resp, err
+}
+
+// do runs one Do on a clean call.
+func (c *call) do(ctx context.Context, r Request) (*Response, error) {
+	c.ctx = ctx
+	c.callState = callState{req: r, timeout: c.t.cfg.Timeout}
+	if r.Timeout > 0 {
+		c.timeout = r.Timeout
+	}
 	if len(r.Query) > 0 {
-		c.suffix += "?" + r.Query.Encode()
+		c.query = r.Query.Encode()
 	}
 	if !r.LongPoll {
-		c.max = t.cfg.Retry.MaxAttempts
+		c.max = c.t.cfg.Retry.MaxAttempts
 	}
-	c.ep, c.base = t.eps.pick()
+	c.ep, c.base = c.t.eps.pick()
 
 	var body any // stays a nil interface without a body
 	if len(r.Body) > 0 {
 		body = r.Body
 	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, r.Method, c.base+c.suffix, body)
+	req, err := retryablehttp.NewRequestWithContext(ctx, r.Method, c.url(c.base), body)
 	if err != nil {
 		return nil, fmt.Errorf("transport: %s %s: %w", r.Method, r.Path, err)
 	}
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if t.cfg.BearerToken != "" {
-		req.Header.Set("Authorization", "Bearer "+t.cfg.BearerToken)
-	}
-	if t.cfg.UserAgent != "" {
-		req.Header.Set("User-Agent", t.cfg.UserAgent)
-	}
+	c.t.setHeader(req.Header, body != nil)
 
 	resp, err := c.retryClient().Do(req)
 	closeBody(resp) // its content is in c.answer
@@ -178,29 +199,65 @@ func (t *Transport) Do(ctx context.Context, r Request) (*Response, error) {
 	}
 }
 
-// retryClient builds the retryablehttp client running this call's loop.
-// It is cheap: the pool is shared through the http.Client copy.
+// url returns the request URL on base: the escaped path and the query.
+func (c *call) url(base string) string {
+	if c.query == "" {
+		return base + c.req.Path
+	}
+	return base + c.req.Path + "?" + c.query
+}
+
+// setHeader sets the headers of a request, with Content-Type when it has a
+// body. The values share one array (each slice capped at its one value).
+func (t *Transport) setHeader(h http.Header, withBody bool) {
+	n := len(t.header)
+	vals := make([]string, n, n+1)
+	for i, kv := range t.header {
+		vals[i] = kv[1]
+		h[kv[0]] = vals[i : i+1 : i+1]
+	}
+	if withBody {
+		vals = append(vals, "application/json")
+		h["Content-Type"] = vals[n : n+1 : n+1]
+	}
+}
+
+// newCall returns a new call of t (see init). Calls are recycled, so this
+// runs rarely.
+func (t *Transport) newCall() *call {
+	c := &call{t: t}
+	c.init()
+	return c
+}
+
+// init builds the machinery of a call of c.t: its http.Client, which sends
+// through the call (call.RoundTrip) into the shared pool, and the
+// retryablehttp client whose hooks are the call's methods.
+func (c *call) init() {
+	c.hc = c.t.client
+	c.hc.Transport = c
+	rc := &c.rc
+	rc.HTTPClient = &c.hc
+	rc.Logger = nil // retryablehttp logs to stderr by default; we log via slog
+	rc.RetryWaitMin = c.t.cfg.Retry.MinBackoff
+	rc.RetryWaitMax = c.t.cfg.Retry.MaxBackoff
+	rc.CheckRetry = c.checkRetry
+	rc.Backoff = c.backoff
+	rc.PrepareRetry = c.prepareRetry
+	rc.ErrorHandler = c.giveUp
+}
+
+// retryClient returns the retryablehttp client running this call's loop,
+// with the attempt budget of this call.
 func (c *call) retryClient() *retryablehttp.Client {
-	hc := c.t.client
-	hc.Timeout = c.t.cfg.Timeout
-	if c.req.Timeout > 0 {
-		hc.Timeout = c.req.Timeout
+	if c.rc.HTTPClient == nil { // a call not made by newCall
+		c.init()
 	}
-	retryMax := math.MaxInt // long poll: until ctx ends
+	c.rc.RetryMax = math.MaxInt // long poll: until ctx ends
 	if c.max > 0 {
-		retryMax = c.max - 1
+		c.rc.RetryMax = c.max - 1
 	}
-	return &retryablehttp.Client{
-		HTTPClient:   &hc,
-		Logger:       nil, // retryablehttp logs to stderr by default; we log via slog
-		RetryWaitMin: c.t.cfg.Retry.MinBackoff,
-		RetryWaitMax: c.t.cfg.Retry.MaxBackoff,
-		RetryMax:     retryMax,
-		CheckRetry:   c.checkRetry,
-		Backoff:      c.backoff,
-		PrepareRetry: c.prepareRetry,
-		ErrorHandler: c.giveUp,
-	}
+	return &c.rc
 }
 
 // failure turns the error of a call that got no usable answer into the
@@ -219,26 +276,93 @@ func (c *call) failure(err error) error {
 	return fmt.Errorf("transport: %s %s: no answer after %d attempt(s): %w", m, p, c.attempts, err)
 }
 
-// bufferingRT reads each answer completely inside the attempt, so that a
-// connection dropped in the middle of a body is a retryable network error
-// of that attempt and the per-attempt timeout covers the body. It has no
+// RoundTrip makes the call its client's http.RoundTripper, between
+// http.Client and the pool. It bounds each attempt by the per-attempt
+// timeout (one deadline for all the redirect hops of an attempt, as
+// http.Client.Timeout would, without the timer goroutine that costs for
+// a RoundTripper other than *http.Transport) and reads the answer
+// completely inside the attempt, so that a connection dropped in the
+// middle of a body is a retryable network error of that attempt and the
+// timeout covers the body. The body is kept in the call for checkRetry;
+// the response goes on with an empty one. A call has no
 // CloseIdleConnections on purpose: retryablehttp calls it on the client
 // after a failed call, which would empty the shared pool (and touch the
 // user's own client).
-type bufferingRT struct{ next http.RoundTripper }
-
-// RoundTrip sends req and returns its answer with the body in memory.
-func (b bufferingRT) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := b.next.RoundTrip(req)
-	if err != nil {
-		return nil, err
+func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
+	if n := c.attempts + 1; c.deadlineOf != n { // first hop of attempt n
+		c.deadline, c.deadlineOf = time.Now().Add(c.timeout), n
 	}
-	body, err := io.ReadAll(resp.Body)
+	ctx := req.Context()
+	actx := ctx
+	if dl, ok := ctx.Deadline(); !ok || c.deadline.Before(dl) {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(ctx, c.deadline)
+		defer cancel()
+		req = req.WithContext(actx)
+	}
+	resp, err := c.t.next.RoundTrip(req)
+	if err != nil {
+		return nil, c.attemptError(err, ctx, actx)
+	}
+	body, err := readBody(resp.Body, resp.ContentLength)
 	resp.Body.Close()
 	if err != nil {
-		return nil, fmt.Errorf("reading response body: %w", err)
+		return nil, c.attemptError(fmt.Errorf("reading response body: %w", err), ctx, actx)
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
+	c.body, c.bodyOf = body, resp
+	resp.Body = http.NoBody
 	resp.ContentLength = int64(len(body))
 	return resp, nil
+}
+
+// attemptError marks err as a timeout of the attempt when the attempt's
+// deadline (actx) passed but the caller's ctx did not end.
+func (c *call) attemptError(err error, ctx, actx context.Context) error {
+	if actx != ctx && actx.Err() != nil && ctx.Err() == nil {
+		return &attemptTimeout{err: err, timeout: c.timeout}
+	}
+	return err
+}
+
+// attemptTimeout is the error of an attempt cut by the per-attempt timeout.
+// Like net/http's error for http.Client.Timeout, it is a net.Error whose
+// Timeout is true and it matches context.DeadlineExceeded.
+type attemptTimeout struct {
+	err     error
+	timeout time.Duration
+}
+
+func (e *attemptTimeout) Error() string {
+	return fmt.Sprintf("%v (attempt timeout of %s exceeded)", e.err, e.timeout)
+}
+
+func (e *attemptTimeout) Unwrap() error        { return e.err }
+func (e *attemptTimeout) Timeout() bool        { return true }
+func (e *attemptTimeout) Temporary() bool      { return true }
+func (e *attemptTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// maxPrealloc bounds the buffer readBody sizes by the announced length.
+const maxPrealloc = 4 << 20
+
+// readBody reads a body to its end. A body of announced length n (at most
+// maxPrealloc) is read into one buffer of that size, plus one byte to
+// meet the end; others grow as io.ReadAll does.
+func readBody(r io.Reader, n int64) ([]byte, error) {
+	if n < 0 || n > maxPrealloc {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, n+1)
+	for {
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		switch {
+		case err == io.EOF:
+			return b, nil
+		case err != nil:
+			return b, err
+		case len(b) == cap(b): // longer than announced
+			rest, err := io.ReadAll(r)
+			return append(b, rest...), err
+		}
+	}
 }

@@ -1,0 +1,145 @@
+package transport
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReadBody(t *testing.T) {
+	const text = `{"messages":[{"id":"a"}]}`
+	for _, tc := range []struct {
+		name string
+		r    io.Reader
+		n    int64
+		want string
+		err  bool
+	}{
+		{"announced length", strings.NewReader(text), int64(len(text)), text, false},
+		{"one byte at a time", iotest.OneByteReader(strings.NewReader(text)), int64(len(text)), text, false},
+		{"unknown length", strings.NewReader(text), -1, text, false},
+		{"longer than announced", strings.NewReader(text), 5, text, false},
+		{"above the preallocation bound", strings.NewReader(text), maxPrealloc + 1, text, false},
+		{"empty", strings.NewReader(""), 0, "", false},
+		{"cut short", io.MultiReader(strings.NewReader(text[:7]), iotest.ErrReader(io.ErrUnexpectedEOF)), int64(len(text)), text[:7], true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readBody(tc.r, tc.n)
+			if tc.err {
+				assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, tc.want, string(got))
+			assert.NotNil(t, got, "an empty body is an empty slice, as io.ReadAll gives")
+		})
+	}
+}
+
+// An attempt cut by the per-attempt timeout fails as http.Client.Timeout
+// would: a timeout (net.Error) matching context.DeadlineExceeded, though
+// the caller's ctx did not end.
+func TestAttemptTimeoutError(t *testing.T) {
+	srv := newServer(t, func(_ int, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	tr, sl, _ := newTransport(t, Config{URLs: []string{srv.URL}, Timeout: 50 * time.Millisecond,
+		Retry: RetryPolicy{MaxAttempts: 2}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x"})
+	assert.Nil(t, resp)
+	require.Error(t, err)
+	assert.NoError(t, ctx.Err())
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout())
+	assert.Contains(t, err.Error(), "attempt timeout of 50ms exceeded")
+	assert.Contains(t, err.Error(), "after 2 attempt(s)")
+	assert.Equal(t, 2, srv.Hits())
+	assert.Len(t, sl.Waits(), 1)
+}
+
+// Calls are recycled: nothing of one (query, body, headers, answer,
+// budget) reaches the next.
+func TestCallsStartClean(t *testing.T) {
+	srv := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			reply(w, http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	tr, sl, _ := newTransport(t, Config{URLs: []string{srv.URL}, Retry: RetryPolicy{MaxAttempts: 1}})
+	ctx := context.Background()
+	resp, err := tr.Do(ctx, Request{Method: http.MethodPost, Path: "/a", Query: url.Values{"q": {"1"}}, Body: []byte(`{}`)})
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.Status)
+	for range 3 {
+		resp, err = tr.Do(ctx, Request{Method: http.MethodGet, Path: "/b"})
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusNoContent, resp.Status)
+		assert.Empty(t, resp.Body)
+	}
+	reqs := srv.Requests()
+	require.Len(t, reqs, 4)
+	for _, r := range reqs[1:] {
+		assert.Equal(t, "/b", r.Path)
+		assert.Empty(t, r.RawQuery)
+		assert.Empty(t, r.Body)
+		assert.NotContains(t, r.Header, "Content-Type")
+	}
+	assert.Empty(t, sl.Waits())
+}
+
+// A redirect is followed within the attempt; the answer is the last hop's.
+func TestRedirectFollowed(t *testing.T) {
+	srv := newServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/old" {
+			w.Header().Set("Location", "/new")
+			w.WriteHeader(http.StatusFound)
+			_, _ = io.WriteString(w, "moved")
+			return
+		}
+		_, _ = io.WriteString(w, okBody)
+	})
+	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}})
+	resp, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/old"})
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.Status)
+	assert.Equal(t, okBody, string(resp.Body))
+	assert.Equal(t, 2, srv.Hits())
+}
+
+// BenchmarkDo is one GET answered 204 by a local server, with the default
+// silent logger: the per-request cost of Do (allocs/op include the server's).
+func BenchmarkDo(b *testing.B) {
+	srv := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	tr, err := New(Config{URLs: []string{"http://" + l.Addr().String()}})
+	require.NoError(b, err)
+	defer tr.Close()
+	req := Request{Method: http.MethodGet, Path: "/api/v1/pop/queue/q",
+		Query: url.Values{"batch": {"1"}, "partitions": {"1"}, "wait": {"false"}}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := tr.Do(ctx, req)
+		if err != nil || resp.Status != http.StatusNoContent {
+			b.Fatal(resp, err)
+		}
+	}
+}
