@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,22 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"empty namespace: pop", pop(func(c *Client) *QueueBuilder { return c.Namespace("") }), ErrEmptyQueue},
 		{"empty queue: push", push(func(c *Client) *PushBuilder { return c.Queue("").Push(1) }), ErrEmptyQueue},
 		{"empty queue: create", func(c *Client) error { _, err := c.Queue("").Create().Execute(ctx); return err }, ErrEmptyQueue},
+		{"sink hold name the broker refuses", func(c *Client) error {
+			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHold: Ptr("lake/1")}).Create().Execute(ctx)
+			return err
+		}, ErrInvalidOption},
+		{"sink hold name over 64 bytes", func(c *Client) error {
+			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHold: Ptr(strings.Repeat("a", 65))}).Create().Execute(ctx)
+			return err
+		}, ErrInvalidOption},
+		{"sink hold ceiling under 60 s", func(c *Client) error {
+			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHoldMaxSeconds: Ptr(59)}).Create().Execute(ctx)
+			return err
+		}, ErrInvalidOption},
+		{"sink hold ceiling over a year", func(c *Client) error {
+			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHoldMaxSeconds: Ptr(31536001)}).Create().Execute(ctx)
+			return err
+		}, ErrInvalidOption},
 		{"empty queue: delete", func(c *Client) error { _, err := c.Queue("").Delete().Execute(ctx); return err }, ErrEmptyQueue},
 		{"non-UUID trace id", push(func(c *Client) *PushBuilder { return c.Queue("q").Push(1).TraceID("trace-1") }), ErrInvalidTraceID},
 		{"UUID without dashes", push(func(c *Client) *PushBuilder {

@@ -376,3 +376,31 @@ func TestQueentestGroupsQueuesHealth(t *testing.T) {
 		t.Fatalf("health = %+v, %v", h, err)
 	}
 }
+
+// The 2.x configure options beyond 0.15.1's are sent, kept by the broker and
+// read back by GetQueue; a merge leaves them alone.
+func TestQueentestConfigure2xOptions(t *testing.T) {
+	_, c := newBroker(t)
+	ctx := t.Context()
+	info, err := c.Admin().ConfigureQueue(ctx, "lake", queen.QueueConfig{
+		MinPopWaitTime: queen.Ptr(250), DedupWindowSeconds: queen.Ptr(600),
+		RetentionSinkHold: queen.Ptr("s3-main"), RetentionSinkHoldMaxSeconds: queen.Ptr(3600),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Admin().ConfigureQueue(ctx, "lake", queen.QueueConfig{RetryLimit: queen.Ptr(2)}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.Admin().GetQueue(ctx, "lake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []queen.QueueConfig{info.Config, q.Config} {
+		if cfg.MinPopWaitTime == nil || *cfg.MinPopWaitTime != 250 || cfg.DedupWindowSeconds == nil || *cfg.DedupWindowSeconds != 600 ||
+			cfg.RetentionSinkHold == nil || *cfg.RetentionSinkHold != "s3-main" ||
+			cfg.RetentionSinkHoldMaxSeconds == nil || *cfg.RetentionSinkHoldMaxSeconds != 3600 {
+			t.Fatalf("config = %+v", cfg)
+		}
+	}
+}

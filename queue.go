@@ -2,6 +2,7 @@ package queen
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/queen-go/queen/internal/wire"
@@ -44,8 +45,27 @@ type QueueConfig struct {
 	DLQAfterMaxRetries *bool
 	// EncryptionEnabled stores payloads encrypted.
 	EncryptionEnabled *bool
-	// MaxWaitTimeSeconds is the longest a message may wait (0.15.1 brokers).
+	// MaxWaitTimeSeconds is the age in seconds at which messages are dropped
+	// (on 2.x for every group, leased ones included, with no dead letter).
 	MaxWaitTimeSeconds *int
+	// MinPopWaitTime lets a waiting pop hold an under-full batch for up to
+	// that many milliseconds so that it takes more messages at once (2.x;
+	// the broker clamps it to 0..60000).
+	MinPopWaitTime *int
+	// DedupWindowSeconds is how long a repeated transaction id is answered
+	// "duplicate" in its partition (2.x; default one hour). 0 turns
+	// deduplication off, and with it the promise that a retried push is
+	// never stored twice.
+	DedupWindowSeconds *int
+	// RetentionSinkHold names the data-lake sink whose progress holds back
+	// retention (2.x): letters, digits, '.', '_' and '-', at most 64; ""
+	// turns the hold off. Any other name fails Execute with
+	// ErrInvalidOption.
+	RetentionSinkHold *string
+	// RetentionSinkHoldMaxSeconds caps how long that sink may hold
+	// retention (2.x): 60 to 31536000 seconds, else Execute fails with
+	// ErrInvalidOption.
+	RetentionSinkHoldMaxSeconds *int
 	// Namespace and Task tag the queue for discovery pops (Client.Namespace).
 	Namespace string
 	Task      string
@@ -61,7 +81,34 @@ func (q *QueueConfig) wire() *wire.QueueOptions {
 		RetentionSeconds: q.RetentionSeconds, CompletedRetentionSeconds: q.CompletedRetentionSeconds,
 		RetentionEnabled: q.RetentionEnabled, DeadLetterQueue: q.DeadLetterQueue, DLQAfterMaxRetries: q.DLQAfterMaxRetries,
 		EncryptionEnabled: q.EncryptionEnabled, MaxWaitTimeSeconds: q.MaxWaitTimeSeconds,
+		MinPopWaitTime: q.MinPopWaitTime, DedupWindowSeconds: q.DedupWindowSeconds,
+		RetentionSinkHold: q.RetentionSinkHold, RetentionSinkHoldMaxSeconds: q.RetentionSinkHoldMaxSeconds,
 	}
+}
+
+// Bounds of the retention sink options; the broker refuses the whole
+// configure outside them.
+const (
+	maxSinkHoldName       = 64
+	minSinkHoldMaxSeconds = 60
+	maxSinkHoldMaxSeconds = 31536000
+)
+
+// validate checks the options the broker refuses rather than clamps.
+func (q *QueueConfig) validate() error {
+	if h := q.RetentionSinkHold; h != nil {
+		ok := len(*h) <= maxSinkHoldName
+		for _, r := range *h {
+			ok = ok && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+		}
+		if !ok {
+			return fmt.Errorf("%w: RetentionSinkHold %q: letters, digits, '.', '_' and '-', at most %d", ErrInvalidOption, *h, maxSinkHoldName)
+		}
+	}
+	if s := q.RetentionSinkHoldMaxSeconds; s != nil && (*s < minSinkHoldMaxSeconds || *s > maxSinkHoldMaxSeconds) {
+		return fmt.Errorf("%w: RetentionSinkHoldMaxSeconds %d not in %d..%d", ErrInvalidOption, *s, minSinkHoldMaxSeconds, maxSinkHoldMaxSeconds)
+	}
+	return nil
 }
 
 // queueConfigFromWire builds a QueueConfig from a broker's answer. name is
@@ -73,6 +120,8 @@ func queueConfigFromWire(name string, o wire.QueueOptions, ns, task *string) Que
 		RetentionSeconds: o.RetentionSeconds, CompletedRetentionSeconds: o.CompletedRetentionSeconds,
 		RetentionEnabled: o.RetentionEnabled, DeadLetterQueue: o.DeadLetterQueue, DLQAfterMaxRetries: o.DLQAfterMaxRetries,
 		EncryptionEnabled: o.EncryptionEnabled, MaxWaitTimeSeconds: o.MaxWaitTimeSeconds,
+		MinPopWaitTime: o.MinPopWaitTime, DedupWindowSeconds: o.DedupWindowSeconds,
+		RetentionSinkHold: o.RetentionSinkHold, RetentionSinkHoldMaxSeconds: o.RetentionSinkHoldMaxSeconds,
 	}
 	if ns != nil {
 		c.Namespace = *ns
@@ -127,7 +176,9 @@ type QueueInfo struct {
 }
 
 // Execute sends POST /api/v1/configure and returns the queue's resulting
-// configuration.
+// configuration. An empty queue name (ErrEmptyQueue) or a retention sink
+// option the broker would refuse (ErrInvalidOption) fails before any
+// request.
 func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
 	b := cb.qb
 	if b.queue == "" {
@@ -136,6 +187,9 @@ func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
 	req := configureBody{Queue: b.queue, Options: &wire.QueueOptions{}}
 	var ns string
 	if b.config != nil {
+		if err := b.config.validate(); err != nil {
+			return QueueInfo{}, err
+		}
 		req.Options = b.config.wire()
 		ns, req.Task = b.config.Namespace, b.config.Task
 	}

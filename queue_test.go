@@ -30,13 +30,23 @@ func TestCreateWire(t *testing.T) {
 					DelayedProcessing: Ptr(10), WindowBuffer: Ptr(2), MaxSize: Ptr(10000), TTL: Ptr(86400),
 					RetentionSeconds: Ptr(3600), CompletedRetentionSeconds: Ptr(600), RetentionEnabled: Ptr(true),
 					DeadLetterQueue: Ptr(true), DLQAfterMaxRetries: Ptr(true), EncryptionEnabled: Ptr(false),
-					MaxWaitTimeSeconds: Ptr(0), Namespace: "shop", Task: "billing",
+					MaxWaitTimeSeconds: Ptr(0), MinPopWaitTime: Ptr(250), DedupWindowSeconds: Ptr(7200),
+					RetentionSinkHold: Ptr("lake-1"), RetentionSinkHoldMaxSeconds: Ptr(86400),
+					Namespace: "shop", Task: "billing",
 				}).Create()
 			},
 			body: `{"queue":"orders","namespace":"shop","task":"billing","options":{"leaseTime":30,"retryLimit":5,"retryDelay":2000,
 				"priority":3,"delayedProcessing":10,"windowBuffer":2,"maxSize":10000,"ttl":86400,"retentionSeconds":3600,
 				"completedRetentionSeconds":600,"retentionEnabled":true,"deadLetterQueue":true,"dlqAfterMaxRetries":true,
-				"encryptionEnabled":false,"maxWaitTimeSeconds":0}}`,
+				"encryptionEnabled":false,"maxWaitTimeSeconds":0,"minPopWaitTime":250,"dedupWindowSeconds":7200,
+				"retentionSinkHold":"lake-1","retentionSinkHoldMaxSeconds":86400}}`,
+		},
+		{
+			name: "an empty sink hold is sent: it turns the hold off",
+			create: func(c *Client) *CreateBuilder {
+				return c.Queue("orders").Config(QueueConfig{RetentionSinkHold: Ptr("")}).Create()
+			},
+			body: `{"queue":"orders","options":{"retentionSinkHold":""}}`,
 		},
 		{
 			name: "only a task",
@@ -85,6 +95,10 @@ func TestCreateAnswers(t *testing.T) {
 		assert.Equal(t, Ptr(45), info.Config.LeaseTime)
 		assert.Equal(t, Ptr(5), info.Config.RetryLimit)
 		assert.Equal(t, Ptr(true), info.Config.DeadLetterQueue)
+		assert.Equal(t, Ptr(0), info.Config.MinPopWaitTime)
+		assert.Equal(t, Ptr(3600), info.Config.DedupWindowSeconds)
+		assert.Equal(t, Ptr(""), info.Config.RetentionSinkHold)
+		assert.Equal(t, Ptr(604800), info.Config.RetentionSinkHoldMaxSeconds)
 	})
 	t.Run("0.15.1", func(t *testing.T) {
 		_, c := newRecorder(t, ok200(t, "broker-0.15.1/configure_ok.json"))

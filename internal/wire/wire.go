@@ -323,7 +323,7 @@ type TxnResult struct {
 }
 
 // QueueOptions are the options of POST /api/v1/configure. Every field is
-// optional: nil means "not sent".
+// optional: nil means "not sent". The last four are 2.x options.
 type QueueOptions struct {
 	LeaseTime                 *int  `json:"leaseTime,omitempty"`
 	RetryLimit                *int  `json:"retryLimit,omitempty"`
@@ -340,6 +340,11 @@ type QueueOptions struct {
 	DLQAfterMaxRetries        *bool `json:"dlqAfterMaxRetries,omitempty"`
 	EncryptionEnabled         *bool `json:"encryptionEnabled,omitempty"`
 	MaxWaitTimeSeconds        *int  `json:"maxWaitTimeSeconds,omitempty"`
+
+	MinPopWaitTime              *int    `json:"minPopWaitTime,omitempty"`
+	DedupWindowSeconds          *int    `json:"dedupWindowSeconds,omitempty"`
+	RetentionSinkHold           *string `json:"retentionSinkHold,omitempty"`
+	RetentionSinkHoldMaxSeconds *int    `json:"retentionSinkHoldMaxSeconds,omitempty"`
 }
 
 // Configure modes.
