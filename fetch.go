@@ -155,16 +155,21 @@ func FetchFrom(offset int64) FetchOption {
 	}
 }
 
-// FetchFromOffsets starts each named partition at its own offset; the
-// others start at FetchFrom's offset or the oldest kept record.
+// FetchFromOffsets starts each named partition at its own offset ("" is
+// the Default partition); the others start at FetchFrom's offset or the
+// oldest kept record. Every name must be one of the partitions fetched.
 func FetchFromOffsets(offsets map[string]int64) FetchOption {
 	return func(f *fetchConfig) {
+		f.offsets = make(map[string]int64, len(offsets))
 		for p, o := range offsets {
 			if o < 0 {
 				f.fail(fmt.Errorf("%w: fetch offset %d of partition %q is negative", ErrInvalidOption, o, p))
 			}
+			if p == "" {
+				p = wire.DefaultPartition
+			}
+			f.offsets[p] = o
 		}
-		f.offsets = offsets
 	}
 }
 
@@ -236,6 +241,11 @@ func (b *QueueBuilder) Fetch(ctx context.Context, partitions []string, opts ...F
 	}
 	if len(names) > MaxFetchPartitions {
 		return nil, fmt.Errorf("%w: fetch of %d partitions (at most %d)", ErrInvalidOption, len(names), MaxFetchPartitions)
+	}
+	for _, p := range slices.Sorted(maps.Keys(cfg.offsets)) {
+		if !seen[p] {
+			return nil, fmt.Errorf("%w: FetchFromOffsets names partition %q, which the fetch does not read", ErrInvalidOption, p)
+		}
 	}
 	entries := make([]wire.FetchEntry, len(names))
 	defaulted := make([]bool, len(names))

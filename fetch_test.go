@@ -269,3 +269,22 @@ func TestReadPartitionErrors(t *testing.T) {
 		}
 	}
 }
+
+// FetchFromOffsets keys its offsets like the result: "" is the Default
+// partition. An offset for a partition the fetch does not read is a
+// mistake (a misspelt name would read from the start without a word), and
+// fails before any request.
+func TestFetchFromOffsetsKeys(t *testing.T) {
+	stub, c := newWireStub(t, 200, `{"entries":[{"queue":"q","partition":"Default","records":[],"highWatermark":9,"logStartOffset":0}]}`)
+	if _, err := c.Queue("q").Fetch(t.Context(), []string{""}, queen.FetchFromOffsets(map[string]int64{"": 4})); err != nil {
+		t.Fatal(err)
+	}
+	jsonEqual(t, stub.only().Body, `{"entries":[{"queue":"q","partition":"Default","offset":4}]}`)
+
+	stub, c = newWireStub(t, 200, `{"entries":[]}`)
+	_, err := c.Queue("q").Fetch(t.Context(), []string{"customer-42"}, queen.FetchFromOffsets(map[string]int64{"customer-24": 4}))
+	if !errors.Is(err, queen.ErrInvalidOption) || !errors.Is(err, queen.ErrInvalidArgument) {
+		t.Fatalf("err = %v, want ErrInvalidOption", err)
+	}
+	stub.nothingSent()
+}
