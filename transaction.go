@@ -285,6 +285,15 @@ func (e *TransactionError) Is(target error) bool { return target == ErrRolledBac
 // again (their transaction ids make the broker answer duplicate), but acks
 // whose lease was already settled by the first try will make a second
 // commit roll back.
+//
+// Known limit: the transport retries a network failure on its own, also
+// one that struck after the broker applied the transaction (its answer
+// lost). When the transaction holds acks, that retry is refused and Commit
+// reports a rollback (reason "rejected_ack") although the first attempt
+// committed. Until the transport reports its attempts, treat a
+// "rejected_ack" rollback after network trouble as possibly applied: check
+// for the pushed messages (by their transaction ids) before doing the work
+// again.
 func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, error) {
 	req, err := t.request()
 	if err != nil {
