@@ -765,7 +765,10 @@ type ReplayResult struct {
 // that route, dl.PartitionID and dl.TransactionID (POST
 // /api/v1/messages/{partitionId}/{transactionId}/retry); with neither it
 // fails with ErrNotReplayable before any request. A message no longer in
-// the dead-letter queue is a *BrokerError with Status 404.
+// the dead-letter queue is a *BrokerError with Status 404. Known limit: the
+// transport retries a network failure on its own, so when the broker moved
+// the message but its answer was lost, the retry gets that 404 although the
+// replay happened.
 func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, error) {
 	byAddress := dl.PartitionID != "" && dl.TransactionID != ""
 	if dl.ID == "" && !byAddress {
