@@ -399,6 +399,12 @@ func (c *cli) pop(args []string) error {
 	if *batch < 0 || *timeoutMs < 0 {
 		return usagef("pop: --batch and --timeout-ms must not be negative")
 	}
+	if *timeoutMs > 0 && !*wait {
+		return usagef("pop: --timeout-ms goes with --wait")
+	}
+	if *mode != "" && *group == "" {
+		return usagef("pop: --subscription-mode goes with --group (queue mode reads everything)")
+	}
 	cl, err := c.connect()
 	if err != nil {
 		return err

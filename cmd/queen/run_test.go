@@ -146,6 +146,8 @@ func TestUsageErrorsSendNothing(t *testing.T) {
 		{"dlq", "replay"},
 		{"groups", "a", "b"},
 		{"groups", "--queue", "q"},
+		{"pop", "q", "--timeout-ms", "5000"},       // a wait time without --wait would be ignored
+		{"pop", "q", "--subscription-mode", "all"}, // a subscription mode needs --group
 	} {
 		r := runCLI(t, b, "", args...)
 		if r.code != exitUsage || r.stderr == "" || r.stdout != "" {
