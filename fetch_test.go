@@ -255,19 +255,26 @@ func TestReadPartitionErrors(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d elements, want the error once", n)
 	}
-	stub, c := newWireStub(t, 200, `{}`)
-	for _, err := range c.Queue("q").ReadPartition(t.Context(), "p", -1) {
-		if !errors.Is(err, queen.ErrInvalidOption) {
-			t.Fatalf("err = %v", err)
+	// Each of these yields its error exactly once: a loop that saw nothing
+	// would pass a check inside it.
+	once := func(seq func(func(queen.FetchedRecord, error) bool), want error) {
+		t.Helper()
+		n := 0
+		for _, err := range seq {
+			n++
+			if !errors.Is(err, want) {
+				t.Fatalf("err = %v, want %v", err, want)
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d elements, want the error once", n)
 		}
 	}
+	stub, c := newWireStub(t, 200, `{}`)
+	once(c.Queue("q").ReadPartition(t.Context(), "p", -1), queen.ErrInvalidOption)
 	stub.nothingSent()
 	_, c = newWireStub(t, 404, `<html></html>`)
-	for _, err := range c.Queue("q").ReadPartition(t.Context(), "p", 0) {
-		if !errors.Is(err, queen.ErrNotSupported) {
-			t.Fatalf("err = %v", err)
-		}
-	}
+	once(c.Queue("q").ReadPartition(t.Context(), "p", 0), queen.ErrNotSupported)
 }
 
 // FetchFromOffsets keys its offsets like the result: "" is the Default
