@@ -19,9 +19,9 @@
 // The broker URL comes from --url or QUEEN_URL (default
 // http://localhost:6632), the bearer token from --token or QUEEN_TOKEN.
 // Flags may come before or after the command's arguments. --json prints
-// JSON instead of text. The exit status is 0 on success, 1 when the broker
-// or the network failed (with the broker's message on stderr), and 2 for a
-// usage error.
+// JSON instead of text (time lags in seconds, times in RFC 3339). The exit
+// status is 0 on success, 1 when the broker or the network failed (with
+// the broker's message on stderr), and 2 for a usage error.
 package main
 
 import (

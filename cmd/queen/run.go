@@ -274,7 +274,7 @@ func (c *cli) groups(args []string) error {
 			return err
 		}
 		if c.json {
-			return c.printJSON(d)
+			return c.printJSON(groupDetailJSONOf(d))
 		}
 		tw := c.table("QUEUE", "PARTITION", "LAG", "TIME_LAG", "CONSUMED", "LEASED")
 		for _, q := range slices.Sorted(maps.Keys(d.Queues)) {
@@ -289,7 +289,11 @@ func (c *cli) groups(args []string) error {
 		return err
 	}
 	if c.json {
-		return c.printJSON(gs)
+		rows := make([]groupJSON, len(gs))
+		for i, g := range gs {
+			rows[i] = groupJSON{ConsumerGroup: g, MaxTimeLag: g.MaxTimeLag.Seconds()}
+		}
+		return c.printJSON(rows)
 	}
 	tw := c.table("GROUP", "QUEUE", "STATE", "LAG", "PARTITIONS_LAGGING", "MAX_TIME_LAG", "MODE")
 	for _, g := range gs {
@@ -300,6 +304,42 @@ func (c *cli) groups(args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", g.Name, g.Queue, g.State, g.TotalLag, g.PartitionsWithLag, g.MaxTimeLag, mode)
 	}
 	return tw.Flush()
+}
+
+// groupJSON is a consumer group as --json prints it: its time lag in
+// seconds, as the broker reports it, not in Go's nanoseconds.
+type groupJSON struct {
+	queen.ConsumerGroup
+	MaxTimeLag float64 `json:"maxTimeLag"`
+}
+
+// groupDetailJSON is a group's detail as --json prints it, time lags in
+// seconds.
+type groupDetailJSON struct {
+	Name   string                    `json:"name"`
+	Queues map[string]groupQueueJSON `json:"queues"`
+}
+
+type groupQueueJSON struct {
+	Conflation bool                 `json:"conflation"`
+	Partitions []partitionStateJSON `json:"partitions"`
+}
+
+type partitionStateJSON struct {
+	queen.GroupPartitionState
+	TimeLag float64 `json:"timeLag"`
+}
+
+func groupDetailJSONOf(d queen.ConsumerGroupDetail) groupDetailJSON {
+	out := groupDetailJSON{Name: d.Name, Queues: make(map[string]groupQueueJSON, len(d.Queues))}
+	for q, st := range d.Queues {
+		parts := make([]partitionStateJSON, len(st.Partitions))
+		for i, p := range st.Partitions {
+			parts[i] = partitionStateJSON{GroupPartitionState: p, TimeLag: p.TimeLag.Seconds()}
+		}
+		out.Queues[q] = groupQueueJSON{Conflation: st.Conflation, Partitions: parts}
+	}
+	return out
 }
 
 // ---------------------------------------------------------------- push

@@ -247,6 +247,23 @@ func TestGroups(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &gs); err != nil || len(gs) != 1 || gs[0]["totalLag"] != 17.0 {
 		t.Fatalf("json %v (%v)", gs, err)
 	}
+	// Durations print in seconds, as the broker reports them (not Go's
+	// nanoseconds).
+	if gs[0]["maxTimeLag"] != 420.0 {
+		t.Fatalf("maxTimeLag = %v, want 420 (seconds)", gs[0]["maxTimeLag"])
+	}
+	r = runCLI(t, b, "", "--json", "groups", "billing").want(t, exitOK)
+	var d struct {
+		Queues map[string]struct {
+			Partitions []map[string]any `json:"partitions"`
+		} `json:"queues"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || len(d.Queues["orders"].Partitions) != 1 {
+		t.Fatalf("json %s (%v)", r.stdout, err)
+	}
+	if p := d.Queues["orders"].Partitions[0]; p["timeLag"] != 60.0 || p["offsetLag"] != 3.0 || p["partition"] != "p1" {
+		t.Fatalf("partition = %v, want timeLag 60 (seconds)", p)
+	}
 }
 
 func TestPush(t *testing.T) {
