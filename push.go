@@ -29,24 +29,24 @@ const (
 // PushResult is the outcome of one pushed message, in the order given.
 type PushResult struct {
 	// Index is the position of the message in the push.
-	Index int
+	Index int `json:"index"`
 	// Status says whether the message was stored.
-	Status PushStatus
+	Status PushStatus `json:"status"`
 	// MessageID is the broker's id of the stored message (the original one
 	// for a duplicate).
-	MessageID string
+	MessageID string `json:"messageId,omitempty"`
 	// TransactionID is the message's transaction id.
-	TransactionID string
+	TransactionID string `json:"transactionId"`
 	// Queue is the queue the message went to.
-	Queue string
+	Queue string `json:"queue"`
 	// PartitionID is the broker's opaque id of the message's partition, when
 	// the broker reports it (0.15.1 does for queued messages; 2.x does not).
-	PartitionID string
+	PartitionID string `json:"partitionId,omitempty"`
 	// Offset is the message's position in its partition; -1 when the broker
 	// does not report it.
-	Offset int64
+	Offset int64 `json:"offset"`
 	// Error is the broker's reason when Status is PushFailed.
-	Error string
+	Error string `json:"error,omitempty"`
 }
 
 // Stored reports whether the message is in the queue (queued now, or

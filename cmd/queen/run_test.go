@@ -295,6 +295,16 @@ func TestPush(t *testing.T) {
 		t.Fatalf("body %s", body)
 	}
 	runCLI(t, b, "", "push", "q").want(t, exitUsage) // nothing on stdin
+
+	// --json uses the same camelCase keys as every other command.
+	r = runCLI(t, b, "", "--json", "push", "q", "1").want(t, exitOK)
+	var res []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res) != 1 {
+		t.Fatalf("json %s (%v)", r.stdout, err)
+	}
+	if res[0]["status"] != "queued" || res[0]["messageId"] != "m0" || res[0]["transactionId"] == nil || res[0]["queue"] != "q" || res[0]["index"] != 0.0 {
+		t.Fatalf("json %v", res[0])
+	}
 }
 
 func TestPushRefused(t *testing.T) {
