@@ -36,7 +36,6 @@ type config struct {
 	requestTimeout time.Duration
 	retry          RetryPolicy
 	idleConns      int
-	renewSeconds   int
 }
 
 // RetryPolicy says how the client retries transient failures (network
