@@ -12,7 +12,6 @@ package wire
 import (
 	"encoding/json"
 	"net/url"
-	"strconv"
 
 	"github.com/google/go-querystring/query"
 )
@@ -123,58 +122,8 @@ type PopQuery struct {
 	Task             string `url:"task,omitempty"`
 }
 
-// Values encodes q as URL query values: every field that is set (a
-// pointer that is not nil, another value that is not zero) under the name
-// of its url tag, exactly as go-querystring encodes the tags
-// (TestPopQueryValuesMatchQuerystring checks it). It is written out
-// because Client.Pop encodes its query on every call, where reflection
-// costs about twenty allocations; it never fails.
-func (q PopQuery) Values() (url.Values, error) {
-	v := make(url.Values, 8)
-	vals := make([]string, 0, 13) // one array for all values, one per field at most
-	add := func(key, val string) {
-		vals = append(vals, val)
-		n := len(vals)
-		v[key] = vals[n-1 : n : n]
-	}
-	addString := func(key, val string) {
-		if val != "" {
-			add(key, val)
-		}
-	}
-	addInt := func(key string, val *int) {
-		if val != nil {
-			add(key, strconv.Itoa(*val))
-		}
-	}
-	addBool := func(key string, val *bool) {
-		if val != nil {
-			add(key, strconv.FormatBool(*val))
-		}
-	}
-	addString("consumerGroup", q.ConsumerGroup)
-	addString("subscriptionMode", q.SubscriptionMode)
-	addString("subscriptionFrom", q.SubscriptionFrom)
-	addInt("batch", q.Batch)
-	addInt("partitions", q.Partitions)
-	addBool("wait", q.Wait)
-	addInt("timeout", q.Timeout)
-	if q.AutoAck {
-		add("autoAck", "true")
-	}
-	if q.Conflation {
-		add("conflation", "true")
-	}
-	if q.Autopilot {
-		add("autopilot", "true")
-	}
-	if q.LeaseSeconds != 0 {
-		add("leaseSeconds", strconv.Itoa(q.LeaseSeconds))
-	}
-	addString("namespace", q.Namespace)
-	addString("task", q.Task)
-	return v, nil
-}
+// Values encodes q as URL query values.
+func (q PopQuery) Values() (url.Values, error) { return query.Values(q) }
 
 // PopResponse is the 200 body of a pop.
 type PopResponse struct {
