@@ -313,9 +313,18 @@ func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, er
 func decodeTransaction(body []byte, req wire.TxnRequest) (*TransactionResult, error) {
 	body = bytes.TrimSpace(body)
 	var out wire.TxnResponse
-	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &out) != nil {
+	var verdict struct {
+		Success *bool `json:"success"`
+	}
+	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &out) != nil || json.Unmarshal(body, &verdict) != nil {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction, Body: body,
 			Message: "undecodable transaction answer"}
+	}
+	if verdict.Success == nil && out.Error == "" {
+		// Neither committed nor refused: claiming a rollback (nothing
+		// applied) would be a guess.
+		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction, Body: body,
+			Message: "transaction answer says neither success nor error: outcome unknown"}
 	}
 	res := &TransactionResult{
 		TransactionID: out.TransactionID,

@@ -210,6 +210,14 @@ func TestTransaction0151Shapes(t *testing.T) {
 			t.Fatalf("a refused request is not a rollback")
 		}
 	})
+	t.Run("an answer that says neither success nor error: outcome unknown, not a rollback", func(t *testing.T) {
+		_, c := newWireStub(t, http.StatusOK, `{"transactionId":"t","results":[]}`)
+		res, err := c.Transaction().Queue("q").Push(1).Commit(t.Context())
+		var be *queen.BrokerError
+		if !errors.As(err, &be) || errors.Is(err, queen.ErrRolledBack) || res != nil {
+			t.Fatalf("err = %v, res = %+v; want a *BrokerError, no result", err, res)
+		}
+	})
 	t.Run("not JSON", func(t *testing.T) {
 		_, c := newWireStub(t, http.StatusOK, `oops`)
 		_, err := c.Transaction().Queue("q").Push(1).Commit(t.Context())
