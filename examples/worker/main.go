@@ -1,10 +1,12 @@
 // Command worker pushes a few thousand orders over several partitions and
 // consumes them with a consumer group: several handlers at once, lease
 // renewal, a progress line, a final summary, and a clean stop on Ctrl-C or
-// SIGTERM (the orders not handled yet stay in the queue, none is lost).
-// It exits 0 by itself once every order has been processed.
+// SIGTERM (the orders not handled yet stay in the queue, none is lost; a
+// second Ctrl-C ends the process at once). It exits 0 by itself once every
+// order has been processed.
 //
 //	go run ./examples/worker                          # in-process broker (queentest)
+//	go run ./examples/worker -orders 100000 -work 2ms # long enough to press Ctrl-C
 //	QUEEN_URL=http://localhost:6632 go run ./examples/worker
 //
 // With QUEEN_URL unset it starts the in-memory broker of the queentest
@@ -16,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/signal"
@@ -29,14 +32,41 @@ import (
 )
 
 func main() {
-	orders := flag.Int("orders", 3000, "orders to push and process")
-	partitions := flag.Int("partitions", 8, "partitions (customers) the orders are spread over")
-	concurrency := flag.Int("concurrency", 4, "handlers running at once")
-	work := flag.Duration("work", time.Millisecond, "time one order takes to process")
+	var cfg config
+	flag.IntVar(&cfg.orders, "orders", 3000, "orders to push and process")
+	flag.IntVar(&cfg.partitions, "partitions", 8, "partitions (customers) the orders are spread over")
+	flag.IntVar(&cfg.concurrency, "concurrency", 4, "handlers running at once")
+	flag.DurationVar(&cfg.work, "work", time.Millisecond, "time one order takes to process")
 	flag.Parse()
-	if err := run(*orders, *partitions, *concurrency, *work); err != nil {
+
+	// Ctrl-C or SIGTERM stops the worker cleanly. After the first one the
+	// signals are no longer caught: a second Ctrl-C ends the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+
+	if _, err := run(ctx, cfg, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// config is what the flags set.
+type config struct {
+	orders, partitions, concurrency int
+	work                            time.Duration
+}
+
+// summary is what a run did.
+type summary struct {
+	processed  int64 // distinct orders done
+	duplicates int64 // an order handled again after it was done (should stay 0)
+	retried    int64 // orders given back once (out of stock) and handled again
+	left       int64 // orders still in the queue for the group when it stopped
+	leased     int   // orders still leased when it stopped (in-process broker only; should be 0)
+	stopped    bool  // stopped by ctx (a signal) before every order was done
 }
 
 // errOutOfStock is the transient failure the handler simulates the first
@@ -50,9 +80,14 @@ var errOutOfStock = errors.New("warehouse briefly out of stock")
 // hangs.
 const idleStop = 3000 // ms
 
-func run(total, partitions, concurrency int, work time.Duration) error {
-	if total < 1 || partitions < 1 || concurrency < 1 {
-		return fmt.Errorf("orders, partitions and concurrency must be positive")
+const group = "fulfilment"
+
+// run pushes the orders and consumes them until every one is done or ctx
+// ends (the signal), then prints a summary to out.
+func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
+	var sum summary
+	if cfg.orders < 1 || cfg.partitions < 1 || cfg.concurrency < 1 {
+		return sum, fmt.Errorf("orders, partitions and concurrency must be positive")
 	}
 	url := os.Getenv("QUEEN_URL")
 	var srv *queentest.Server
@@ -60,59 +95,67 @@ func run(total, partitions, concurrency int, work time.Duration) error {
 		srv = queentest.NewServer()
 		defer srv.Close()
 		url = srv.URL
-		fmt.Println("QUEEN_URL not set: using an in-process queentest broker at", url)
+		fmt.Fprintln(out, "QUEEN_URL not set: using an in-process queentest broker at", url)
 	}
 	client, err := queen.New(url)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	defer client.Close(context.Background())
 
-	// Ctrl-C or SIGTERM stops the worker cleanly.
-	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stopSignals()
-
 	queue := fmt.Sprintf("worker-orders-%d", time.Now().UnixNano())
-	const group = "fulfilment"
 	_, err = client.Queue(queue).Config(queen.QueueConfig{
 		LeaseTime:       queen.Ptr(30),   // seconds; RenewLease keeps slow orders leased
 		RetryLimit:      queen.Ptr(3),    // failed three times: dead-lettered
 		RetryDelay:      queen.Ptr(50),   // ms before a failed order comes back
 		DeadLetterQueue: queen.Ptr(true), // keep what runs out of retries
-	}).Create().Execute(sigCtx)
+	}).Create().Execute(ctx)
 	if err != nil {
-		return fmt.Errorf("create queue: %w", err)
+		if ctx.Err() != nil {
+			fmt.Fprintln(out, "stopped by signal before anything was pushed")
+			sum.stopped = true
+			return sum, nil
+		}
+		return sum, fmt.Errorf("create queue: %w", err)
 	}
 
 	start := time.Now()
-	if err := pushOrders(sigCtx, client, queue, total, partitions); err != nil {
-		return err
+	perPartition, err := pushOrders(ctx, client, queue, cfg.orders, cfg.partitions)
+	if err != nil && ctx.Err() == nil {
+		return sum, err
 	}
-	fmt.Printf("pushed %d orders over %d partitions of %s in %v\n", total, partitions, queue, time.Since(start).Round(time.Millisecond))
+	if ctx.Err() != nil {
+		// Stopped while pushing: what was pushed stays for the next worker.
+		fmt.Fprintln(out, "stopped by signal while pushing; the orders pushed stay in", queue)
+		sum.stopped = true
+		return sum, nil
+	}
+	fmt.Fprintf(out, "pushed %d orders over %d partitions of %s in %v\n",
+		cfg.orders, cfg.partitions, queue, time.Since(start).Round(time.Millisecond))
 
 	var (
 		mu         sync.Mutex
-		done       = make(map[int]bool, total)
+		done       = make(map[int]bool, cfg.orders)
 		shortOnce  = make(map[int]bool)
 		processed  atomic.Int64 // distinct orders done
-		duplicates atomic.Int64 // an order handled again after it was done (should stay 0)
+		duplicates atomic.Int64
 		retried    atomic.Int64
 		inFlight   atomic.Int64
 	)
-	ctx, finish := context.WithCancel(sigCtx) // finish: every order is done
+	cctx, finish := context.WithCancel(ctx) // finish: every order is done
 	defer finish()
 
-	stopProgress := progress(&processed, &inFlight, total)
+	stopProgress := progress(out, &processed, &inFlight, cfg.orders)
 	consumeStart := time.Now()
 	err = client.Queue(queue).
 		Group(group).
 		SubscriptionMode(queen.SubscriptionModeAll).
 		Batch(50).
-		Concurrency(concurrency). // handlers at once, each on its own partitions
-		RenewLease(true, 1000).   // renew every second while a handler runs
-		IdleMillis(idleStop).     // a safety net: see idleStop
+		Concurrency(cfg.concurrency). // handlers at once, each on its own partitions
+		RenewLease(true, 1000).       // renew every second while a handler runs
+		IdleMillis(idleStop).         // a safety net: see idleStop
 		Each().
-		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
+		Consume(cctx, func(ctx context.Context, msg *queen.Message) error {
 			inFlight.Add(1)
 			defer inFlight.Add(-1)
 			id := int(msg.Data["id"].(float64))
@@ -127,17 +170,19 @@ func run(total, partitions, concurrency int, work time.Duration) error {
 				}
 			}
 			select { // the work; a stop past the grace period cancels ctx
-			case <-time.After(work):
+			case <-time.After(cfg.work):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 			mu.Lock()
-			if done[id] {
-				duplicates.Add(1)
-			}
+			again := done[id]
 			done[id] = true
 			mu.Unlock()
-			if processed.Add(1) == int64(total) {
+			if again {
+				duplicates.Add(1)
+				return nil
+			}
+			if processed.Add(1) == int64(cfg.orders) {
 				finish()
 			}
 			return nil
@@ -149,46 +194,92 @@ func run(total, partitions, concurrency int, work time.Duration) error {
 			return queen.Fail(err)
 		}).
 		GracePeriod(5 * time.Second). // a stop lets running orders finish
-		Execute(ctx)
+		Execute(cctx)
 	stopProgress()
 	elapsed := time.Since(consumeStart)
 	if err != nil {
-		return fmt.Errorf("consume: %w", err)
+		return sum, fmt.Errorf("consume: %w", err)
 	}
 
-	n := processed.Load()
-	fmt.Printf("processed %d/%d orders in %v (%.0f orders/s), %d given back once and retried, %d duplicates\n",
-		n, total, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), retried.Load(), duplicates.Load())
+	sum.processed, sum.duplicates, sum.retried = processed.Load(), duplicates.Load(), retried.Load()
+	fmt.Fprintf(out, "processed %d/%d orders in %v (%.0f orders/s), %d given back once and retried, %d duplicates\n",
+		sum.processed, cfg.orders, elapsed.Round(time.Millisecond), float64(sum.processed)/elapsed.Seconds(),
+		sum.retried, sum.duplicates)
 	if srv != nil {
-		fmt.Printf("broker: %d leased, %d dead-lettered\n", srv.LeasedCount(queue, group), srv.DLQCount(queue))
+		sum.leased = srv.LeasedCount(queue, group)
+		fmt.Fprintf(out, "broker: %d leased, %d dead-lettered\n", sum.leased, srv.DLQCount(queue))
 	}
-	if n < int64(total) {
-		if sigCtx.Err() != nil {
-			fmt.Printf("stopped by signal: the %d orders not processed stay in %s for the next worker\n", int64(total)-n, queue)
-			return nil
+	if sum.processed == int64(cfg.orders) {
+		if _, err := client.Queue(queue).Delete().Execute(context.Background()); err != nil {
+			return sum, fmt.Errorf("delete queue: %w", err)
 		}
-		return fmt.Errorf("%d orders missing after %d ms with nothing to do (dead-lettered?); they stay in %s",
-			int64(total)-n, idleStop, queue)
+		fmt.Fprintln(out, "all orders processed")
+		return sum, nil
 	}
-	if _, err := client.Queue(queue).Delete().Execute(context.Background()); err != nil {
-		return fmt.Errorf("delete queue: %w", err)
+
+	// Not every order is done: say what is left for the next worker, and
+	// check that nothing went missing on the way.
+	sum.left, err = leftInQueue(client, queue, perPartition)
+	if err != nil {
+		return sum, fmt.Errorf("read what is left: %w", err)
 	}
-	fmt.Println("all orders processed")
-	return nil
+	if ctx.Err() != nil {
+		sum.stopped = true
+		if sum.processed+sum.left != int64(cfg.orders) || sum.leased != 0 {
+			return sum, fmt.Errorf("stopped by signal, orders lost: %d processed + %d left of %d (%d leased)",
+				sum.processed, sum.left, cfg.orders, sum.leased)
+		}
+		fmt.Fprintf(out, "stopped by signal: %d processed, %d left in %s for the next worker, none lost\n",
+			sum.processed, sum.left, queue)
+		return sum, nil
+	}
+	return sum, fmt.Errorf("%d orders missing after %d ms with nothing to do (dead-lettered?); %d left in %s",
+		int64(cfg.orders)-sum.processed, idleStop, sum.left, queue)
+}
+
+// leftInQueue counts the orders the group has not consumed yet: its lag on
+// each partition it has read, and every order of the partitions it has not.
+func leftInQueue(client *queen.Client, queue string, perPartition map[string]int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lag := map[string]int64{}
+	d, err := client.Admin().GetConsumerGroup(ctx, group)
+	var be *queen.BrokerError
+	switch {
+	case errors.As(err, &be) && be.Status == 404: // the group never consumed
+	case err != nil:
+		return 0, err
+	default:
+		for _, p := range d.Queues[queue].Partitions {
+			lag[p.Partition] = p.OffsetLag
+		}
+	}
+	var left int64
+	for name, n := range perPartition {
+		if l, ok := lag[name]; ok {
+			left += l
+		} else {
+			left += n
+		}
+	}
+	return left, nil
 }
 
 // pushOrders pushes the orders in chunks, each partition ("customer-K")
-// getting every partitions-th order. Every order carries its own
-// transaction id, so a retried push never stores it twice.
-func pushOrders(ctx context.Context, client *queen.Client, queue string, total, partitions int) error {
+// getting every partitions-th order, and returns how many each got. Every
+// order carries its own transaction id, so a retried push never stores it
+// twice.
+func pushOrders(ctx context.Context, client *queen.Client, queue string, total, partitions int) (map[string]int64, error) {
 	const chunk = 500
+	per := make(map[string]int64, partitions)
 	for p := range partitions {
+		name := fmt.Sprintf("customer-%d", p)
 		var items []any
 		flush := func() error {
 			if len(items) == 0 {
 				return nil
 			}
-			_, err := client.Queue(queue).Partition(fmt.Sprintf("customer-%d", p)).Push(items...).Execute(ctx)
+			_, err := client.Queue(queue).Partition(name).Push(items...).Execute(ctx)
 			items = items[:0]
 			return err
 		}
@@ -197,22 +288,23 @@ func pushOrders(ctx context.Context, client *queen.Client, queue string, total, 
 				Payload:       map[string]any{"id": id, "customer": p, "total": 10 + id%90},
 				TransactionID: fmt.Sprintf("order-%d", id),
 			})
+			per[name]++
 			if len(items) == chunk {
 				if err := flush(); err != nil {
-					return fmt.Errorf("push: %w", err)
+					return per, fmt.Errorf("push: %w", err)
 				}
 			}
 		}
 		if err := flush(); err != nil {
-			return fmt.Errorf("push: %w", err)
+			return per, fmt.Errorf("push: %w", err)
 		}
 	}
-	return nil
+	return per, nil
 }
 
 // progress prints a progress line every 250 ms until the returned func is
 // called.
-func progress(processed, inFlight *atomic.Int64, total int) (stop func()) {
+func progress(out io.Writer, processed, inFlight *atomic.Int64, total int) (stop func()) {
 	quit, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -227,7 +319,7 @@ func progress(processed, inFlight *atomic.Int64, total int) (stop func()) {
 				n := processed.Load()
 				rate := float64(n-last) / now.Sub(lastAt).Seconds()
 				last, lastAt = n, now
-				fmt.Printf("[%5.1fs] processed %d/%d (%3.0f%%)  rate %6.0f/s  in flight %d\n",
+				fmt.Fprintf(out, "[%5.1fs] processed %d/%d (%3.0f%%)  rate %6.0f/s  in flight %d\n",
 					now.Sub(start).Seconds(), n, total, 100*float64(n)/float64(total), rate, inFlight.Load())
 			}
 		}
