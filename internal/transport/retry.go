@@ -2,15 +2,22 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // call is one Do: its state, which the hooks given to retryablehttp
@@ -47,6 +54,64 @@ type callState struct {
 	lastErr  error         // network error of the last attempt, if any
 	answer   *Response     // the last answer received, if any
 	abort    error         // set when Sleep or URL rewriting failed: stop the loop
+
+	probe   *sendProbe // NoRetryAfterSend: what the current attempt got to
+	unknown bool       // NoRetryAfterSend: the last attempt failed after it may have been sent
+}
+
+// sendProbe tells, for one attempt of a NoRetryAfterSend call, whether the
+// request may have been written. net/http writes a request only on a
+// connection it got (httptrace GotConn); an attempt that asked for one
+// (GetConn) and got none failed while connecting, before anything was
+// sent. Each attempt has its own probe: net/http may call hooks late, from
+// other goroutines.
+type sendProbe struct {
+	sending          bool // RoundTrip handed the request to the pool
+	getConn, gotConn atomic.Bool
+	trace            *httptrace.ClientTrace
+}
+
+func newSendProbe() *sendProbe {
+	p := &sendProbe{}
+	p.trace = &httptrace.ClientTrace{
+		GetConn: func(string) { p.getConn.Store(true) },
+		GotConn: func(httptrace.GotConnInfo) { p.gotConn.Store(true) },
+	}
+	return p
+}
+
+// mayHaveSent reports whether the attempt that probe watched and that
+// failed with err may have written its request. Without a probe, or before
+// sending, the attempt never got as far as the pool. A RoundTripper that
+// reports no connection events at all (the user's own) is trusted only
+// with a dial error.
+func (p *sendProbe) mayHaveSent(err error) bool {
+	switch {
+	case p == nil || !p.sending:
+		return false
+	case p.gotConn.Load():
+		return true
+	case p.getConn.Load():
+		return false
+	}
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
+}
+
+// retryAfterSend reports whether an answer to a NoRetryAfterSend call
+// tells that the broker did not apply the request, so that it can be sent
+// again: 429 (admission budget full, proxy rate limits) and 503 (2.x: no
+// leader, leader changed, timeout), unless the 503's code is
+// "outcome_unknown". An unreadable body (ok false) is not trusted.
+func retryAfterSend(status int, body []byte, ok bool) bool {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return true
+	case status != http.StatusServiceUnavailable || !ok:
+		return false
+	}
+	var eb wire.ErrorBody
+	return json.Unmarshal(body, &eb) != nil || eb.Code != wire.CodeOutcomeUnknown
 }
 
 // checkRetry is the retryablehttp.CheckRetry hook, called once after each
@@ -54,7 +119,26 @@ type callState struct {
 // if so, how long to wait first.
 func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	c.attempts++
+	probe := c.probe
+	c.probe = nil
+	once := c.req.NoRetryAfterSend
+	c.lastErr = err
+	var body []byte
+	bodyOK := false
+	if resp != nil {
+		// Keep the answer: if later attempts get none, it is still what Do
+		// returns.
+		if body, bodyOK = c.takeBody(resp); bodyOK {
+			c.answer = &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, URL: c.base}
+		}
+	}
+	if once && err != nil && probe.mayHaveSent(err) {
+		c.unknown = true
+	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
+		if once && err == nil && bodyOK {
+			return false, nil // this answer is the outcome: worth more than ctx's error
+		}
 		return false, ctxErr
 	}
 	// retryablehttp's classification: network errors (except redirect
@@ -62,14 +146,6 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	// except 501 are worth another attempt.
 	retry, classErr := retryablehttp.ErrorPropagatedRetryPolicy(ctx, resp, err)
 
-	c.lastErr = err
-	if resp != nil {
-		// Keep the answer: if later attempts get none, it is still what Do
-		// returns.
-		if body, ok := c.takeBody(resp); ok {
-			c.answer = &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, URL: c.base}
-		}
-	}
 	if err != nil || (resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented) {
 		if c.t.eps.markDown(c.ep) && len(c.t.eps.urls) > 1 {
 			c.event(slog.LevelWarn, "queen transport: broker URL failing, using the next one", resp, err)
@@ -78,6 +154,13 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		c.t.eps.markUp(c.ep)
 	}
 
+	switch {
+	case c.unknown:
+		c.event(slog.LevelDebug, "queen transport: no answer after the request may have been sent, not retrying", resp, err)
+		return false, err
+	case retry && once && err == nil && !retryAfterSend(resp.StatusCode, body, bodyOK):
+		retry = false // the broker may have applied it: the answer is final
+	}
 	if !retry {
 		if err != nil {
 			return false, classErr // not worth retrying; giveUp reports it

@@ -19,6 +19,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
@@ -42,7 +43,36 @@ type Request struct {
 	// Timeout overrides the per-request timeout (a long poll needs more
 	// than the broker's wait). Zero uses the configured one.
 	Timeout time.Duration
+	// NoRetryAfterSend marks a call the broker does not apply
+	// idempotently (a transaction, a dead-letter replay): it is retried
+	// only when the broker surely did not apply it. That is a failure
+	// before the request could be written (no connection was got: a
+	// refused or timed out dial, a DNS or TLS handshake failure), retried
+	// and failed over as usual, and the answers 429 and 503, which the
+	// broker sends without applying the request; a 503 whose code is
+	// "outcome_unknown" is the exception and is returned as the answer.
+	// Any other answer (500 and every other 5xx included) is returned at
+	// once. A network failure once the request may have been written (a
+	// reset, EOF, a timeout waiting for the answer, an answer cut short)
+	// ends the call at once with an error matching ErrOutcomeUnknown, and
+	// so does a ctx that ends then; an answer received as the ctx ends is
+	// returned. Do then never returns the answer of an earlier attempt.
+	NoRetryAfterSend bool
 }
+
+// ErrOutcomeUnknown is matched (errors.Is) by the error of a
+// NoRetryAfterSend call that failed after its request may have reached the
+// broker: the broker may or may not have applied it.
+var ErrOutcomeUnknown = errors.New("transport: outcome unknown")
+
+// outcomeUnknown is the error of a NoRetryAfterSend call cut after its
+// request may have reached the broker. It matches ErrOutcomeUnknown and
+// unwraps to the failure.
+type outcomeUnknown struct{ err error }
+
+func (e *outcomeUnknown) Error() string        { return e.err.Error() }
+func (e *outcomeUnknown) Unwrap() error        { return e.err }
+func (e *outcomeUnknown) Is(target error) bool { return target == ErrOutcomeUnknown }
 
 // Response is what the broker answered. Every status is returned as a
 // Response (the caller decides what is an error) once retries are spent.
@@ -146,7 +176,9 @@ func (t *Transport) Close() {
 // ctx.Err()), attempts ran out without any answer, or the request could
 // not be built or sent (e.g. a TLS certificate error, not retried).
 // When the ctx deadline would pass during a wait, the answer in hand is
-// returned at once instead of waiting for a bare deadline error.
+// returned at once instead of waiting for a bare deadline error. A
+// request with NoRetryAfterSend is retried less (see Request) and its
+// failure after the request may have been sent matches ErrOutcomeUnknown.
 func (t *Transport) Do(ctx context.Context, r Request) (*Response, error) {
 	if !strings.HasPrefix(r.Path, "/") {
 		return nil, fmt.Errorf("transport: path %q must start with /", r.Path)
@@ -186,6 +218,10 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	resp, err := c.retryClient().Do(req)
 	closeBody(resp) // its content is in c.answer
 	switch {
+	case c.unknown:
+		// Never an earlier attempt's answer: the last one may have been
+		// applied.
+		return nil, c.failure(err)
 	case err == nil && c.answer != nil:
 		return c.answer, nil
 	case c.ctx.Err() != nil || c.abort != nil:
@@ -267,6 +303,13 @@ func (c *call) failure(err error) error {
 	if err == nil {
 		err = errors.New("no answer")
 	}
+	if c.unknown {
+		if ctxErr := c.ctx.Err(); ctxErr != nil {
+			err = ctxErr
+		}
+		return &outcomeUnknown{fmt.Errorf("transport: %s %s: no answer after the request may have reached the broker, "+
+			"not retried (attempt %d): %w", m, p, c.attempts, err)}
+	}
 	if ctxErr := c.ctx.Err(); ctxErr != nil {
 		if c.lastErr != nil {
 			return fmt.Errorf("transport: %s %s: %w (after %d attempt(s), last error: %v)", m, p, ctxErr, c.attempts, c.lastErr)
@@ -291,14 +334,28 @@ func (c *call) failure(err error) error {
 func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 	if n := c.attempts + 1; c.deadlineOf != n { // first hop of attempt n
 		c.deadline, c.deadlineOf = time.Now().Add(c.timeout), n
+		if c.req.NoRetryAfterSend {
+			c.probe = newSendProbe()
+		}
 	}
 	ctx := req.Context()
 	actx := ctx
+	if c.probe != nil {
+		actx = httptrace.WithClientTrace(actx, c.probe.trace)
+	}
 	if dl, ok := ctx.Deadline(); !ok || c.deadline.Before(dl) {
 		var cancel context.CancelFunc
-		actx, cancel = context.WithDeadline(ctx, c.deadline)
+		actx, cancel = context.WithDeadline(actx, c.deadline)
 		defer cancel()
+	}
+	if actx != ctx {
 		req = req.WithContext(actx)
+	}
+	if c.probe != nil {
+		if err := actx.Err(); err != nil {
+			return nil, c.attemptError(err, ctx, actx) // ended before anything was sent
+		}
+		c.probe.sending = true
 	}
 	resp, err := c.t.next.RoundTrip(req)
 	if err != nil {

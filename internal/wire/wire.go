@@ -65,6 +65,11 @@ const (
 	RouteHealth        = "/health"
 )
 
+// CodeOutcomeUnknown is the code of a 2.x refusal (503) after which the
+// broker cannot tell whether it applied the request (CHANGELOG; PROTOCOL.md
+// §1.1).
+const CodeOutcomeUnknown = "outcome_unknown"
+
 // ErrorBody is the error envelope of the broker: 2.x sends error and code,
 // 0.15.1 sends error and sometimes success:false with an empty messages list.
 type ErrorBody struct {
