@@ -26,7 +26,9 @@ const (
 	emptyPollDelay    = 100 * time.Millisecond
 	popBackoffMin     = 100 * time.Millisecond
 	popBackoffMax     = 5 * time.Second
-	autopilotMaxBatch = 1000 // the most messages the broker hands out when it sizes a pop
+	popDrain          = 250 * time.Millisecond // what a stop gives a pop's answer on its way
+	abandonNotice     = 100 * time.Millisecond // what a broker gets to notice an abandoned long poll
+	autopilotMaxBatch = 1000                   // the most messages the broker hands out when it sizes a pop
 )
 
 // ErrHandlerPanic is matched (errors.Is) by the error a consume loop reports
@@ -167,7 +169,9 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 // Transient failures (network errors, 5xx, 429) are retried with a backoff;
 // by default each pop long polls (wait=true, 30 s).
 //
-// On every stop the long polls in flight are abandoned at once; handlers
+// On every stop the long polls in flight are abandoned within 250 ms (the
+// time an answer already on its way gets to arrive, so that the messages it
+// leased are given back rather than left leased); handlers
 // already running get the grace period and their outcomes are acked;
 // messages popped but not started are given back with a retry ack (no
 // retry spent) in the same batch ack, so that another worker gets them at
@@ -216,6 +220,10 @@ type consumeRun struct {
 
 	stopCh    chan struct{}
 	stopOnce  sync.Once
+	drain     *time.Timer // after a stop: abandons the pops in flight
+	quietAt   time.Time   // after a stop: when the abandoned pops are surely gone
+	popping   atomic.Int32
+	abandoned atomic.Bool // the drain abandoned pops in flight
 	slotsDone chan struct{}
 
 	mu          sync.Mutex
@@ -326,18 +334,32 @@ func (r *consumeRun) run() error {
 	r.stop()
 	sup.Wait()
 	r.hcancel(errConsumeStopped)
+	r.drain.Stop()
 	r.pollCancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.fatal
 }
 
-// stop ends the loop: no new pop or handler starts, long polls in flight are
-// abandoned. Running handlers get the grace period (see supervise).
+// stop ends the loop: no new pop or handler starts, and the pops in flight
+// are abandoned after popDrain. Running handlers get the grace period (see
+// supervise).
+//
+// Why not abandon them at once: a pop whose answer is already on its way
+// has leased its messages, and dropping the answer would leave them leased
+// until their lease runs out, out of reach of any worker. Given a moment,
+// the answer arrives and its messages are given back with a retry ack. A
+// long poll still parked after that is abandoned, and the broker claims
+// nothing for a client that is gone, once it has noticed: settle waits for
+// that before it gives messages back.
 func (r *consumeRun) stop() {
 	r.stopOnce.Do(func() {
+		r.quietAt = time.Now().Add(popDrain + abandonNotice)
+		r.drain = time.AfterFunc(popDrain, func() {
+			r.abandoned.Store(r.popping.Load() > 0)
+			r.pollCancel()
+		})
 		close(r.stopCh)
-		r.pollCancel()
 	})
 }
 
@@ -494,7 +516,9 @@ func (r *consumeRun) slot() {
 			return
 		}
 		began := time.Now()
+		r.popping.Add(1)
 		res, err := r.popOnce(n)
+		r.popping.Add(-1)
 		if err != nil {
 			r.release(n, 0)
 			if r.stopping() {
@@ -670,13 +694,13 @@ func (r *consumeRun) handlePop(res *popResult) int {
 		if rn != nil {
 			rn.stop()
 		}
+		r.c.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
+			"queue", r.queue, "group", r.group)
+		r.fail(errHandlerGoexit)
 		if !leaseLost(pctx) {
 			giveBack(msgs[next:])
 			r.settle(acks)
 		}
-		r.c.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
-			"queue", r.queue, "group", r.group)
-		r.fail(errHandlerGoexit)
 	}()
 
 	if r.each {
@@ -847,6 +871,15 @@ func (r *consumeRun) panicked(v any, m *Message, what string) error {
 func (r *consumeRun) settle(acks []Settlement) {
 	if len(acks) == 0 {
 		return
+	}
+	if r.stopping() {
+		// The pops in flight first: a long poll still parked would claim the
+		// messages given back here; answered, it would give them back again,
+		// abandoned before the broker noticed, it would leave them leased.
+		<-r.pollCtx.Done()
+		if r.abandoned.Load() {
+			time.Sleep(time.Until(r.quietAt))
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.reqCtx, settleTimeout)
 	defer cancel()

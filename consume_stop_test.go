@@ -2,8 +2,16 @@ package queen_test
 
 import (
 	"context"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/queen-go/queen"
 	"github.com/queen-go/queen/queentest"
@@ -66,5 +74,64 @@ func TestConsumeStopCancellationGivenBack(t *testing.T) {
 	}
 	if left := e.peek("q", ""); len(left) != 1 {
 		t.Fatalf("the message did not come back at once: %v", keys(left))
+	}
+}
+
+// A pop whose answer is on its way when the loop stops is not dropped: the
+// messages it leased are given back, not left leased until their lease
+// runs out. A proxy holds the broker's pop answers for a moment, and the
+// stop comes while one of them is held.
+func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
+	srv := queentest.Start(t)
+	var answered atomic.Int32
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = tr
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if strings.HasPrefix(resp.Request.URL.Path, "/api/v1/pop") && resp.StatusCode == http.StatusOK {
+			answered.Add(1)
+			time.Sleep(40 * time.Millisecond) // the answer on its way
+		}
+		return nil
+	}
+	proxy := httptest.NewServer(rp)
+	defer proxy.Close()
+	c, err := queen.New(proxy.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	e := &env{t: t, srv: srv, c: c}
+	e.pushN("q", "a", 5)
+	e.pushN("q", "b", 5)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var handled atomic.Int32
+	err = execute(t, ctx, func(ctx context.Context) error {
+		return c.Queue("q").Batch(5).Partitions(1).Concurrency(2).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				if handled.Add(1) == 1 {
+					// Both slots' pops have claimed; the other answer is held.
+					waitFor(t, "both pops claimed", func() bool { return answered.Load() >= 2 })
+					cancel()
+				}
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.LeasedCount("q", ""); n != 0 {
+		t.Fatalf("%d messages left leased after Execute returned: the answer on its way was dropped", n)
+	}
+	if n := len(e.peek("q", "")); int32(n) != 10-handled.Load() {
+		t.Fatalf("%d messages back, want %d", n, 10-handled.Load())
 	}
 }
