@@ -3,6 +3,10 @@ package queen_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -212,5 +216,96 @@ func TestConsumeHandlerCtxValues(t *testing.T) {
 	}
 	if got != "tenant-7" {
 		t.Fatalf("handler ctx value %v, want the Consume ctx's", got)
+	}
+}
+
+// A failed ack spends a retry: with a retry limit of 1 the second failure
+// dead-letters the message. A Retry outcome spends none: three in a row
+// dead-letter nothing.
+func TestConsumeFailureSpendsRetry(t *testing.T) {
+	for _, retry := range []bool{false, true} {
+		t.Run(map[bool]string{false: "failed", true: "retry"}[retry], func(t *testing.T) {
+			e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 0; q.RetryLimit = 1 }))
+			e.pushN("q", "p", 1)
+			var calls atomic.Int32
+			err := execute(t, context.Background(), func(ctx context.Context) error {
+				cb := e.c.Queue("q").Each().IdleMillis(300).
+					Consume(ctx, func(context.Context, *queen.Message) error {
+						calls.Add(1)
+						return errors.New("boom")
+					})
+				if retry {
+					cb = cb.OnError(func(context.Context, *queen.Message, error) queen.Outcome {
+						if calls.Load() == 3 {
+							return queen.Complete()
+						}
+						return queen.Retry()
+					})
+				}
+				return cb.Execute(ctx)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCalls, wantDLQ := int32(2), 1
+			if retry {
+				wantCalls, wantDLQ = 3, 0
+			}
+			if calls.Load() != wantCalls || e.srv.DLQCount("q") != wantDLQ {
+				t.Fatalf("%d calls, %d dead letters; want %d and %d", calls.Load(), e.srv.DLQCount("q"), wantCalls, wantDLQ)
+			}
+		})
+	}
+}
+
+// A conflating consume hands the handler only the newest message of the
+// partition, and its ack retires the older ones.
+func TestConsumeConflation(t *testing.T) {
+	e := newEnv(t)
+	e.pushN("prices", "EURUSD", 3)
+	var rec recorder
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("prices").Group("repricer").SubscriptionMode(queen.SubscriptionModeAll).Conflation(true).
+			Each().Limit(1).
+			Consume(ctx, func(_ context.Context, m *queen.Message) error {
+				rec.add(key(m))
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rec.get(), ","); got != "EURUSD/2" {
+		t.Fatalf("handled %s, want only the newest (EURUSD/2)", got)
+	}
+	if left := e.peek("prices", "repricer"); len(left) != 0 {
+		t.Fatalf("left %v: the ack did not retire the older messages", keys(left))
+	}
+}
+
+// A conflating consume against a broker that does not conflate (no echo)
+// ends with ErrConflationUnsupported and hands the handler nothing.
+func TestConsumeConflationUnsupported(t *testing.T) {
+	body, err := os.ReadFile(filepath.Join("testdata", "broker-0.15.1", "pop_group_three.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}))
+	defer srv.Close()
+	c, err := queen.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var calls atomic.Int32
+	err = execute(t, context.Background(), func(ctx context.Context) error {
+		return c.Queue("t1").Group("G").Conflation(true).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error { calls.Add(1); return nil }).Execute(ctx)
+	})
+	if !errors.Is(err, queen.ErrConflationUnsupported) || calls.Load() != 0 {
+		t.Fatalf("Execute = %v after %d handler calls, want ErrConflationUnsupported and none", err, calls.Load())
 	}
 }

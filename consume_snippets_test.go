@@ -35,6 +35,15 @@ func TestConsumeSnippets(t *testing.T) {
 			t.Fatal("the order was not acked completed by the handler")
 		}
 	})
+	t.Run("billing group, a refused order is failed by the handler", func(t *testing.T) {
+		e := newEnv(t, withQueueConfig(noRetryDelay))
+		e.push("orders", "", map[string]any{"total": -3})
+		snippetBillingGroup(ctx, e.c)
+		left := e.peek("orders", "billing")
+		if len(left) != 1 || left[0].DeliveryAttempt != 2 {
+			t.Fatalf("left %v, want the refused order back for a retry", keys(left))
+		}
+	})
 	t.Run("archiver, whole batches", func(t *testing.T) {
 		e := newEnv(t)
 		events := make([]any, 1000)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -128,6 +129,7 @@ func TestConsumeLimitCapsPopBatch(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each stop waits for its parked poll to be abandoned
 			w := newWireRecorder(t, time.Minute)
 			q := runUntilPop(t, w, tc.qb)
 			for k, v := range tc.want {
@@ -175,6 +177,12 @@ func TestConsumeRefusesBeforeAnyRequest(t *testing.T) {
 		{"renew without interval", func(ctx context.Context, c *queen.Client) error {
 			return c.Queue("q").RenewLease(true, 0).Consume(ctx, h).Execute(ctx)
 		}, queen.ErrInvalidOption},
+		{"timeout above 60 s", func(ctx context.Context, c *queen.Client) error {
+			return c.Queue("q").TimeoutMillis(60001).Consume(ctx, h).Execute(ctx)
+		}, queen.ErrTimeoutOutOfRange},
+		{"conflation with commit on delivery", func(ctx context.Context, c *queen.Client) error {
+			return c.Queue("q").Group("g").Conflation(true).CommitOnDelivery(true).Consume(ctx, h).Execute(ctx)
+		}, queen.ErrInvalidArgument},
 		{"no queue", func(ctx context.Context, c *queen.Client) error {
 			return c.Queue("").Consume(ctx, h).Execute(ctx)
 		}, queen.ErrEmptyQueue},
@@ -205,5 +213,47 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Every pop option reaches the wire from a consume loop exactly as from
+// Pop (the autopilot rule of PROTOCOL.md 3.3 included): the loop adds
+// nothing and drops nothing when no Limit caps the batch.
+func TestConsumePopQueryMatchesPop(t *testing.T) {
+	cases := map[string]func(*queen.Client) *queen.QueueBuilder{
+		"defaults": func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q") },
+		"group":    func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Group("g") },
+		"group mode all": func(c *queen.Client) *queen.QueueBuilder {
+			return c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll)
+		},
+		"group from": func(c *queen.Client) *queen.QueueBuilder {
+			return c.Queue("q").Group("g").SubscriptionFrom("2026-10-22T00:00:00Z")
+		},
+		"batch only":       func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Batch(50) },
+		"partitions only":  func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Partitions(1) },
+		"batch+partitions": func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Batch(50).Partitions(4) },
+		"autopilot off":    func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Autopilot(false).Partitions(3) },
+		"conflation":       func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Group("g").Conflation(true) },
+		"short poll":       func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Wait(false) },
+		"timeout":          func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").TimeoutMillis(60000) },
+		"lease seconds":    func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").LeaseSeconds(120) },
+		"pinned partition": func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Partition("p-1").Batch(5) },
+		"large limit":      func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Batch(10).Limit(100) },
+	}
+	for name, qb := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each stop waits for its parked poll to be abandoned
+			pw := newWireRecorder(t, 0)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := qb(recorderClient(t, pw)).Pop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			want := pw.first(t)
+			got := runUntilPop(t, newWireRecorder(t, time.Minute), qb)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("consume pop query %v, Pop sends %v", got, want)
+			}
+		})
 	}
 }
