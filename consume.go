@@ -164,16 +164,18 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 //   - Limit messages were handled, counted across all slots: nil;
 //   - IdleMillis passed with no message in any slot: nil;
 //   - the broker refuses a pop for good (a 4xx answer other than 408 and
-//     429, a closed client, a broker without conflation): that error.
+//     429, a closed client, a broker without conflation): that error;
+//   - a handler ends its goroutine (runtime.Goexit, as t.FailNow does):
+//     an error saying so (its message is given back).
 //
 // Transient failures (network errors, 5xx, 429) are retried with a backoff;
 // by default each pop long polls (wait=true, 30 s).
 //
 // On every stop the long polls in flight are abandoned within 250 ms (the
 // time an answer already on its way gets to arrive, so that the messages it
-// leased are given back rather than left leased); handlers
-// already running get the grace period and their outcomes are acked;
-// messages popped but not started are given back with a retry ack (no
+// leased are given back rather than left leased); handlers already running
+// get the grace period and their outcomes are acked; messages popped but
+// not started are given back with a retry ack (no
 // retry spent) in the same batch ack, so that another worker gets them at
 // once. Acks, renewals and give-backs go out on their own short-lived
 // context, never on a cancelled one; an ack that fails on the way (the
