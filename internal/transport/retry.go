@@ -122,7 +122,6 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	probe := c.probe
 	c.probe = nil
 	once := c.req.NoRetryAfterSend
-	c.lastErr = err
 	var body []byte
 	bodyOK := false
 	if resp != nil {
@@ -146,6 +145,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	// except 501 are worth another attempt.
 	retry, classErr := retryablehttp.ErrorPropagatedRetryPolicy(ctx, resp, err)
 
+	c.lastErr = err
 	if err != nil || (resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented) {
 		if c.t.eps.markDown(c.ep) && len(c.t.eps.urls) > 1 {
 			c.event(slog.LevelWarn, "queen transport: broker URL failing, using the next one", resp, err)
