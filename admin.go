@@ -765,10 +765,19 @@ type ReplayResult struct {
 // that route, dl.PartitionID and dl.TransactionID (POST
 // /api/v1/messages/{partitionId}/{transactionId}/retry); with neither it
 // fails with ErrNotReplayable before any request. A message no longer in
-// the dead-letter queue is a *BrokerError with Status 404. Known limit: the
-// transport retries a network failure on its own, so when the broker moved
-// the message but its answer was lost, the retry gets that 404 although the
-// replay happened.
+// the dead-letter queue is a *BrokerError with Status 404.
+//
+// A replay is not safe to send twice (the second finds the row gone and
+// answers 404), so ReplayDLQ sends it again only when the broker surely
+// did not apply it: a failure to connect, and the answers 429 and 503 (the
+// broker's "not applied, retry"). When the outcome is open, the error
+// matches ErrOutcomeUnknown: the connection failed or the ctx ended after
+// the request may have reached the broker, or the broker answered a 5xx
+// that may follow applying it (500, 502, 504, a 503 with code
+// outcome_unknown; errors.As finds the *BrokerError). The message may
+// have been moved: list the dead-letter queue, and look for the copy in
+// the queue (a 2.x broker gives it the transaction id "dlq:" + dl.ID),
+// before replaying it again.
 func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, error) {
 	byAddress := dl.PartitionID != "" && dl.TransactionID != ""
 	if dl.ID == "" && !byAddress {
@@ -786,12 +795,12 @@ func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, err
 		wire.DLQMoveResponse
 		Success *bool `json:"success"`
 	}
-	resp, err := a.c.doJSON(ctx, call{method: http.MethodPost, path: path, body: struct{}{}}, &out)
+	resp, err := a.c.doJSON(ctx, call{method: http.MethodPost, path: path, body: struct{}{}, once: true}, &out)
 	var be *BrokerError
 	if err != nil && addrPath != "" && path != addrPath && errors.As(err, &be) && routeMissing(be) {
 		path = addrPath
 		out.DLQMoveResponse, out.Success = wire.DLQMoveResponse{}, nil
-		resp, err = a.c.doJSON(ctx, call{method: http.MethodPost, path: path, body: struct{}{}}, &out)
+		resp, err = a.c.doJSON(ctx, call{method: http.MethodPost, path: path, body: struct{}{}, once: true}, &out)
 	}
 	if err != nil {
 		return ReplayResult{}, err

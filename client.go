@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -190,6 +191,11 @@ type call struct {
 	// longPoll: retry until ctx ends; timeout overrides the attempt timeout.
 	longPoll bool
 	timeout  time.Duration
+	// once marks a request the broker does not apply idempotently
+	// (transaction, DLQ replay): never retried once it may have reached the
+	// broker, and any answer that leaves its outcome open is an error
+	// matching ErrOutcomeUnknown (see do).
+	once bool
 }
 
 // response is what do returns on any HTTP answer.
@@ -202,6 +208,12 @@ type response struct {
 // do sends a request and returns the answer. Any 2xx is returned as is; any
 // other status becomes a *BrokerError. A returned error without an answer is
 // a transport failure (retries spent, ctx ended, or closed client).
+//
+// For a request marked once, the transport retries only what surely did
+// not reach the broker (see transport.Request.NoRetryAfterSend), and the
+// error matches ErrOutcomeUnknown when the outcome is open: a failure after
+// the request may have been sent, and an answer that does not say the
+// broker refused it (see ambiguous).
 func (c *Client) do(ctx context.Context, r call) (*response, error) {
 	c.closeMu.RLock()
 	closed := c.closed
@@ -224,15 +236,44 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 		Body:     body,
 		LongPoll: r.longPoll,
 		Timeout:  r.timeout,
+
+		NoRetryAfterSend: r.once,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queen: %w", err) // the transport names the method and path
+		err = fmt.Errorf("queen: %w", err) // the transport names the method and path
+		if errors.Is(err, transport.ErrOutcomeUnknown) {
+			err = outcomeUnknown(err)
+		}
+		return nil, err
 	}
 	out := &response{status: resp.Status, header: resp.Header, body: resp.Body}
 	if resp.Status < 200 || resp.Status > 299 {
-		return out, brokerError(r.method, r.path, resp.Status, resp.Header, resp.Body)
+		be := brokerError(r.method, r.path, resp.Status, resp.Header, resp.Body)
+		if r.once && ambiguous(be) {
+			return out, outcomeUnknown(be)
+		}
+		return out, be
 	}
 	return out, nil
+}
+
+// ambiguous reports whether a refusal of a request that is not safe to
+// repeat leaves open whether the broker applied it (PROTOCOL.md §1.1): a
+// code outcome_unknown (a 2.x 503), and every 5xx but those that say the
+// request was refused before it was applied: 501 (no such route), 503
+// (2.x: no leader, leader changed, timeout, all transient and not applied)
+// and 507 (storage full, refused before writing). A 500 is a broker fault
+// that may strike after applying; a 502 or 504 comes from a proxy that may
+// have forwarded the request. 4xx are refusals.
+func ambiguous(be *BrokerError) bool {
+	if be.Code == wire.CodeOutcomeUnknown {
+		return true
+	}
+	switch be.Status {
+	case http.StatusNotImplemented, http.StatusServiceUnavailable, http.StatusInsufficientStorage:
+		return false
+	}
+	return be.Status >= 500
 }
 
 // doJSON sends a request and decodes a 2xx JSON answer into out (if out is

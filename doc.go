@@ -36,8 +36,10 @@
 // 429 answers are retried with capped exponential backoff and jitter,
 // honouring Retry-After; other 4xx answers are final. A waiting pop retries
 // until its context ends; every other call has a bounded number of
-// attempts. Close releases the connections; the client runs no goroutine of
-// its own.
+// attempts. A transaction commit and a dead-letter replay, which are not
+// safe to apply twice, are sent again only when the broker surely did not
+// apply them (see TransactionBuilder.Commit). Close releases the
+// connections; the client runs no goroutine of its own.
 //
 // # Queues
 //
@@ -130,6 +132,10 @@
 // Retry-After. A 0.15.1 broker answers most failures with HTTP 200 and an
 // error in the body; the client reads the body and reports those as
 // *BrokerError too (Status 200).
+//
+// An error matching ErrOutcomeUnknown says that the request may or may not
+// have been applied (its answer was lost, or did not tell): check the
+// broker's state before doing it again.
 //
 // # Broker versions
 //

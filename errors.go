@@ -3,6 +3,7 @@ package queen
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -78,7 +79,30 @@ var (
 	ErrNotSupported = errors.New("queen: not supported by this broker")
 	// ErrLeaseLost: a lease could not be renewed (expired or taken).
 	ErrLeaseLost = errors.New("queen: lease lost")
+	// ErrOutcomeUnknown: the request may or may not have been applied by
+	// the broker. Its answer was lost (the connection failed, or the ctx
+	// ended, after the request may have reached the broker), or the broker
+	// answered without saying (a 5xx that may come after applying, a 503
+	// with code outcome_unknown, an answer that cannot be read). Calls
+	// that are not safe to repeat (TransactionBuilder.Commit,
+	// Admin.ReplayDLQ) are then not retried; check the broker's state
+	// before doing the request again. The error also carries the failure:
+	// errors.As finds the *BrokerError of an answer, errors.Is the context
+	// error of a ctx that ended.
+	ErrOutcomeUnknown = errors.New("queen: outcome unknown")
 )
+
+// outcomeUnknownError is the failure of a request that may or may not have
+// been applied. It matches ErrOutcomeUnknown and unwraps to the failure.
+type outcomeUnknownError struct{ err error }
+
+func outcomeUnknown(err error) error { return &outcomeUnknownError{err: err} }
+
+func (e *outcomeUnknownError) Error() string {
+	return "queen: outcome unknown: " + strings.TrimPrefix(e.err.Error(), "queen: ")
+}
+func (e *outcomeUnknownError) Unwrap() error        { return e.err }
+func (e *outcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
 
 // BrokerError is a refusal from the broker: a non-success HTTP status, or a
 // success status whose body says it failed (0.15.1 answers 200 to failures).

@@ -280,26 +280,28 @@ func (e *TransactionError) Is(target error) bool { return target == ErrRolledBac
 // ErrRolledBack) carrying the same result with the broker's reason.
 //
 // An empty transaction fails with ErrEmptyTransaction, and any invalid
-// operation with its own error, before any request. A transport error
-// (retries spent) leaves the outcome unknown: pushes are safe to commit
-// again (their transaction ids make the broker answer duplicate), but acks
-// whose lease was already settled by the first try will make a second
-// commit roll back.
+// operation with its own error, before any request.
 //
-// Known limit: the transport retries a network failure on its own, also
-// one that struck after the broker applied the transaction (its answer
-// lost). When the transaction holds acks, that retry is refused and Commit
-// reports a rollback (reason "rejected_ack") although the first attempt
-// committed. Until the transport reports its attempts, treat a
-// "rejected_ack" rollback after network trouble as possibly applied: check
-// for the pushed messages (by their transaction ids) before doing the work
-// again.
+// A transaction is not safe to send twice (a repeat whose ack's lease was
+// settled by the first is refused), so Commit sends it again only when the
+// broker surely did not apply it: a failure to connect, and the answers
+// 429 and 503 (the broker's "not applied, retry"). When the outcome is
+// open, the error matches ErrOutcomeUnknown and there is no result: the
+// connection failed or the ctx ended after the request may have reached
+// the broker, or the broker answered a 5xx that may follow applying it
+// (500, 502, 504, a 503 with code outcome_unknown; errors.As finds the
+// *BrokerError), or an answer Commit cannot read. The transaction may
+// have committed or not: check the broker's state (the pushed messages, by
+// their transaction ids; the acked messages) before doing its work again.
+// A rollback is reported only when the broker said so. Committing the same
+// builder again never stores its messages twice, but after a first commit
+// that was applied it is refused, which tells nothing about the first.
 func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, error) {
 	req, err := t.request()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := t.c.do(ctx, call{method: http.MethodPost, path: wire.RouteTransaction, body: req})
+	resp, err := t.c.do(ctx, call{method: http.MethodPost, path: wire.RouteTransaction, body: req, once: true})
 	if err != nil {
 		return nil, err
 	}
@@ -317,14 +319,14 @@ func decodeTransaction(body []byte, req wire.TxnRequest) (*TransactionResult, er
 		Success *bool `json:"success"`
 	}
 	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &out) != nil || json.Unmarshal(body, &verdict) != nil {
-		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction, Body: body,
-			Message: "undecodable transaction answer"}
+		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction,
+			Body: body, Message: "undecodable transaction answer"})
 	}
 	if verdict.Success == nil && out.Error == "" {
 		// Neither committed nor refused: claiming a rollback (nothing
 		// applied) would be a guess.
-		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction, Body: body,
-			Message: "transaction answer says neither success nor error: outcome unknown"}
+		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction,
+			Body: body, Message: "transaction answer says neither success nor error"})
 	}
 	res := &TransactionResult{
 		TransactionID: out.TransactionID,

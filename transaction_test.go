@@ -214,16 +214,16 @@ func TestTransaction0151Shapes(t *testing.T) {
 		_, c := newWireStub(t, http.StatusOK, `{"transactionId":"t","results":[]}`)
 		res, err := c.Transaction().Queue("q").Push(1).Commit(t.Context())
 		var be *queen.BrokerError
-		if !errors.As(err, &be) || errors.Is(err, queen.ErrRolledBack) || res != nil {
-			t.Fatalf("err = %v, res = %+v; want a *BrokerError, no result", err, res)
+		if !errors.As(err, &be) || errors.Is(err, queen.ErrRolledBack) || !errors.Is(err, queen.ErrOutcomeUnknown) || res != nil {
+			t.Fatalf("err = %v, res = %+v; want a *BrokerError matching ErrOutcomeUnknown, no result", err, res)
 		}
 	})
 	t.Run("not JSON", func(t *testing.T) {
 		_, c := newWireStub(t, http.StatusOK, `oops`)
 		_, err := c.Transaction().Queue("q").Push(1).Commit(t.Context())
 		var be *queen.BrokerError
-		if !errors.As(err, &be) {
-			t.Fatalf("err = %v, want *BrokerError", err)
+		if !errors.As(err, &be) || !errors.Is(err, queen.ErrOutcomeUnknown) {
+			t.Fatalf("err = %v, want *BrokerError matching ErrOutcomeUnknown", err)
 		}
 	})
 }
