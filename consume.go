@@ -173,7 +173,8 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 //
 // On every stop the long polls in flight are abandoned within 250 ms (the
 // time an answer already on its way gets to arrive, so that the messages it
-// leased are given back rather than left leased); handlers already running
+// leased are given back rather than left leased; at once when no pop is in
+// flight); handlers already running
 // get the grace period and their outcomes are acked; messages popped but
 // not started are given back with a retry ack (no
 // retry spent) in the same batch ack, so that another worker gets them at
@@ -225,7 +226,8 @@ type consumeRun struct {
 	drain     *time.Timer // after a stop: abandons the pops in flight
 	quietAt   time.Time   // after a stop: when the abandoned pops are surely gone
 	popping   atomic.Int32
-	abandoned atomic.Bool // the drain abandoned pops in flight
+	abandon   sync.Once
+	abandoned atomic.Bool // pops in flight were abandoned
 	slotsDone chan struct{}
 
 	mu          sync.Mutex
@@ -344,10 +346,10 @@ func (r *consumeRun) run() error {
 }
 
 // stop ends the loop: no new pop or handler starts, and the pops in flight
-// are abandoned after popDrain. Running handlers get the grace period (see
-// supervise).
+// are abandoned after popDrain (at once when none is in flight). Running
+// handlers get the grace period (see supervise).
 //
-// Why not abandon them at once: a pop whose answer is already on its way
+// Why not abandon pops at once: a pop whose answer is already on its way
 // has leased its messages, and dropping the answer would leave them leased
 // until their lease runs out, out of reach of any worker. Given a moment,
 // the answer arrives and its messages are given back with a retry ack. A
@@ -357,11 +359,20 @@ func (r *consumeRun) run() error {
 func (r *consumeRun) stop() {
 	r.stopOnce.Do(func() {
 		r.quietAt = time.Now().Add(popDrain + abandonNotice)
-		r.drain = time.AfterFunc(popDrain, func() {
-			r.abandoned.Store(r.popping.Load() > 0)
-			r.pollCancel()
-		})
+		r.drain = time.AfterFunc(popDrain, r.abandonPops)
 		close(r.stopCh)
+		if r.popping.Load() == 0 {
+			r.abandonPops() // nothing to wait for; a pop starting now fails at once
+		}
+	})
+}
+
+// abandonPops cancels the pops in flight, once, after a stop: at the end of
+// popDrain, or as soon as no pop is in flight.
+func (r *consumeRun) abandonPops() {
+	r.abandon.Do(func() {
+		r.abandoned.Store(r.popping.Load() > 0)
+		r.pollCancel()
 	})
 }
 
@@ -520,7 +531,9 @@ func (r *consumeRun) slot() {
 		began := time.Now()
 		r.popping.Add(1)
 		res, err := r.popOnce(n)
-		r.popping.Add(-1)
+		if r.popping.Add(-1) == 0 && r.stopping() {
+			r.abandonPops() // the last pop in flight is back: no need to wait
+		}
 		if err != nil {
 			r.release(n, 0)
 			if r.stopping() {
