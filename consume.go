@@ -227,14 +227,23 @@ type consumeRun struct {
 	quietAt   time.Time   // after a stop: when the abandoned pops are surely gone
 	popping   atomic.Int32
 	abandon   sync.Once
-	abandoned atomic.Bool // pops in flight were abandoned
-	slotsDone chan struct{}
+	abandoned atomic.Bool   // pops in flight were abandoned
+	slotsDone chan struct{} // closed when every slot and poller has ended
+	slots     int           // Concurrency: handler slots
+	workers   sync.WaitGroup
+	pollers   sync.WaitGroup
 
+	// Under mu (see consume_sched.go): the scheduling of slots and pops.
 	mu          sync.Mutex
+	workCond    sync.Cond // on mu: slots wait for a group to handle
+	popCond     sync.Cond // on mu: pollers wait for their turn
 	fatal       error
-	budget      int           // Limit left to reserve
-	outstanding int           // reserved by slots, not yet released
-	budgetCh    chan struct{} // closed and replaced when budget changes
+	budget      int          // Limit left to reserve
+	outstanding int          // reserved by pops, or popped and not yet settled
+	free        int          // slots waiting for a group
+	inflight    int          // pops in flight
+	ready       []*partGroup // partition groups waiting for a free slot
+	running     []*partGroup // partition groups being handled
 
 	start  time.Time
 	busy   atomic.Int32
@@ -285,7 +294,6 @@ func (cb *ConsumeBuilder) newRun(ctx context.Context) (*consumeRun, error) {
 		idle:      time.Duration(qb.idleMs) * time.Millisecond,
 		limited:   qb.limit > 0,
 		budget:    qb.limit,
-		budgetCh:  make(chan struct{}),
 		execCtx:   ctx,
 		reqCtx:    context.WithoutCancel(ctx),
 		stopCh:    make(chan struct{}),
@@ -296,6 +304,9 @@ func (cb *ConsumeBuilder) newRun(ctx context.Context) (*consumeRun, error) {
 		r.renewEvery = time.Duration(qb.renewMs) * time.Millisecond
 		r.renewSecs = renewSeconds(qb.renewMs, qb.leaseSeconds)
 	}
+	r.slots = max(qb.concurrency, 1)
+	r.workCond.L = &r.mu
+	r.popCond.L = &r.mu
 	r.pollCtx, r.pollCancel = context.WithCancel(r.reqCtx)
 	r.hctx, r.hcancel = context.WithCancelCause(context.WithoutCancel(hbase))
 	return r, nil
@@ -315,25 +326,22 @@ func renewSeconds(everyMs, leaseSeconds int) int {
 }
 
 func (r *consumeRun) run() error {
-	n := r.cb.qb.concurrency
-	if n < 1 {
-		n = 1
-	}
 	var sup sync.WaitGroup
 	sup.Add(1)
 	go func() {
 		defer sup.Done()
 		r.supervise()
 	}()
-	var slots sync.WaitGroup
-	for range n {
-		slots.Add(1)
+	for range r.slots {
+		r.startWorker()
+		r.pollers.Add(1)
 		go func() {
-			defer slots.Done()
-			r.slot()
+			defer r.pollers.Done()
+			r.poller()
 		}()
 	}
-	slots.Wait()
+	r.workers.Wait()
+	r.pollers.Wait()
 	close(r.slotsDone)
 	r.stop()
 	sup.Wait()
@@ -364,6 +372,10 @@ func (r *consumeRun) stop() {
 		if r.popping.Load() == 0 {
 			r.abandonPops() // nothing to wait for; a pop starting now fails at once
 		}
+		r.mu.Lock()
+		r.workCond.Broadcast()
+		r.popCond.Broadcast()
+		r.mu.Unlock()
 	})
 }
 
@@ -473,93 +485,6 @@ func (r *consumeRun) sleep(d time.Duration) {
 	}
 }
 
-// reserve takes the number of messages the next pop may take from the
-// Limit. It returns 0, true without a limit; false when the limit is
-// reached (or the loop stops while waiting for budget other slots hold).
-func (r *consumeRun) reserve() (int, bool) {
-	if !r.limited {
-		return 0, true
-	}
-	want := autopilotMaxBatch
-	if r.req.query.Batch != nil {
-		want = max(*r.req.query.Batch, 1)
-	}
-	for {
-		r.mu.Lock()
-		if r.budget > 0 {
-			n := min(r.budget, want)
-			r.budget -= n
-			r.outstanding += n
-			r.mu.Unlock()
-			return n, true
-		}
-		if r.outstanding == 0 {
-			r.mu.Unlock()
-			return 0, false
-		}
-		ch := r.budgetCh
-		r.mu.Unlock()
-		select {
-		case <-ch:
-		case <-r.stopCh:
-			return 0, false
-		}
-	}
-}
-
-// release gives back the part of a reservation of n that was not used.
-func (r *consumeRun) release(n, used int) {
-	if !r.limited {
-		return
-	}
-	r.mu.Lock()
-	r.outstanding -= n
-	r.budget += n - used
-	close(r.budgetCh)
-	r.budgetCh = make(chan struct{})
-	r.mu.Unlock()
-}
-
-// slot is one of the Concurrency loops: pop, handle, settle, again.
-func (r *consumeRun) slot() {
-	var backoff time.Duration
-	for !r.stopping() {
-		n, ok := r.reserve()
-		if !ok {
-			return
-		}
-		began := time.Now()
-		r.popping.Add(1)
-		res, err := r.popOnce(n)
-		if r.popping.Add(-1) == 0 && r.stopping() {
-			r.abandonPops() // the last pop in flight is back: no need to wait
-		}
-		if err != nil {
-			r.release(n, 0)
-			if r.stopping() {
-				return
-			}
-			if fatalPopError(err) {
-				r.c.log.Error("queen: consume loop stopped by the broker's refusal", "queue", r.queue, "group", r.group, "err", err)
-				r.fail(err)
-				return
-			}
-			backoff = r.nextBackoff(backoff)
-			r.c.log.Warn("queen: pop failed, backing off", "queue", r.queue, "group", r.group, "err", err, "backoff", backoff)
-			r.sleep(backoff)
-			continue
-		}
-		backoff = 0
-		if len(res.messages) == 0 {
-			r.release(n, 0)
-			r.sleep(r.emptyDelay(res, time.Since(began)))
-			continue
-		}
-		used := r.handlePop(res)
-		r.release(n, used)
-	}
-}
-
 // emptyDelay is the pause after an empty pop, so that pops that do not wait
 // (Wait(false), discovery, a broker that answers at once) do not spin.
 func (r *consumeRun) emptyDelay(res *popResult, took time.Duration) time.Duration {
@@ -660,136 +585,6 @@ func (s partSet) has(id string) bool {
 		}
 	}
 	return false
-}
-
-// handlePop runs the handler over one pop's messages and settles their
-// outcomes in one batch ack. It returns how many messages the handler got.
-// Should a handler end its goroutine (runtime.Goexit, as t.FailNow does),
-// the messages without an outcome are still given back on the way out.
-func (r *consumeRun) handlePop(res *popResult) int {
-	r.busy.Add(1)
-	r.touch()
-	defer func() {
-		r.touch()
-		r.busy.Add(-1)
-	}()
-
-	msgs := res.messages
-	// The handlers' ctx: the loop's, plus a cancel for a lost lease when the
-	// lease is renewed (only a renewal can tell it is lost).
-	pctx := r.hctx
-	var rn *renewer
-	if r.renewEvery > 0 && res.leaseID != "" {
-		var pcancel context.CancelCauseFunc
-		pctx, pcancel = context.WithCancelCause(r.hctx)
-		defer pcancel(nil)
-		rn = r.startRenewer(res.leaseID, pcancel)
-	}
-
-	acks := make([]Settlement, 0, len(msgs))
-	var skip partSet
-	handled := 0
-	lost := false
-	next := 0 // msgs[next:] have no outcome yet
-	settled := false
-
-	giveBack := func(rest []*Message) {
-		for _, m := range rest {
-			if !skip.has(m.PartitionID) {
-				acks = append(acks, Settlement{Message: m, Status: StatusRetry})
-			}
-		}
-	}
-	defer func() {
-		if settled {
-			return
-		}
-		// The handler did not return (runtime.Goexit): stop renewing, give
-		// back what has no outcome, the running message included.
-		if rn != nil {
-			rn.stop()
-		}
-		r.c.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
-			"queue", r.queue, "group", r.group)
-		r.fail(errHandlerGoexit)
-		if !leaseLost(pctx) {
-			giveBack(msgs[next:])
-			r.settle(acks)
-		}
-	}()
-
-	if r.each {
-		for i, m := range msgs {
-			next = i
-			if leaseLost(pctx) {
-				lost = true
-				break
-			}
-			if r.stopping() {
-				giveBack(msgs[i:])
-				break
-			}
-			if skip.has(m.PartitionID) {
-				continue
-			}
-			handled++
-			var err error
-			if r.cb.handle != nil {
-				err = r.call(pctx, m)
-			} else {
-				err = r.callBatch(pctx, msgs[i:i+1:i+1])
-			}
-			if leaseLost(pctx) {
-				lost = true
-				break
-			}
-			o, send := r.decide(pctx, m, err)
-			if send {
-				acks = append(acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
-			}
-			if o.Status == StatusFailed || o.Status == StatusRetry {
-				skip = append(skip, m.PartitionID)
-			}
-		}
-	} else if r.stopping() {
-		giveBack(msgs)
-	} else {
-		handled = len(msgs)
-		err := r.callBatch(pctx, msgs)
-		lost = leaseLost(pctx)
-		for _, m := range msgs {
-			if lost {
-				break
-			}
-			if skip.has(m.PartitionID) {
-				continue
-			}
-			var o Outcome
-			var send bool
-			if err != nil && r.cb.onError == nil && !r.stoppedBy(pctx, err) {
-				o, send = Fail(err), true // the first of the partition; the rest follow it
-			} else {
-				o, send = r.decide(pctx, m, err)
-			}
-			if send {
-				acks = append(acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
-			}
-			if o.Status == StatusFailed || o.Status == StatusRetry {
-				skip = append(skip, m.PartitionID)
-			}
-		}
-	}
-	settled = true
-
-	if rn != nil {
-		rn.stop()
-	}
-	if lost {
-		r.c.log.Warn("queen: lease lost while handling; the running handler's outcome is not acked",
-			"queue", r.queue, "group", r.group, "leaseId", res.leaseID)
-	}
-	r.settle(acks)
-	return handled
 }
 
 func leaseLost(ctx context.Context) bool {

@@ -2,9 +2,11 @@ package queen_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,6 +73,53 @@ func TestConsumeHandlerGoexit(t *testing.T) {
 	}
 	if left := e.peek("q", ""); len(left) != 3 {
 		t.Fatalf("given back %v, want all 3 at once", keys(left))
+	}
+	_ = e.c.Close(context.Background())
+	e.srv.Close()
+	goleak.VerifyNone(t, before)
+}
+
+// The same with a pop's partitions handled side by side: one handler ends
+// its goroutine while another of the pop runs and two partitions wait for a
+// slot. The loop stops with the error; the running handler's outcome is
+// acked, everything else is given back; no renewer, slot or poller is left.
+func TestConsumeHandlerGoexitSideBySide(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }))
+	for p := range 4 {
+		e.pushN("q", fmt.Sprint("p", p), 2)
+	}
+	var calls atomic.Int32
+	second := make(chan struct{})
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).
+			Batch(8).Partitions(4).Concurrency(2).RenewLease(true, 5).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				if calls.Add(1) == 1 {
+					select { // the other slot's handler ends its goroutine meanwhile
+					case <-second:
+					case <-time.After(5 * time.Second):
+						return errors.New("no second handler ran at once")
+					}
+					time.Sleep(20 * time.Millisecond)
+					return nil
+				}
+				close(second)
+				runtime.Goexit()
+				return nil
+			}).Execute(ctx)
+	})
+	if err == nil || !strings.Contains(err.Error(), "Goexit") {
+		t.Fatalf("Execute = %v, want the handler's Goexit reported", err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d handler calls, want 2", n)
+	}
+	if n := e.srv.LeasedCount("q", "g"); n != 0 {
+		t.Fatalf("%d still leased after Execute returned", n)
+	}
+	if left := e.peek("q", "g"); len(left) != 7 {
+		t.Fatalf("given back %v, want 7 (all but the one completed)", keys(left))
 	}
 	_ = e.c.Close(context.Background())
 	e.srv.Close()

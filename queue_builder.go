@@ -188,7 +188,12 @@ func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 	return b
 }
 
-// Concurrency runs n handlers at once, each on its own partitions (default 1).
+// Concurrency runs up to n handlers of a consume loop at once, each on its
+// own partitions, never two on one partition (default 1). However the pops
+// are sized (the autopilot may give one pop every ready partition), the
+// partitions of a pop are handled side by side by free handlers; a new pop
+// is sent only for a free handler, so at most n pops are in flight or being
+// handled. Each pop is still settled with one batch ack.
 func (b *QueueBuilder) Concurrency(n int) *QueueBuilder {
 	b.concurrency = n
 	if n < 1 {
