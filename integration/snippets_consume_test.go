@@ -178,6 +178,8 @@ func TestSnippetWorker(t *testing.T) {
 		running      = map[float64]bool{} // tenant -> a task of it is running
 		now, maxConc int
 		lastOf       = map[float64]float64{}
+		four         = make(chan struct{}) // closed once four tasks run at once
+		fourOnce     sync.Once
 	)
 	runTask := func(data map[string]any) error {
 		tenant, n := data["tenant"].(float64), data["n"].(float64)
@@ -191,9 +193,19 @@ func TestSnippetWorker(t *testing.T) {
 		running[tenant], lastOf[tenant] = true, n
 		now++
 		maxConc = max(maxConc, now)
+		if now == 4 {
+			fourOnce.Do(func() { close(four) })
+		}
 		mu.Unlock()
 
-		time.Sleep(30 * time.Millisecond)
+		// Every task waits (a while) until four run at once: "four handlers
+		// at once, on four partitions".
+		select {
+		case <-four:
+		case <-time.After(5 * time.Second):
+			fourOnce.Do(func() { close(four) }) // once is enough to fail
+		}
+		time.Sleep(time.Millisecond)
 
 		mu.Lock()
 		defer mu.Unlock()
@@ -210,10 +222,9 @@ func TestSnippetWorker(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	checkExactlyOnce(t, "tasks run", done, 0, parts*per)
-	if maxConc > 4 {
-		t.Errorf("%d tasks ran at once; Concurrency(4) allows 4", maxConc)
+	if maxConc != 4 {
+		t.Errorf("at most %d tasks ran at once; Concurrency(4) runs four handlers at once, on four partitions", maxConc)
 	}
-	t.Logf("at most %d tasks ran at once", maxConc)
 	if be.srv != nil {
 		if n := be.srv.LeasedCount(names["tasks"], "workers"); n != 0 {
 			t.Errorf("queentest: %d tasks still leased after the worker stopped", n)
