@@ -119,6 +119,41 @@
 // lease id, which covers every partition of that pop. Success is read from
 // the broker's answer, not from the HTTP status.
 //
+// # Consuming
+//
+// QueueBuilder.Consume (one message per call) and ConsumeBatch (the whole
+// pop per call) return a ConsumeBuilder whose Execute runs the worker
+// loop until its context ends, Limit messages were handled, or IdleMillis
+// passed with nothing to do:
+//
+//	err := client.Queue("tasks").Group("workers").Concurrency(4).Each().
+//		Consume(ctx, func(ctx context.Context, m *queen.Message) error {
+//			return handle(m)
+//		}).
+//		Execute(ctx)
+//
+// A handler that returns nil has its message acked completed; an error (or
+// a panic) acks it failed, and under Each the rest of that partition's
+// messages in the pop are given back to follow it in order. The outcomes of
+// one pop go out as one batch ack. With AutoAck(false) the handler acks
+// itself, and a handler error is still nacked. OnSuccess and OnError hand
+// the decision to the caller, who returns an Outcome (Complete, Fail, Retry
+// or DLQ). Concurrency(n) runs up to n handlers at once, never two on one
+// partition; RenewLease renews the leases while handlers run. On a stop,
+// running handlers get a grace period, and the messages popped but not
+// started are given back with a retry ack, which spends no retry.
+// CommitOnDelivery is refused by Consume: it is for Pop only.
+//
+// # Transactions, admin and reads by offset
+//
+// Client.Transaction collects acks and pushes that the broker applies all
+// or nothing at Commit; a rollback is returned as a *TransactionError.
+// Client.Admin seeks consumer groups (to a time or to the end), lists and
+// deletes groups, lists, configures and deletes queues, reports the
+// broker's health and lists and replays dead letters. QueueBuilder.Fetch
+// reads partitions by offset with no group, lease or ack, and
+// ReadPartition iterates one partition to its end.
+//
 // # Errors
 //
 // Invalid input is refused before anything is sent, with a sentinel error
