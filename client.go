@@ -283,13 +283,19 @@ func (c *Client) doJSON(ctx context.Context, r call, out any) (*response, error)
 	if err != nil {
 		return resp, err
 	}
+	return resp, decodeAnswer(resp, r, out)
+}
+
+// decodeAnswer decodes a 2xx JSON answer into out (if out is non-nil and
+// the answer has a body); a body that does not decode is a *BrokerError.
+func decodeAnswer(resp *response, r call, out any) error {
 	if out != nil && len(bytes.TrimSpace(resp.body)) > 0 {
 		if err := json.Unmarshal(resp.body, out); err != nil {
-			return resp, &BrokerError{Status: resp.status, Method: r.method, Path: r.path, Body: resp.body,
+			return &BrokerError{Status: resp.status, Method: r.method, Path: r.path, Body: resp.body,
 				Message: "undecodable answer: " + err.Error()}
 		}
 	}
-	return resp, nil
+	return nil
 }
 
 // doObject is doJSON for routes whose 2xx answer is never the broker's
@@ -304,13 +310,7 @@ func (c *Client) doObject(ctx context.Context, r call, out any) (*response, erro
 	if be := errorObject(resp, r.method, r.path); be != nil {
 		return resp, be
 	}
-	if out != nil && len(bytes.TrimSpace(resp.body)) > 0 {
-		if err := json.Unmarshal(resp.body, out); err != nil {
-			return resp, &BrokerError{Status: resp.status, Method: r.method, Path: r.path, Body: resp.body,
-				Message: "undecodable answer: " + err.Error()}
-		}
-	}
-	return resp, nil
+	return resp, decodeAnswer(resp, r, out)
 }
 
 // errorObject returns the refusal a 2xx answer carries when its body is the
