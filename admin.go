@@ -499,7 +499,7 @@ func queueFromWire(r *wire.QueueRow) (QueueSummary, []wire.QueuePartitionRow) {
 	if s.Name == "" {
 		s.Name = r.Queue
 	}
-	s.Config = queueConfigFromWire(s.Name, r.Options, r.Namespace, r.Task)
+	s.Config = queueConfigFromWire(r.Options, r.Namespace, r.Task)
 	s.Namespace, s.Task = s.Config.Namespace, s.Config.Task
 	switch {
 	case r.Totals != nil:

@@ -111,9 +111,8 @@ func (q *QueueConfig) validate() error {
 	return nil
 }
 
-// queueConfigFromWire builds a QueueConfig from a broker's answer. name is
-// unused; it stays for the callers in admin.go.
-func queueConfigFromWire(name string, o wire.QueueOptions, ns, task *string) QueueConfig {
+// queueConfigFromWire builds a QueueConfig from a broker's answer.
+func queueConfigFromWire(o wire.QueueOptions, ns, task *string) QueueConfig {
 	c := QueueConfig{
 		LeaseTime: o.LeaseTime, RetryLimit: o.RetryLimit, RetryDelay: o.RetryDelay, Priority: o.Priority,
 		DelayedProcessing: o.DelayedProcessing, WindowBuffer: o.WindowBuffer, MaxSize: o.MaxSize, TTL: o.TTL,
@@ -213,7 +212,7 @@ func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
 	if name == "" {
 		name = b.queue
 	}
-	return QueueInfo{Name: name, Config: queueConfigFromWire(name, out.Options, out.Namespace, out.Task)}, nil
+	return QueueInfo{Name: name, Config: queueConfigFromWire(out.Options, out.Namespace, out.Task)}, nil
 }
 
 // DeleteBuilder is a pending deletion of a queue.
