@@ -455,13 +455,7 @@ func (r *consumeRun) handleWhole(g *partGroup) {
 		if skip.has(m.PartitionID) {
 			continue
 		}
-		var o Outcome
-		var send bool
-		if err != nil && r.cb.onError == nil && !r.stoppedBy(ctx, err) {
-			o, send = Fail(err), true // the first of the partition; the rest follow it
-		} else {
-			o, send = r.decide(ctx, m, err)
-		}
+		o, send := r.decide(ctx, m, err) // after Fail, the rest of the partition follows it
 		if send {
 			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
 		}
