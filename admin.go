@@ -246,12 +246,7 @@ func (a *Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroup, error)
 		if g.Queue == "" && len(r.Topics) > 0 {
 			g.Queue = r.Topics[0]
 		}
-		if r.SubscriptionTimestamp != nil {
-			g.SubscriptionTimestamp = parseBrokerTime(*r.SubscriptionTimestamp)
-		}
-		if r.SubscriptionCreatedAt != nil {
-			g.SubscriptionCreatedAt = parseBrokerTime(*r.SubscriptionCreatedAt)
-		}
+		g.SubscriptionTimestamp, g.SubscriptionCreatedAt = optTime(r.SubscriptionTimestamp), optTime(r.SubscriptionCreatedAt)
 		out = append(out, g)
 	}
 	return out, nil
@@ -310,12 +305,9 @@ func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGro
 		gs := GroupQueueState{Conflation: st.Conflation, Partitions: make([]GroupPartitionState, 0, len(st.Partitions))}
 		for _, p := range st.Partitions {
 			ps := GroupPartitionState{Partition: p.Partition, TotalConsumed: p.TotalConsumed, OffsetLag: p.OffsetLag,
-				TimeLag: seconds(p.TimeLagSeconds), LeaseActive: p.LeaseActive}
+				TimeLag: seconds(p.TimeLagSeconds), LeaseActive: p.LeaseActive, LastConsumedAt: optTime(p.LastConsumedAt)}
 			if p.WorkerID != nil {
 				ps.WorkerID = *p.WorkerID
-			}
-			if p.LastConsumedAt != nil {
-				ps.LastConsumedAt = parseBrokerTime(*p.LastConsumedAt)
 			}
 			gs.Partitions = append(gs.Partitions, ps)
 		}
