@@ -451,21 +451,6 @@ type DLQPagination struct {
 	Offset int `json:"offset"`
 }
 
-// DLQReplayRequest is the body of POST /api/v1/dlq/{id}/replay.
-type DLQReplayRequest struct {
-	Queue     string `json:"queue,omitempty"`
-	Partition string `json:"partition,omitempty"`
-}
-
-// DLQReplayResponse is the reply of a DLQ replay.
-type DLQReplayResponse struct {
-	Success       bool   `json:"success"`
-	Result        string `json:"result"`
-	TransactionID string `json:"transactionId,omitempty"`
-	MessageID     string `json:"messageId,omitempty"`
-	Error         string `json:"error,omitempty"`
-}
-
 // FetchRequest is the body of POST /api/v1/fetch.
 type FetchRequest struct {
 	Entries   []FetchEntry `json:"entries"`
@@ -564,12 +549,6 @@ type MessageCounts struct {
 	Completed  int64  `json:"completed"`
 	Failed     *int64 `json:"failed,omitempty"`
 	DeadLetter int64  `json:"deadLetter"`
-}
-
-// QueueListResponse is the 2.x reply of GET /api/v1/resources/queues:
-// {"queues":[...], "kvRows":..., ...}.
-type QueueListResponse struct {
-	Queues []QueueRow `json:"queues"`
 }
 
 // QueueRow is one queue of the resources views. In the list, Partitions is
