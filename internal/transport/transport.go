@@ -84,13 +84,6 @@ type Response struct {
 	URL string
 }
 
-// Doer sends requests. *Transport implements it.
-type Doer interface {
-	Do(ctx context.Context, r Request) (*Response, error)
-}
-
-var _ Doer = (*Transport)(nil)
-
 // Transport sends requests to the broker with retries, Retry-After, bearer
 // auth and failover across URLs. It is safe for concurrent use.
 type Transport struct {
