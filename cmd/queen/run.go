@@ -114,10 +114,11 @@ func (c *cli) fail(cmd string, err error) int {
 	msg := strings.TrimPrefix(err.Error(), "queen: ")
 	fmt.Fprintf(c.stderr, "%s: %s\n", prefix, msg)
 	var ue usageError
-	if errors.As(err, &ue) || errors.Is(err, queen.ErrInvalidArgument) {
-		if errors.As(err, &ue) {
-			fmt.Fprintln(c.stderr, "run 'queen help' for usage")
-		}
+	isUsage := errors.As(err, &ue)
+	if isUsage {
+		fmt.Fprintln(c.stderr, "run 'queen help' for usage")
+	}
+	if isUsage || errors.Is(err, queen.ErrInvalidArgument) {
 		return exitUsage
 	}
 	return exitFail
