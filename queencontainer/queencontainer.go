@@ -234,21 +234,24 @@ func Start(ctx context.Context, opts ...Option) (*Container, error) {
 	ctr, err := testcontainers.Run(ctx, s.image, custom...)
 	if err != nil {
 		if ctr != nil {
-			// Remove what was created; the start error is the one to report.
-			rmCtx, rmCancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_ = ctr.Terminate(rmCtx)
-			rmCancel()
+			removeQuietly(ctr) // the start error is the one to report
 		}
 		return nil, fmt.Errorf("queencontainer: start %s: %w", s.image, err)
 	}
 	endpoint, err := ctr.PortEndpoint(ctx, HTTPPort, "http")
 	if err != nil {
-		rmCtx, rmCancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = ctr.Terminate(rmCtx)
-		rmCancel()
+		removeQuietly(ctr)
 		return nil, fmt.Errorf("queencontainer: endpoint of %s: %w", s.image, err)
 	}
 	return &Container{URL: endpoint, Image: s.image, ctr: ctr}, nil
+}
+
+// removeQuietly removes a container Start created but cannot hand over,
+// within 30 s; its error is dropped for the start error Start reports.
+func removeQuietly(ctr *testcontainers.DockerContainer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = ctr.Terminate(ctx)
 }
 
 // Run starts a broker container for the test tb and removes it when the
