@@ -115,10 +115,7 @@ func (s *Server) handleAck(w *recorder, req *request) {
 		w.error(http.StatusBadRequest, "bad_body", "bad ack body: "+err.Error())
 		return
 	}
-	group := str(body.ConsumerGroup)
-	if group == "" {
-		group = queueModeGroup
-	}
+	group := groupOrQueueMode(str(body.ConsumerGroup))
 	if nameTooLong(w, "", group) {
 		return
 	}

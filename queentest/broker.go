@@ -20,6 +20,15 @@ import (
 
 const queueModeGroup = wire.QueueModeGroup
 
+// groupOrQueueMode is the cursor key of a consumer group as sent: "" means
+// queue mode.
+func groupOrQueueMode(group string) string {
+	if group == "" {
+		return queueModeGroup
+	}
+	return group
+}
+
 // nameBudget is the 2.x broker's bound on queue + max(group, partition)
 // bytes (511-byte store key minus 64 bytes of overhead); past it the broker
 // answers 413 name_too_long.

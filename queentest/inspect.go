@@ -4,9 +4,7 @@ package queentest
 // now (delivered under a live lease and not yet acknowledged); group ""
 // means queue mode. Read-only.
 func (s *Server) LeasedCount(queue, group string) int {
-	if group == "" {
-		group = queueModeGroup
-	}
+	group = groupOrQueueMode(group)
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -119,7 +119,7 @@ func parsePopParams(q url.Values) (popParams, error) {
 // registers with: subscriptionFrom (a time, or "now") wins over
 // subscriptionMode; the default mode is `new`.
 func (p popParams) subscription(now time.Time) subscription {
-	sub := subscription{mode: "new", conflation: p.conflation != nil && *p.conflation && p.group != ""}
+	sub := subscription{mode: "new", conflation: p.conflates()}
 	if strings.EqualFold(p.subMode, "all") {
 		sub.mode = "all"
 	}
@@ -129,6 +129,12 @@ func (p popParams) subscription(now time.Time) subscription {
 		sub.mode, sub.ts = "timestamp", t
 	}
 	return sub
+}
+
+// conflates reports whether the pop asks to conflate: conflation=true for a
+// named group (queue mode never conflates).
+func (p popParams) conflates() bool {
+	return p.conflation != nil && *p.conflation && p.group != ""
 }
 
 // popReq is one pop, resolved from its route and query.
@@ -206,10 +212,7 @@ func conflationRefused(w *recorder, p popParams) bool {
 }
 
 func (p popParams) base(now time.Time) popReq {
-	group := p.group
-	if group == "" {
-		group = queueModeGroup
-	}
+	group := groupOrQueueMode(p.group)
 	batch := defaultPopBatch
 	if p.batch != nil {
 		batch = max(*p.batch, 1) // the claim takes at least one message
@@ -248,7 +251,7 @@ func (s *Server) handlePopQueue(w *recorder, req *request) {
 	}
 	pr := p.base(s.b.now())
 	pr.queue = req.params[0]
-	conflate := p.conflation != nil && *p.conflation && p.group != ""
+	conflate := p.conflates()
 	pr.maxParts = p.width(conflate, pr.budget)
 	if p.autopilot && !conflate {
 		pr.autoParts = p.partitions == nil
@@ -292,7 +295,7 @@ func (s *Server) handlePopDiscover(w *recorder, req *request) {
 	}
 	pr := p.base(s.b.now())
 	pr.discover, pr.namespace, pr.task = true, p.namespace, p.task
-	conflate := p.conflation != nil && *p.conflation && p.group != ""
+	conflate := p.conflates()
 	pr.maxParts = p.width(conflate, pr.budget)
 	pr.wait = false
 	s.runPop(w, req.ctx, pr)

@@ -10,20 +10,17 @@ import (
 )
 
 // txnOp is one element of `operations`: a push (items, or one item inline)
-// or an ack.
+// or an ack. The ack fields are those of a plain acknowledgment; a push
+// uses transactionId too.
 type txnOp struct {
+	ackBodyItem
 	Type          string          `json:"type"`
 	Items         []wire.PushItem `json:"items"`
 	Queue         *string         `json:"queue"`
 	Partition     *string         `json:"partition"`
 	Payload       json.RawMessage `json:"payload"`
-	TransactionID *string         `json:"transactionId"`
 	TraceID       *string         `json:"traceId"`
-	PartitionID   *string         `json:"partitionId"`
 	ConsumerGroup *string         `json:"consumerGroup"`
-	Status        *string         `json:"status"`
-	Error         *string         `json:"error"`
-	LeaseID       *string         `json:"leaseId"`
 }
 
 type txnBody struct {
@@ -158,10 +155,7 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 				return
 			}
 		case wire.TxnAck:
-			group := str(op.ConsumerGroup)
-			if group == "" {
-				group = queueModeGroup
-			}
+			group := groupOrQueueMode(str(op.ConsumerGroup))
 			pid, err := strconv.ParseInt(str(op.PartitionID), 10, 64)
 			if err != nil || pid < 0 {
 				fail("bad_request", errNotPID)
@@ -170,10 +164,7 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 			if l := str(op.LeaseID); l != "" {
 				hints[l] = true
 			}
-			acks = append(acks, txnAck{flat: flat, group: group, pid: pid, in: ackIn{
-				index: flat, txn: str(op.TransactionID), pid: str(op.PartitionID),
-				status: ackStatus(str(op.Status)), leaseID: str(op.LeaseID), errMsg: op.Error,
-			}})
+			acks = append(acks, txnAck{flat: flat, group: group, pid: pid, in: op.ackBodyItem.in(flat)})
 			flat++
 		case "kv", "timer", "timers":
 			fail("bad_request", "kv and timer operations are top-level arrays of the request, never elements of `operations`")
