@@ -183,10 +183,7 @@ func messageGroup(m *Message) string {
 func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '{' {
-		var eb wire.ErrorBody
-		_ = json.Unmarshal(body, &eb)
-		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body, Code: eb.Code,
-			Message: orDefault(eb.Error, "ack answered with an object instead of results")}
+		return nil, objectForResults(http.StatusOK, path, body, "ack")
 	}
 	var out []wire.AckResult
 	if err := json.Unmarshal(body, &out); err != nil {
@@ -222,6 +219,16 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 		return res, &AckError{Results: res}
 	}
 	return res, nil
+}
+
+// objectForResults is the refusal of a POST whose answer should be an
+// array of results but is an object: the broker's error envelope (which
+// 0.15.1 sends with HTTP 200), or else an object naming no error.
+func objectForResults(status int, path string, body []byte, what string) *BrokerError {
+	var eb wire.ErrorBody
+	_ = json.Unmarshal(body, &eb)
+	return &BrokerError{Status: status, Method: http.MethodPost, Path: path, Body: body, Code: eb.Code,
+		Message: orDefault(eb.Error, what+" answered with an object instead of results")}
 }
 
 func orDefault(s, def string) string {

@@ -209,11 +209,7 @@ func decodePush(status int, body []byte, items []wire.PushItem) ([]PushResult, e
 	}
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '{' {
-		var eb wire.ErrorBody
-		_ = json.Unmarshal(body, &eb)
-		e := fail(orDefault(eb.Error, "push answered with an object instead of results"))
-		e.Code = eb.Code
-		return nil, e
+		return nil, objectForResults(status, wire.RoutePush, body, "push")
 	}
 	var out []wire.PushResult
 	if err := json.Unmarshal(body, &out); err != nil {
