@@ -392,10 +392,8 @@ func (r *consumeRun) abandonPops() {
 // rather than wait for the supervisor to notice: a ctx that has ended stops
 // the loop before its next pop or handler, and before its first pop.
 func (r *consumeRun) stopping() bool {
-	select {
-	case <-r.stopCh:
+	if r.isStopped() {
 		return true
-	default:
 	}
 	if r.execCtx.Err() != nil || (r.cb.ctx != nil && r.cb.ctx.Err() != nil) {
 		r.stop()
