@@ -1,7 +1,6 @@
 package queentest
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -111,8 +110,7 @@ func (it ackBodyItem) in(i int) ackIn {
 // acknowledgment; a refused one has success:false and an error.
 func (s *Server) handleAck(w *recorder, req *request) {
 	var body ackBody
-	if err := decodeBody(req.body, &body); err != nil {
-		w.error(http.StatusBadRequest, "bad_body", "bad ack body: "+err.Error())
+	if !w.readJSON(req.body, &body, "bad ack body: ") {
 		return
 	}
 	group := groupOrQueueMode(str(body.ConsumerGroup))
@@ -502,12 +500,4 @@ func orDefault(p *string, def string) string {
 		return *p
 	}
 	return def
-}
-
-// decodeJSONLenient is json.Unmarshal that also accepts an empty body.
-func decodeJSONLenient(body []byte, v any) error {
-	if len(strings.TrimSpace(string(body))) == 0 {
-		return nil
-	}
-	return json.Unmarshal(body, v)
 }

@@ -37,8 +37,7 @@ type configuredJSON struct {
 // queue is then left as it was).
 func (s *Server) handleConfigure(w *recorder, req *request) {
 	var root map[string]json.RawMessage
-	if err := decodeBody(req.body, &root); err != nil {
-		w.error(http.StatusBadRequest, "bad_body", err.Error())
+	if !w.readJSON(req.body, &root, "") {
 		return
 	}
 	var name string
@@ -705,8 +704,7 @@ func (s *Server) handleGroupSubscription(w *recorder, req *request) {
 	var body struct {
 		TS *string `json:"subscriptionTimestamp"`
 	}
-	if err := decodeBody(req.body, &body); err != nil {
-		w.error(http.StatusBadRequest, "bad_body", err.Error())
+	if !w.readJSON(req.body, &body, "") {
 		return
 	}
 	if body.TS == nil {

@@ -1,8 +1,6 @@
 package queentest
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"sort"
 	"strconv"
@@ -91,11 +89,9 @@ func (s *Server) replayDLQ(w *recorder, req *request, match func(*dlqRow) bool) 
 		Queue     *string `json:"queue"`
 		Partition *string `json:"partition"`
 	}
-	if len(bytes.TrimSpace(req.body)) > 0 {
-		if err := json.Unmarshal(req.body, &body); err != nil {
-			w.error(http.StatusBadRequest, "bad_body", err.Error())
-			return
-		}
+	if err := decodeJSONLenient(req.body, &body); err != nil {
+		w.error(http.StatusBadRequest, "bad_body", err.Error())
+		return
 	}
 	if body.Queue != nil && strings.TrimSpace(*body.Queue) == "" || body.Partition != nil && strings.TrimSpace(*body.Partition) == "" {
 		w.json(http.StatusBadRequest, map[string]any{"success": false, "error": "queue and partition overrides must be non-empty", "code": "bad_request"})

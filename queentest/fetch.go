@@ -58,8 +58,7 @@ func fetchPartition(raw json.RawMessage) string {
 // are there, or an entry errs.
 func (s *Server) handleFetch(w *recorder, req *request) {
 	var body fetchBody
-	if err := decodeBody(req.body, &body); err != nil {
-		w.error(http.StatusBadRequest, "bad_body", err.Error())
+	if !w.readJSON(req.body, &body, "") {
 		return
 	}
 	if len(body.Entries) > fetchMaxEntries {

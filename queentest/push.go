@@ -34,8 +34,7 @@ func (s *Server) handlePush(w *recorder, req *request) {
 		Items json.RawMessage `json:"items"`
 	}
 	var body wire.PushRequest
-	if err := decodeBody(req.body, &shape); err != nil {
-		w.error(http.StatusBadRequest, "bad_body", "bad push body: "+err.Error())
+	if !w.readJSON(req.body, &shape, "bad push body: ") {
 		return
 	}
 	if shape.Items == nil || string(shape.Items) == "null" {

@@ -454,6 +454,25 @@ func decodeBody(body []byte, v any) error {
 	return json.Unmarshal(body, v)
 }
 
+// readJSON decodes the JSON body a route requires (decodeBody) into v. On
+// failure it answers 400 bad_body, msgPrefix followed by the error, and
+// reports false.
+func (w *recorder) readJSON(body []byte, v any, msgPrefix string) bool {
+	if err := decodeBody(body, v); err != nil {
+		w.error(http.StatusBadRequest, "bad_body", msgPrefix+err.Error())
+		return false
+	}
+	return true
+}
+
+// decodeJSONLenient is json.Unmarshal that also accepts an empty body.
+func decodeJSONLenient(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	return json.Unmarshal(body, v)
+}
+
 // nameTooLong checks the 2.x composite-name bound (413 name_too_long).
 func nameTooLong(w *recorder, queue, third string) bool {
 	if len(queue)+len(third) <= nameBudget {
