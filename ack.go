@@ -199,10 +199,9 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 	// Results come in request order on both generations; position is trusted
 	// over "index" so that a malformed answer cannot leave a slot unset.
 	for i, o := range out {
-		idx := i
 		r := AckResult{TransactionID: o.TransactionID, Success: o.Success, LeaseReleased: o.LeaseReleased, DLQ: o.DLQ, Noop: o.Noop}
 		if r.TransactionID == "" {
-			r.TransactionID = items[idx].TransactionID
+			r.TransactionID = items[i].TransactionID
 		}
 		if o.Error != nil {
 			r.Error = *o.Error
@@ -213,7 +212,7 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 				r.Error = "refused"
 			}
 		}
-		res[idx] = r
+		res[i] = r
 	}
 	if failed {
 		return res, &AckError{Results: res}

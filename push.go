@@ -223,14 +223,13 @@ func decodePush(status int, body []byte, items []wire.PushItem) ([]PushResult, e
 	// The answer lists the items in request order (its "index" repeats the
 	// position; a 0.15.1 "buffered" entry has none), so position is trusted.
 	for i, o := range out {
-		idx := i
-		r := PushResult{Index: idx, MessageID: o.MessageID, TransactionID: o.TransactionID, Queue: o.QueueName,
+		r := PushResult{Index: i, MessageID: o.MessageID, TransactionID: o.TransactionID, Queue: o.QueueName,
 			PartitionID: o.PartitionID, Offset: -1, Error: o.Error}
 		if r.TransactionID == "" {
-			r.TransactionID = items[idx].TransactionID
+			r.TransactionID = items[i].TransactionID
 		}
 		if r.Queue == "" {
-			r.Queue = orDefault(o.Queue, items[idx].Queue)
+			r.Queue = orDefault(o.Queue, items[i].Queue)
 		}
 		if o.Offset != nil {
 			r.Offset = *o.Offset
