@@ -128,33 +128,24 @@ func (s *Server) handleDeleteQueue(w *recorder, req *request) {
 
 // -------------------------------------------------------------- queue views
 
-type msgCounts struct {
-	Total      int64  `json:"total"`
-	Pending    int64  `json:"pending"`
-	Processing int64  `json:"processing"`
-	Completed  int64  `json:"completed"`
-	Failed     *int64 `json:"failed,omitempty"`
-	DeadLetter int64  `json:"deadLetter"`
-}
-
 type segCounts struct {
 	Segments int64 `json:"segments"`
 	Messages int64 `json:"messages"`
 }
 
 type queueRow struct {
-	ID            string      `json:"id"`
-	Name          string      `json:"name"`
-	Queue         string      `json:"queue"`
-	Namespace     string      `json:"namespace"`
-	Task          string      `json:"task"`
-	Storage       string      `json:"storage"`
-	Partitions    int         `json:"partitions"`
-	Segments      segCounts   `json:"segments"`
-	Messages      msgCounts   `json:"messages"`
-	RetainedBytes int64       `json:"retainedBytes"`
-	Options       optionsJSON `json:"options"`
-	CreatedAt     string      `json:"createdAt"`
+	ID            string             `json:"id"`
+	Name          string             `json:"name"`
+	Queue         string             `json:"queue"`
+	Namespace     string             `json:"namespace"`
+	Task          string             `json:"task"`
+	Storage       string             `json:"storage"`
+	Partitions    int                `json:"partitions"`
+	Segments      segCounts          `json:"segments"`
+	Messages      wire.MessageCounts `json:"messages"`
+	RetainedBytes int64              `json:"retainedBytes"`
+	Options       optionsJSON        `json:"options"`
+	CreatedAt     string             `json:"createdAt"`
 }
 
 // pendingOf is how many messages of p the slowest cursor has not consumed:
@@ -226,15 +217,15 @@ func (s *Server) handleListQueues(w *recorder, _ *request) {
 }
 
 type partitionView struct {
-	ID            string         `json:"id"`
-	Name          string         `json:"name"`
-	CreatedAt     string         `json:"createdAt"`
-	Messages      msgCounts      `json:"messages"`
-	Stats         msgCounts      `json:"stats"`
-	Cursor        map[string]any `json:"cursor"`
-	LastActivity  *string        `json:"lastActivity"`
-	OldestMessage *string        `json:"oldestMessage"`
-	NewestMessage *string        `json:"newestMessage"`
+	ID            string             `json:"id"`
+	Name          string             `json:"name"`
+	CreatedAt     string             `json:"createdAt"`
+	Messages      wire.MessageCounts `json:"messages"`
+	Stats         wire.MessageCounts `json:"stats"`
+	Cursor        map[string]any     `json:"cursor"`
+	LastActivity  *string            `json:"lastActivity"`
+	OldestMessage *string            `json:"oldestMessage"`
+	NewestMessage *string            `json:"newestMessage"`
 }
 
 // handleGetQueue is GET /api/v1/resources/queues/{queue} (2.x
@@ -256,7 +247,7 @@ func (s *Server) handleGetQueue(w *recorder, req *request) {
 			dlqBy[r.pid]++
 		}
 	}
-	var totals msgCounts
+	var totals wire.MessageCounts
 	var seg segCounts
 	var retained int64
 	parts := []partitionView{}
@@ -277,7 +268,7 @@ func (s *Server) handleGetQueue(w *recorder, req *request) {
 		}
 		processing = min(processing, pending)
 		dead := dlqBy[p.id]
-		st := msgCounts{Total: total, Pending: pending, Processing: processing, Completed: max(total-pending-dead, 0), DeadLetter: dead}
+		st := wire.MessageCounts{Total: total, Pending: pending, Processing: processing, Completed: max(total-pending-dead, 0), DeadLetter: dead}
 		v := partitionView{ID: p.pid(), Name: p.name, CreatedAt: isoMicros(p.createdAt), Messages: st, Stats: st,
 			Cursor: map[string]any{"totalConsumed": consumed, "batchesConsumed": 0}}
 		if last != nil {
