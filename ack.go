@@ -137,12 +137,13 @@ func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 		if !a.Status.valid() {
 			return nil, fmt.Errorf("ack %d: %w: %q", i, ErrUnknownStatus, a.Status)
 		}
-		g := group
-		if g == "" {
-			g = messageGroup(a.Message)
-			if i > 0 && g != messageGroup(acks[0].Message) {
+		if opts.ConsumerGroup == "" {
+			switch g := messageGroup(a.Message); {
+			case i == 0:
+				group = g
+			case g != group:
 				return nil, fmt.Errorf("%w: one batch ack takes one consumer group; got %q and %q",
-					ErrInvalidOption, messageGroup(acks[0].Message), g)
+					ErrInvalidOption, group, g)
 			}
 		}
 		items[i] = wire.AckItem{
@@ -152,9 +153,6 @@ func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 			Status:        string(a.Status),
 			Error:         a.Error,
 		}
-	}
-	if group == "" {
-		group = messageGroup(acks[0].Message)
 	}
 	var cl call
 	if len(items) == 1 {
