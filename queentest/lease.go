@@ -3,18 +3,9 @@ package queentest
 import (
 	"net/http"
 	"time"
-)
 
-// renewResponse is the 2.x renew reply: the three expiry keys carry the same
-// value (the earliest new expiry among the renewed partitions), or null.
-type renewResponse struct {
-	LeaseID        string  `json:"leaseId"`
-	Success        bool    `json:"success"`
-	Renewed        int     `json:"renewed"`
-	NewExpiresAt   *string `json:"newExpiresAt"`
-	ExpiresAt      *string `json:"expiresAt"`
-	LeaseExpiresAt *string `json:"lease_expires_at"`
-}
+	"github.com/queen-go/queen/internal/wire"
+)
 
 // handleRenew is POST /api/v1/lease/{leaseId}/extend, body {"seconds":N}
 // (default 60; an empty body, or one that does not read as that object,
@@ -36,7 +27,9 @@ func (s *Server) handleRenew(w *recorder, req *request) {
 	now := b.now()
 	renewed, earliest := b.renew(id, secs, now)
 	b.mu.Unlock()
-	out := renewResponse{LeaseID: id, Success: renewed > 0, Renewed: renewed}
+	// The 2.x reply: the three expiry keys carry the same value (the
+	// earliest new expiry among the renewed partitions), or null.
+	out := wire.RenewResponse{LeaseID: id, Success: renewed > 0, Renewed: renewed}
 	if renewed > 0 {
 		e := isoMillis(earliest)
 		out.NewExpiresAt, out.ExpiresAt, out.LeaseExpiresAt = &e, &e, &e
