@@ -314,15 +314,16 @@ func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, er
 // object) on failure.
 func decodeTransaction(body []byte, req wire.TxnRequest) (*TransactionResult, error) {
 	body = bytes.TrimSpace(body)
-	var out wire.TxnResponse
-	var verdict struct {
+	// Success shadows the embedded bool, so that an absent verdict shows.
+	var out struct {
+		wire.TxnResponse
 		Success *bool `json:"success"`
 	}
-	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &out) != nil || json.Unmarshal(body, &verdict) != nil {
+	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &out) != nil {
 		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction,
 			Body: body, Message: "undecodable transaction answer"})
 	}
-	if verdict.Success == nil && out.Error == "" {
+	if out.Success == nil && out.Error == "" {
 		// Neither committed nor refused: claiming a rollback (nothing
 		// applied) would be a guess.
 		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction,
@@ -330,7 +331,7 @@ func decodeTransaction(body []byte, req wire.TxnRequest) (*TransactionResult, er
 	}
 	res := &TransactionResult{
 		TransactionID: out.TransactionID,
-		Committed:     out.Success,
+		Committed:     out.Success != nil && *out.Success,
 		Reason:        out.Reason,
 		Error:         out.Error,
 		FailedIndex:   -1,
