@@ -438,12 +438,12 @@ func (w *recorder) noContent() {
 	w.body.Reset()
 }
 
+// writeErrorDirect answers the error envelope on w itself, for the answers
+// ServeHTTP gives before a route handler runs.
 func writeErrorDirect(w http.ResponseWriter, status int, code, msg string) {
-	b, _ := json.Marshal(map[string]string{"error": msg, "code": code})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	rec := newRecorder()
+	rec.error(status, code, msg)
+	rec.writeTo(w)
 }
 
 // decodeBody unmarshals a JSON body; an empty body is an error.
