@@ -102,7 +102,7 @@ func (s *Server) handleConfigure(w *recorder, req *request) {
 	if t != nil {
 		task = *t
 	}
-	q := b.queueOf(name, true, cfg, now)
+	q := b.queueOf(name, cfg, now)
 	q.cfg, q.namespace, q.task = cfg, ns, task
 	b.bump()
 	w.json(http.StatusOK, configuredJSON{Configured: true, QueueID: q.id, Queue: name, Namespace: ns, Task: task, Storage: "segments", Options: cfg.options()})

@@ -181,11 +181,11 @@ func (b *broker) wake() {
 
 func (b *broker) now() time.Time { return b.clock.Now() }
 
-// queueOf returns the queue named name, creating it with cfg when create is
-// set and it does not exist.
-func (b *broker) queueOf(name string, create bool, cfg QueueConfig, now time.Time) *queue {
+// queueOf returns the queue named name, creating it with cfg when it does
+// not exist.
+func (b *broker) queueOf(name string, cfg QueueConfig, now time.Time) *queue {
 	q := b.queues[name]
-	if q == nil && create {
+	if q == nil {
 		q = &queue{name: name, id: newUUID(), cfg: cfg, createdAt: now, byName: map[string]*partition{}}
 		b.queues[name] = q
 	}
@@ -200,10 +200,11 @@ func (b *broker) implicitConfig() QueueConfig {
 	return c
 }
 
-// partitionOf returns q's partition named name, creating it when asked.
-func (b *broker) partitionOf(q *queue, name string, create bool, now time.Time) *partition {
+// partitionOf returns q's partition named name, creating it when it does
+// not exist.
+func (b *broker) partitionOf(q *queue, name string, now time.Time) *partition {
 	p := q.byName[name]
-	if p == nil && create {
+	if p == nil {
 		b.nextPID++
 		p = &partition{
 			id: b.nextPID, name: name, q: q, createdAt: now,
@@ -293,10 +294,10 @@ func (c *cursor) setCommitted(off int64, now time.Time) {
 }
 
 // cursorOf returns the cursor of group on p, creating it (seeded by the
-// group's subscription) when create is set.
-func (b *broker) cursorOf(p *partition, group string, create bool) *cursor {
+// group's subscription) when there is none.
+func (b *broker) cursorOf(p *partition, group string) *cursor {
 	c := p.cursors[group]
-	if c == nil && create {
+	if c == nil {
 		c = &cursor{committed: b.seed(p, group), attemptOff: -1}
 		p.cursors[group] = c
 	}
@@ -369,14 +370,14 @@ func (b *broker) registerGroup(name, group string, sub subscription, now time.Ti
 	b.groups[k] = m
 	if q := b.queues[name]; q != nil {
 		for _, p := range q.parts {
-			b.cursorOf(p, group, true)
+			b.cursorOf(p, group)
 		}
 	}
 	return m
 }
 
 // fileDLQ adds a dead letter for offset off of p.
-func (b *broker) fileDLQ(p *partition, group string, off int64, errMsg string, retryCount int, now time.Time) *dlqRow {
+func (b *broker) fileDLQ(p *partition, group string, off int64, errMsg string, retryCount int, now time.Time) {
 	m := p.msgs[off]
 	b.dlqSeq++
 	r := &dlqRow{
@@ -385,7 +386,6 @@ func (b *broker) fileDLQ(p *partition, group string, off int64, errMsg string, r
 		errMsg: errMsg, retryCount: retryCount, failedAt: now,
 	}
 	b.dlq[r.id] = r
-	return r
 }
 
 // leasedMessages counts the messages delivered under live leases of group on

@@ -409,7 +409,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			queues = append(queues, q)
 		}
 	default:
-		queues = append(queues, b.queueOf(pr.queue, true, b.implicitConfig(), now))
+		queues = append(queues, b.queueOf(pr.queue, b.implicitConfig(), now))
 	}
 
 	// A named group registers on its first wildcard or discovery pop; its
@@ -517,7 +517,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			break
 		}
 		p := cd.p
-		c := b.cursorOf(p, pr.group, true)
+		c := b.cursorOf(p, pr.group)
 		last := p.lastOffset()
 		var offs []int64
 		if named && conflate[p.q.name] {

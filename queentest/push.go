@@ -110,8 +110,8 @@ func partitionName(p string) string {
 // not store a plain push's traceId (PROTOCOL.md §2), so only transaction
 // pushes pass one. Callers hold mu.
 func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn string, traceID *string, now time.Time) (*message, bool) {
-	q := b.queueOf(queueName, true, b.implicitConfig(), now)
-	p := b.partitionOf(q, partitionName(part), true, now)
+	q := b.queueOf(queueName, b.implicitConfig(), now)
+	p := b.partitionOf(q, partitionName(part), now)
 	id := newUUID()
 	if txn == "" {
 		txn = id
