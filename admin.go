@@ -130,8 +130,7 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 		return SeekResult{}, err
 	}
 	if refused(out.Success, out.Error) {
-		return SeekResult{}, &BrokerError{Status: resp.status, Method: http.MethodPost, Path: path, Body: resp.body,
-			Message: orDefault(out.Error, "seek refused")}
+		return SeekResult{}, resp.refusal(http.MethodPost, path, orDefault(out.Error, "seek refused"))
 	}
 	res := SeekResult{
 		ConsumerGroup:     orDefault(out.ConsumerGroup, group),
@@ -230,8 +229,7 @@ func (a *Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroup, error)
 	}
 	var rows []wire.ConsumerGroupRow
 	if err := decodeList(resp.body, &rows, "consumerGroups", "groups", "data"); err != nil {
-		return nil, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: wire.RouteGroups, Body: resp.body,
-			Message: "undecodable consumer-group list: " + err.Error()}
+		return nil, resp.refusal(http.MethodGet, wire.RouteGroups, "undecodable consumer-group list: "+err.Error())
 	}
 	out := make([]ConsumerGroup, 0, len(rows))
 	for _, r := range rows {
@@ -365,8 +363,7 @@ func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts Dele
 		return DeleteGroupResult{}, err
 	}
 	if refused(out.Success, out.Error) {
-		return DeleteGroupResult{}, &BrokerError{Status: resp.status, Method: http.MethodDelete, Path: path, Body: resp.body,
-			Message: orDefault(out.Error, "consumer-group delete refused")}
+		return DeleteGroupResult{}, resp.refusal(http.MethodDelete, path, orDefault(out.Error, "consumer-group delete refused"))
 	}
 	res := DeleteGroupResult{ConsumerGroup: orDefault(out.ConsumerGroup, group), Queue: opts.Queue,
 		DeletedPartitions: out.DeletedPartitions, MetadataDeleted: out.MetadataDeleted, Queues: out.Queues}
@@ -442,8 +439,7 @@ func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 	}
 	var rows []wire.QueueRow
 	if err := decodeList(resp.body, &rows, "queues", "data"); err != nil {
-		return nil, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: wire.RouteQueues, Body: resp.body,
-			Message: "undecodable queue list: " + err.Error()}
+		return nil, resp.refusal(http.MethodGet, wire.RouteQueues, "undecodable queue list: "+err.Error())
 	}
 	out := make([]QueueSummary, 0, len(rows))
 	for i := range rows {
@@ -572,8 +568,7 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 		if err != nil {
 			return Health{}, err
 		}
-		return Health{}, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: wire.RouteHealth, Body: resp.body,
-			Message: "undecodable health answer"}
+		return Health{}, resp.refusal(http.MethodGet, wire.RouteHealth, "undecodable health answer")
 	}
 	return Health{
 		Healthy: resp.status == http.StatusOK && h.Status == "healthy", Status: h.Status, HTTPStatus: resp.status,
@@ -675,8 +670,7 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		err = json.Unmarshal(body, &page)
 	}
 	if err != nil {
-		return DLQPage{}, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: wire.RouteDLQ, Body: resp.body,
-			Message: "undecodable dlq answer: " + err.Error()}
+		return DLQPage{}, resp.refusal(http.MethodGet, wire.RouteDLQ, "undecodable dlq answer: "+err.Error())
 	}
 	out := DLQPage{Total: page.Total, Limit: opts.Limit, Offset: opts.Offset, Messages: make([]DeadLetter, 0, len(page.Messages))}
 	if page.Pagination != nil {

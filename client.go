@@ -291,11 +291,16 @@ func (c *Client) doJSON(ctx context.Context, r call, out any) (*response, error)
 func decodeAnswer(resp *response, r call, out any) error {
 	if out != nil && len(bytes.TrimSpace(resp.body)) > 0 {
 		if err := json.Unmarshal(resp.body, out); err != nil {
-			return &BrokerError{Status: resp.status, Method: r.method, Path: r.path, Body: resp.body,
-				Message: "undecodable answer: " + err.Error()}
+			return resp.refusal(r.method, r.path, "undecodable answer: "+err.Error())
 		}
 	}
 	return nil
+}
+
+// refusal is the *BrokerError of a 2xx answer that says the request
+// failed or cannot be read.
+func (resp *response) refusal(method, path, msg string) *BrokerError {
+	return &BrokerError{Status: resp.status, Method: method, Path: path, Body: resp.body, Message: msg}
 }
 
 // doObject is doJSON for routes whose 2xx answer is never the broker's

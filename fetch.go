@@ -323,8 +323,7 @@ func (c *Client) fetch(ctx context.Context, req wire.FetchRequest) ([]wire.Fetch
 	for i, e := range req.Entries {
 		r, ok := byName[e.Partition]
 		if !ok {
-			return nil, &BrokerError{Status: resp.status, Method: http.MethodPost, Path: wire.RouteFetch, Body: resp.body,
-				Message: fmt.Sprintf("fetch answer has no entry for partition %q", e.Partition)}
+			return nil, resp.refusal(http.MethodPost, wire.RouteFetch, fmt.Sprintf("fetch answer has no entry for partition %q", e.Partition))
 		}
 		aligned[i] = r
 	}

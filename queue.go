@@ -205,8 +205,8 @@ func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
 	}
 	if out.Error != "" || !out.Configured {
 		// 0.15.1 answers its failures with HTTP 200 and {"error": ...}.
-		return QueueInfo{}, &BrokerError{Status: resp.status, Method: http.MethodPost, Path: wire.RouteConfigure,
-			Body: resp.body, Message: orDefault(out.Error, "configure answer does not say configured")}
+		return QueueInfo{}, resp.refusal(http.MethodPost, wire.RouteConfigure,
+			orDefault(out.Error, "configure answer does not say configured"))
 	}
 	name := out.Queue
 	if name == "" {
@@ -246,7 +246,7 @@ func (d *DeleteBuilder) Execute(ctx context.Context) (DeleteResult, error) {
 	}
 	if out.Error != "" {
 		// A broker error answered with HTTP 200 (0.15.1).
-		return DeleteResult{}, &BrokerError{Status: resp.status, Method: http.MethodDelete, Path: path, Body: resp.body, Message: out.Error}
+		return DeleteResult{}, resp.refusal(http.MethodDelete, path, out.Error)
 	}
 	return DeleteResult{Deleted: out.Deleted, Existed: out.Existed}, nil
 }
