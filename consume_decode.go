@@ -85,6 +85,8 @@ type popReader struct {
 	autopilot *wire.AutopilotEcho
 	msgs      []popMsg
 	interned  []string
+	dataKeys  []string // the data objects' keys, which the messages of a pop mostly share
+	shareKeys bool     // several messages ahead: intern data keys in dataKeys
 }
 
 func (r *popReader) ws() {
@@ -144,15 +146,19 @@ func (r *popReader) plainString() ([]byte, bool) {
 }
 
 // intern returns b as a string, shared with an earlier one of the same bytes.
-func (r *popReader) intern(b []byte) string {
-	for _, s := range r.interned {
+func (r *popReader) intern(b []byte) string { return internIn(&r.interned, b) }
+
+// internIn returns b as a string, shared with one of tab (of at most 16)
+// of the same bytes, else added to it.
+func internIn(tab *[]string, b []byte) string {
+	for _, s := range *tab {
 		if s == string(b) {
 			return s
 		}
 	}
 	s := string(b)
-	if len(r.interned) < 16 {
-		r.interned = append(r.interned, s)
+	if len(*tab) < 16 {
+		*tab = append(*tab, s)
 	}
 	return s
 }
@@ -392,7 +398,11 @@ func (r *popReader) value(depth int) (v any, simple, ok bool) {
 				return nil, false, false
 			}
 			if simple && es {
-				m[string(k)] = ev
+				if r.shareKeys {
+					m[internIn(&r.dataKeys, k)] = ev
+				} else {
+					m[string(k)] = ev
+				}
 			} else {
 				simple = false
 			}
@@ -582,7 +592,9 @@ func (r *popReader) messages() bool {
 	if !r.eat('[') {
 		return false
 	}
-	r.msgs = make([]popMsg, 0, estimateMessages(r.b[r.i:]))
+	n := estimateMessages(r.b[r.i:])
+	r.msgs = make([]popMsg, 0, n)
+	r.shareKeys = n > 1
 	if r.eat(']') {
 		return true
 	}
@@ -671,7 +683,8 @@ func (r *popReader) messages() bool {
 }
 
 // estimateMessages counts the "transactionId" keys ahead: the number of
-// messages of a canonical answer (each has one), used to size the slice.
+// messages of a canonical answer (each has one), used to size the slice
+// and to tell whether data keys are worth sharing.
 func estimateMessages(b []byte) int {
 	return bytes.Count(b, transactionIDKey)
 }
