@@ -50,8 +50,7 @@ type QueueBuilder struct {
 	group            string
 	subMode          SubscriptionMode
 	subFrom          string
-	batch            int
-	batchSet         bool
+	batch            int // 0: unset
 	partitions       int
 	partitionsSet    bool
 	wait             bool
@@ -127,7 +126,7 @@ func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder { b.subFrom = t
 // Batch sets the most messages one pop takes (the total across partitions).
 // Left unset, the broker sizes it (autopilot). Batch(0) means unset.
 func (b *QueueBuilder) Batch(n int) *QueueBuilder {
-	b.batch, b.batchSet = n, n != 0
+	b.batch = n
 	return b
 }
 
@@ -332,7 +331,7 @@ func (b *QueueBuilder) sizing(q *wire.PopQuery, pinned bool) {
 	if pinned {
 		// One partition by definition; the broker ignores partitions and
 		// autopilot on this route.
-		if b.batchSet {
+		if b.batch != 0 {
 			q.Batch = &batch
 		} else if b.autopilotOff {
 			one := 1
@@ -341,7 +340,7 @@ func (b *QueueBuilder) sizing(q *wire.PopQuery, pinned bool) {
 		return
 	}
 	if b.autopilotOff {
-		if !b.batchSet {
+		if b.batch == 0 {
 			batch = 1
 		}
 		q.Batch = &batch
@@ -350,14 +349,14 @@ func (b *QueueBuilder) sizing(q *wire.PopQuery, pinned bool) {
 		}
 		return
 	}
-	if b.batchSet {
+	if b.batch != 0 {
 		q.Batch = &batch
 	}
 	if b.partitionsSet {
 		q.Partitions = &parts
 	}
 	// A conflating pop is exempt from autopilot on the broker.
-	q.Autopilot = !(b.batchSet && b.partitionsSet) && !b.conflation
+	q.Autopilot = !(b.batch != 0 && b.partitionsSet) && !b.conflation
 }
 
 // String describes the builder for logs.
