@@ -520,9 +520,15 @@ func fatalPopError(err error) bool {
 	}
 	var be *BrokerError
 	if errors.As(err, &be) {
-		return be.Status >= 400 && be.Status < 500 && be.Status != http.StatusRequestTimeout && be.Status != http.StatusTooManyRequests
+		return be.Status >= 400 && !retryableStatus(be.Status)
 	}
 	return false
+}
+
+// retryableStatus says whether a broker's answer of that status may change
+// if the request is sent again: 5xx, 408 and 429.
+func retryableStatus(status int) bool {
+	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
 }
 
 // popOnce sends one pop, its batch capped to n when n > 0.
@@ -730,7 +736,7 @@ func transientSettleError(err error) bool {
 	}
 	var be *BrokerError
 	if errors.As(err, &be) {
-		return be.Status >= 500 || be.Status == http.StatusRequestTimeout || be.Status == http.StatusTooManyRequests
+		return retryableStatus(be.Status)
 	}
 	return true
 }
