@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+
 	"github.com/queen-go/queen/internal/wire"
 )
 
@@ -154,12 +156,18 @@ func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 			Error:         a.Error,
 		}
 	}
-	var cl call
+	// The single ack route for one message, the batch route otherwise;
+	// the body is written with the hot path's JSON library (see wireJSON).
+	cl := call{method: http.MethodPost, path: wire.RouteAckBatch}
+	var body any = wire.AckBatchRequest{ConsumerGroup: group, Acknowledgments: items}
 	if len(items) == 1 {
-		cl = call{method: http.MethodPost, path: wire.RouteAck, body: wire.AckRequest{AckItem: items[0], ConsumerGroup: group}}
-	} else {
-		cl = call{method: http.MethodPost, path: wire.RouteAckBatch, body: wire.AckBatchRequest{ConsumerGroup: group, Acknowledgments: items}}
+		cl.path, body = wire.RouteAck, wire.AckRequest{AckItem: items[0], ConsumerGroup: group}
 	}
+	raw, err := jsonv2.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidPayload, err)
+	}
+	cl.raw = raw
 	resp, err := c.do(ctx, cl)
 	if err != nil {
 		return nil, err
@@ -184,7 +192,7 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 		return nil, objectForResults(http.StatusOK, path, body, "ack")
 	}
 	var out []wire.AckResult
-	if err := json.Unmarshal(body, &out); err != nil {
+	if err := jsonv2.Unmarshal(body, &out, wireJSON); err != nil {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
 			Message: "undecodable ack answer: " + err.Error()}
 	}

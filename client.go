@@ -191,6 +191,8 @@ type call struct {
 	// longPoll: retry until ctx ends; timeout overrides the attempt timeout.
 	longPoll bool
 	timeout  time.Duration
+	// attempts, when positive, is the attempt budget of this call.
+	attempts int
 	// once marks a request the broker does not apply idempotently
 	// (transaction, DLQ replay): never retried once it may have reached the
 	// broker, and any answer that leaves its outcome open is an error
@@ -236,6 +238,7 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 		Body:     body,
 		LongPoll: r.longPoll,
 		Timeout:  r.timeout,
+		Attempts: r.attempts,
 
 		NoRetryAfterSend: r.once,
 	})

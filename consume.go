@@ -3,14 +3,6 @@ package queen
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
-	"math/rand/v2"
-	"net/http"
-	"net/url"
-	"runtime/debug"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -18,23 +10,71 @@ import (
 // may go on before their context is cancelled (see ConsumeBuilder.GracePeriod).
 const DefaultGracePeriod = 10 * time.Second
 
-// Tuning of the consume loop. Requests that settle or renew run on their own
-// context bounded by these, never on the caller's (possibly cancelled) one.
-const (
-	settleTimeout     = 15 * time.Second
-	renewTimeout      = 10 * time.Second
-	emptyPollDelay    = 100 * time.Millisecond
-	popBackoffMin     = 100 * time.Millisecond
-	popBackoffMax     = 5 * time.Second
-	popDrain          = 250 * time.Millisecond // what a stop gives a pop's answer on its way
-	abandonNotice     = 100 * time.Millisecond // what a broker gets to notice an abandoned long poll
-	autopilotMaxBatch = 1000                   // the most messages the broker hands out when it sizes a pop
-)
+// The consume loop's engine is a few parts, one file each, in the order a
+// message meets them (README "Architecture" draws them):
+//
+//	consume_broker.go    the narrow interface the engine talks to, and the
+//	                     real one over the Client
+//	consume_fetch.go     fetcher: pops for free handlers, within the Limit
+//	consume_dispatch.go  dispatcher: hands messages to handlers, one
+//	                     partition at a time, in order
+//	consume_lease.go     lease keeper: renews what is in flight
+//	consume_settle.go    settler: one batch ack per pop
+//	consume_stop.go      the loop that runs them, and its one stop path
+//
+// This file is the public face: ConsumeBuilder, its options and Execute.
 
 // ErrHandlerPanic is matched (errors.Is) by the error a consume loop reports
-// for a handler that panicked: the panic is recovered, logged with its
-// stack, and the message is treated as failed.
+// for a handler that panicked: the panic is recovered, logged at Error with
+// its stack, and the message is treated as failed. The error's text names
+// the message's queue, partition and transaction id, and the panic value.
 var ErrHandlerPanic = errors.New("queen: consume handler panicked")
+
+// LoopError is what a consume loop hands its OnLoopError hook: a failure of
+// the loop's own requests, or a lost lease. Op says which; Err is the
+// failure itself, so that errors.As finds a *BrokerError (or *AckError)
+// and errors.Is matches ErrLeaseLost, ErrOutcomeUnknown, a context error,
+// ... through the LoopError.
+type LoopError struct {
+	// Op is the loop's step that failed: LoopOpPop, LoopOpSettle,
+	// LoopOpRenew or LoopOpLease.
+	Op string
+	// LeaseID names the pop's lease (settle, renew, lease); empty for a pop.
+	LeaseID string
+	// Messages is how many messages the failed step concerned (0 for a pop).
+	Messages int
+	// Err is the failure.
+	Err error
+}
+
+// The steps a LoopError names.
+const (
+	// LoopOpPop: a pop failed; the loop backs off and pops again (or,
+	// after a refusal that asking again cannot change, Execute returns it).
+	LoopOpPop = "pop"
+	// LoopOpSettle: the batch ack of a pop failed; after a transient
+	// failure it was sent again for up to 15 s, so its messages come back
+	// when their lease runs out.
+	LoopOpSettle = "settle"
+	// LoopOpRenew: a lease renewal failed on the way; it is tried again at
+	// the next tick, and the handlers go on.
+	LoopOpRenew = "renew"
+	// LoopOpLease: the broker reports the lease lost; its handlers' ctx is
+	// cancelled and their outcomes are not acked. Err matches ErrLeaseLost.
+	LoopOpLease = "lease"
+)
+
+// Error names the step and the failure.
+func (e *LoopError) Error() string {
+	s := "queen: consume " + e.Op
+	if e.LeaseID != "" {
+		s += " (lease " + e.LeaseID + ")"
+	}
+	return s + ": " + e.Err.Error()
+}
+
+// Unwrap returns the failure.
+func (e *LoopError) Unwrap() error { return e.Err }
 
 // Outcome is what happens to a message after its handler ran: one of the
 // four ack statuses, with an error text for failed and dead-lettered
@@ -83,6 +123,7 @@ type ConsumeBuilder struct {
 	handleBatch func(ctx context.Context, msgs []*Message) error
 	onSuccess   func(ctx context.Context, msg *Message) Outcome
 	onError     func(ctx context.Context, msg *Message, err error) Outcome
+	onLoopError func(ctx context.Context, err error)
 	grace       time.Duration
 }
 
@@ -147,6 +188,19 @@ func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err 
 	return cb
 }
 
+// OnLoopError hands f every failure of the loop's own work, as a
+// *LoopError: a pop that failed (network, 5xx, a refusal), a batch ack that
+// failed or was partly refused, a renewal that failed on the way, and a
+// lease the broker reports lost. f runs on the loop's goroutines, with the
+// values of the ctx given to Execute; keep it short (count, export health).
+// The loop logs the same failures (pops: a Warn at the first failure, then
+// at most one line per backoff step or per 30 s, an Info when pops succeed
+// again); a panic in f is recovered and logged.
+func (cb *ConsumeBuilder) OnLoopError(f func(ctx context.Context, err error)) *ConsumeBuilder {
+	cb.onLoopError = f
+	return cb
+}
+
 // GracePeriod sets how long the handlers already running may go on after a
 // stop before their ctx is cancelled (default DefaultGracePeriod; 0 cancels
 // them at once). Their outcomes are acked either way; a handler that returns
@@ -168,8 +222,16 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 //   - a handler ends its goroutine (runtime.Goexit, as t.FailNow does):
 //     an error saying so (its message is given back).
 //
-// Transient failures (network errors, 5xx, 429) are retried with a backoff;
-// by default each pop long polls (wait=true, 30 s).
+// Transient failures (network errors, 5xx, 408, 429) are retried with a
+// backoff (100 ms doubling to 1 s, or the client's RetryPolicy bounds when
+// lower; a Retry-After is honoured), so that a loop resumes about as soon
+// as its broker is back; they are logged (a Warn at the first failure, then
+// at most one line per backoff step or per 30 s, an Info on recovery) and
+// handed to OnLoopError. By default each pop long polls (wait=true, 30 s).
+//
+// Under a Limit each pop asks for at most what is left of it, and the
+// remainder is asked for by one pop, not split between the handlers: a
+// second pop goes only for what the first did not get.
 //
 // On every stop the long polls in flight are abandoned within 250 ms (the
 // time an answer already on its way gets to arrive, so that the messages it
@@ -191,597 +253,10 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 // conflation without a group, and the checks of Pop. Execute may be called
 // again after it returned.
 func (cb *ConsumeBuilder) Execute(ctx context.Context) error {
-	r, err := cb.newRun(ctx)
+	e, err := cb.newEngine(ctx)
 	if err != nil {
 		return err
 	}
-	return r.run()
+	return e.run()
 }
 
-// consumeRun is the state of one Execute.
-type consumeRun struct {
-	c      *Client
-	cb     *ConsumeBuilder
-	req    *popRequest
-	vals   url.Values // the encoded query of a pop that the limit does not shrink
-	group  string
-	queue  string
-	each   bool
-	ackOff bool
-
-	renewEvery time.Duration
-	renewSecs  int
-	idle       time.Duration
-	limited    bool
-
-	execCtx    context.Context
-	reqCtx     context.Context // values of execCtx, never cancelled: acks, renewals
-	pollCtx    context.Context // cancelled by stop: abandons long polls
-	pollCancel context.CancelFunc
-	hctx       context.Context // base of the handlers' contexts
-	hcancel    context.CancelCauseFunc
-
-	stopCh    chan struct{}
-	stopOnce  sync.Once
-	drain     *time.Timer // after a stop: abandons the pops in flight
-	quietAt   time.Time   // after a stop: when the abandoned pops are surely gone
-	popping   atomic.Int32
-	abandon   sync.Once
-	abandoned atomic.Bool   // pops in flight were abandoned
-	slotsDone chan struct{} // closed when every slot and poller has ended
-	slots     int           // Concurrency: handler slots
-	workers   sync.WaitGroup
-	pollers   sync.WaitGroup
-
-	// Under mu (see consume_sched.go): the scheduling of slots and pops.
-	mu          sync.Mutex
-	workCond    sync.Cond // on mu: slots wait for a group to handle
-	popCond     sync.Cond // on mu: pollers wait for their turn
-	fatal       error
-	budget      int          // Limit left to reserve
-	outstanding int          // reserved by pops, or popped and not yet settled
-	free        int          // slots waiting for a group
-	inflight    int          // pops in flight
-	ready       []*partGroup // partition groups waiting for a free slot
-	running     []*partGroup // partition groups being handled
-
-	start  time.Time
-	busy   atomic.Int32
-	active atomic.Int64 // last activity, as time since start
-}
-
-// Causes of a handler ctx's cancellation.
-var (
-	errConsumeStopped = errors.New("queen: consume loop stopped and its grace period ended")
-	errLeaseLostCause = fmt.Errorf("%w: renewal refused while the handler ran", ErrLeaseLost)
-	errHandlerGoexit  = errors.New("queen: consume handler ended its goroutine (runtime.Goexit)")
-)
-
-func (cb *ConsumeBuilder) newRun(ctx context.Context) (*consumeRun, error) {
-	qb := &cb.qb
-	if cb.handle == nil && cb.handleBatch == nil {
-		return nil, fmt.Errorf("%w: nil consume handler", ErrInvalidOption)
-	}
-	if qb.c == nil {
-		return nil, fmt.Errorf("%w: builder has no client", ErrInvalidOption)
-	}
-	if qb.commitOnDelivery {
-		return nil, ErrCommitOnDeliveryConsume
-	}
-	if cb.grace < 0 {
-		return nil, fmt.Errorf("%w: GracePeriod(%v) must not be negative", ErrInvalidOption, cb.grace)
-	}
-	req, err := qb.popRequest()
-	if err != nil {
-		return nil, err
-	}
-	vals, err := req.query.Values()
-	if err != nil {
-		return nil, fmt.Errorf("queen: encode pop query: %w", err)
-	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	hbase := cb.ctx
-	if hbase == nil {
-		hbase = ctx
-	}
-	r := &consumeRun{
-		c: qb.c, cb: cb, req: req, vals: vals,
-		group: qb.group, queue: qb.queue,
-		each:      qb.each || cb.handle != nil,
-		ackOff:    qb.autoAckOff,
-		idle:      time.Duration(qb.idleMs) * time.Millisecond,
-		limited:   qb.limit > 0,
-		budget:    qb.limit,
-		execCtx:   ctx,
-		reqCtx:    context.WithoutCancel(ctx),
-		stopCh:    make(chan struct{}),
-		slotsDone: make(chan struct{}),
-		start:     time.Now(),
-	}
-	if qb.renew {
-		r.renewEvery = time.Duration(qb.renewMs) * time.Millisecond
-		r.renewSecs = renewSeconds(qb.renewMs, qb.leaseSeconds)
-	}
-	r.slots = max(qb.concurrency, 1)
-	r.workCond.L = &r.mu
-	r.popCond.L = &r.mu
-	r.pollCtx, r.pollCancel = context.WithCancel(r.reqCtx)
-	r.hctx, r.hcancel = context.WithCancelCause(context.WithoutCancel(hbase))
-	return r, nil
-}
-
-// renewSeconds is how far each renewal extends the lease: at least three
-// renewal intervals, and never less than the pop's own lease override or
-// DefaultRenewSeconds (a renewal never shortens a lease on 2.x brokers, but
-// may on older ones).
-func renewSeconds(everyMs, leaseSeconds int) int {
-	s := int(math.Ceil(3 * float64(everyMs) / 1000))
-	base := DefaultRenewSeconds
-	if leaseSeconds > 0 {
-		base = leaseSeconds
-	}
-	return max(s, base)
-}
-
-func (r *consumeRun) run() error {
-	var sup sync.WaitGroup
-	sup.Add(1)
-	go func() {
-		defer sup.Done()
-		r.supervise()
-	}()
-	for range r.slots {
-		r.startWorker()
-		r.pollers.Add(1)
-		go func() {
-			defer r.pollers.Done()
-			r.poller()
-		}()
-	}
-	r.workers.Wait()
-	r.pollers.Wait()
-	close(r.slotsDone)
-	r.stop()
-	sup.Wait()
-	r.hcancel(errConsumeStopped)
-	r.drain.Stop()
-	r.pollCancel()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.fatal
-}
-
-// stop ends the loop: no new pop or handler starts, and the pops in flight
-// are abandoned after popDrain (at once when none is in flight). Running
-// handlers get the grace period (see supervise).
-//
-// Why not abandon pops at once: a pop whose answer is already on its way
-// has leased its messages, and dropping the answer would leave them leased
-// until their lease runs out, out of reach of any worker. Given a moment,
-// the answer arrives and its messages are given back with a retry ack. A
-// long poll still parked after that is abandoned, and the broker claims
-// nothing for a client that is gone, once it has noticed: settle waits for
-// that before it gives messages back.
-func (r *consumeRun) stop() {
-	r.stopOnce.Do(func() {
-		r.quietAt = time.Now().Add(popDrain + abandonNotice)
-		r.drain = time.AfterFunc(popDrain, r.abandonPops)
-		close(r.stopCh)
-		if r.popping.Load() == 0 {
-			r.abandonPops() // nothing to wait for; a pop starting now fails at once
-		}
-		r.mu.Lock()
-		r.workCond.Broadcast()
-		r.popCond.Broadcast()
-		r.mu.Unlock()
-	})
-}
-
-// abandonPops cancels the pops in flight, once, after a stop: at the end of
-// popDrain, or as soon as no pop is in flight.
-func (r *consumeRun) abandonPops() {
-	r.abandon.Do(func() {
-		r.abandoned.Store(r.popping.Load() > 0)
-		r.pollCancel()
-	})
-}
-
-// stopping says whether the loop is stopping. It reads the two ctxs itself
-// rather than wait for the supervisor to notice: a ctx that has ended stops
-// the loop before its next pop or handler, and before its first pop.
-func (r *consumeRun) stopping() bool {
-	if r.isStopped() {
-		return true
-	}
-	if r.execCtx.Err() != nil || (r.cb.ctx != nil && r.cb.ctx.Err() != nil) {
-		r.stop()
-		return true
-	}
-	return false
-}
-
-// fail records a terminal error and stops the loop.
-func (r *consumeRun) fail(err error) {
-	r.mu.Lock()
-	if r.fatal == nil {
-		r.fatal = err
-	}
-	r.mu.Unlock()
-	r.stop()
-}
-
-// supervise turns the end of either ctx and idleness into a stop, then
-// cancels the running handlers once the grace period is over (or at once
-// when the slots are all done).
-func (r *consumeRun) supervise() {
-	var idleT *time.Timer
-	if r.idle > 0 {
-		idleT = time.NewTimer(r.idle)
-		defer idleT.Stop()
-	}
-	r.waitStop(idleT)
-	if g := r.cb.grace; g > 0 {
-		t := time.NewTimer(g)
-		select {
-		case <-t.C:
-		case <-r.slotsDone:
-		}
-		t.Stop()
-	}
-	r.hcancel(errConsumeStopped)
-}
-
-func (r *consumeRun) waitStop(idleT *time.Timer) {
-	var idleC <-chan time.Time
-	if idleT != nil {
-		idleC = idleT.C
-	}
-	var consumeDone <-chan struct{}
-	if r.cb.ctx != nil {
-		consumeDone = r.cb.ctx.Done()
-	}
-	for {
-		select {
-		case <-r.stopCh:
-			return
-		case <-r.execCtx.Done():
-			r.stop()
-			return
-		case <-consumeDone:
-			r.stop()
-			return
-		case <-idleC:
-			if r.busy.Load() > 0 {
-				idleT.Reset(r.idle)
-				continue
-			}
-			since := time.Since(r.start) - time.Duration(r.active.Load())
-			if since >= r.idle {
-				r.c.log.Debug("queen: consume loop idle, stopping", "queue", r.queue, "group", r.group, "idle", r.idle)
-				r.stop()
-				return
-			}
-			idleT.Reset(r.idle - since)
-		}
-	}
-}
-
-func (r *consumeRun) touch() { r.active.Store(int64(time.Since(r.start))) }
-
-// sleep waits d or until the loop stops.
-func (r *consumeRun) sleep(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-r.stopCh:
-	case <-t.C:
-	}
-}
-
-// emptyDelay is the pause after an empty pop, so that pops that do not wait
-// (Wait(false), discovery, a broker that answers at once) do not spin.
-func (r *consumeRun) emptyDelay(res *popResult, took time.Duration) time.Duration {
-	d := emptyPollDelay
-	if res.autopilot != nil && res.autopilot.WaitMs != nil && *res.autopilot.WaitMs >= 0 {
-		d = time.Duration(*res.autopilot.WaitMs) * time.Millisecond
-	}
-	return d - took
-}
-
-// nextBackoff is the pause after a failed pop: the client's retry policy
-// bounds (MinBackoff, MaxBackoff, at most popBackoffMax), doubling.
-func (r *consumeRun) nextBackoff(prev time.Duration) time.Duration {
-	lo, hi := popBackoffMin, popBackoffMax
-	if p := r.c.cfg.retry; p.MinBackoff > 0 {
-		lo = p.MinBackoff
-		if p.MaxBackoff > 0 {
-			hi = min(p.MaxBackoff, popBackoffMax)
-		}
-		hi = max(hi, lo)
-	}
-	d := lo
-	if prev > 0 {
-		d = min(prev*2, hi)
-	}
-	// ±20 % jitter, so that many workers do not retry in step.
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
-// fatalPopError says whether a pop error ends the loop: a refusal that
-// asking again cannot change.
-func fatalPopError(err error) bool {
-	if errors.Is(err, ErrClosed) || errors.Is(err, ErrConflationUnsupported) || errors.Is(err, ErrInvalidArgument) {
-		return true
-	}
-	var be *BrokerError
-	if errors.As(err, &be) {
-		return be.Status >= 400 && !retryableStatus(be.Status)
-	}
-	return false
-}
-
-// retryableStatus says whether a broker's answer of that status may change
-// if the request is sent again: 5xx, 408 and 429.
-func retryableStatus(status int) bool {
-	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
-}
-
-// popOnce sends one pop, its batch capped to n when n > 0.
-func (r *consumeRun) popOnce(n int) (*popResult, error) {
-	vals := r.vals
-	if n > 0 {
-		vals = r.valuesFor(n)
-	}
-	cl := call{method: http.MethodGet, path: r.req.path, query: vals}
-	if r.req.wait && !r.req.discover {
-		cl.longPoll = true
-		cl.timeout = time.Duration(r.req.waitMs)*time.Millisecond + popMargin
-	}
-	resp, err := r.c.do(r.pollCtx, cl)
-	if err != nil {
-		return nil, err
-	}
-	if resp.status == http.StatusNoContent || len(resp.body) == 0 {
-		return &popResult{}, nil
-	}
-	if !r.cb.qb.conflation {
-		if res, ok := decodePopFast(resp.body); ok {
-			return res, nil
-		}
-	}
-	return r.c.decodePop(resp.body, r.req.path, r.cb.qb.conflation)
-}
-
-// valuesFor is the pop query with its batch capped to n (the rest of the
-// Limit), so that nothing is popped only to be given back.
-func (r *consumeRun) valuesFor(n int) url.Values {
-	q := r.req.query
-	switch {
-	case q.Batch != nil && *q.Batch <= n:
-		return r.vals
-	case q.Batch == nil && n >= autopilotMaxBatch:
-		return r.vals
-	case q.Batch == nil:
-		// The batch becomes a pin; autopilot still sizes the partitions
-		// if they are not set (with both set no autopilot flag travels).
-		q.Autopilot = q.Autopilot && q.Partitions == nil
-	}
-	q.Batch = &n
-	vals, err := q.Values()
-	if err != nil { // cannot happen: the same struct encoded once already
-		return r.vals
-	}
-	return vals
-}
-
-// partSet is a small set of partition ids (a pop spans at most 64).
-type partSet []string
-
-func (s partSet) has(id string) bool {
-	for _, p := range s {
-		if p == id {
-			return true
-		}
-	}
-	return false
-}
-
-func leaseLost(ctx context.Context) bool {
-	return ctx.Err() != nil && errors.Is(context.Cause(ctx), errLeaseLostCause)
-}
-
-// stoppedBy says whether a handler's error comes from the loop's stop: its
-// ctx was cancelled at the end of the grace period, or, once the loop is
-// stopping, the error is a context cancellation (of a ctx of the handler's
-// own, such as the signal ctx of a worker). Such a message is given back
-// with a retry ack: a stop spends no retry and dead-letters nothing.
-func (r *consumeRun) stoppedBy(ctx context.Context, err error) bool {
-	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errConsumeStopped) {
-		return true
-	}
-	return r.stopping() && errors.Is(err, context.Canceled)
-}
-
-// decide turns a handler's result into the message's outcome; send is false
-// when the loop leaves the ack to the handler (AutoAck(false), success).
-func (r *consumeRun) decide(ctx context.Context, m *Message, err error) (o Outcome, send bool) {
-	if err == nil {
-		if f := r.cb.onSuccess; f != nil {
-			return r.checked(r.callback(func() Outcome { return f(ctx, m) }, m), Complete()), true
-		}
-		if r.ackOff {
-			return Outcome{}, false
-		}
-		return Complete(), true
-	}
-	if r.stoppedBy(ctx, err) {
-		// Stopped by the stop: give it back, spend nothing.
-		return Retry(), true
-	}
-	if f := r.cb.onError; f != nil {
-		return r.checked(r.callback(func() Outcome { return f(ctx, m, err) }, m), Fail(err)), true
-	}
-	return Fail(err), true
-}
-
-// checked replaces the zero Outcome by def and an unknown status by a
-// failure, so that one bad callback answer cannot sink the pop's batch ack.
-func (r *consumeRun) checked(o, def Outcome) Outcome {
-	if o.Status == "" {
-		return def
-	}
-	if !o.Status.valid() {
-		r.c.log.Error("queen: outcome callback returned an unknown status; acking failed", "status", string(o.Status))
-		return Outcome{Status: StatusFailed, Error: fmt.Sprintf("unknown outcome status %q", o.Status)}
-	}
-	return o
-}
-
-// callback runs an outcome callback, turning a panic into a failure.
-func (r *consumeRun) callback(f func() Outcome, m *Message) (o Outcome) {
-	defer func() {
-		if v := recover(); v != nil {
-			o = Fail(r.panicked(v, m, "outcome callback"))
-		}
-	}()
-	return f()
-}
-
-func (r *consumeRun) call(ctx context.Context, m *Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = r.panicked(v, m, "handler")
-		}
-	}()
-	return r.cb.handle(ctx, m)
-}
-
-func (r *consumeRun) callBatch(ctx context.Context, msgs []*Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = r.panicked(v, msgs[0], "batch handler")
-		}
-	}()
-	return r.cb.handleBatch(ctx, msgs)
-}
-
-// panicked logs a recovered panic with its stack and returns it as an error.
-func (r *consumeRun) panicked(v any, m *Message, what string) error {
-	r.c.log.Error("queen: consume "+what+" panicked; the message is nacked",
-		"queue", r.queue, "group", r.group, "transactionId", m.TransactionID, "partition", m.Partition,
-		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-	return fmt.Errorf("%w: %v", ErrHandlerPanic, v)
-}
-
-// settle sends the outcomes of one pop in one batch ack, on its own context.
-// A failure that asking again may cure (the network, 5xx, 408, 429) is sent
-// again with a backoff until settleTimeout, so that a blip, at a stop above
-// all, does not leave the messages leased until their lease runs out.
-func (r *consumeRun) settle(acks []Settlement) {
-	if len(acks) == 0 {
-		return
-	}
-	if r.stopping() {
-		// The pops in flight first: a long poll still parked would claim the
-		// messages given back here; answered, it would give them back again,
-		// abandoned before the broker noticed, it would leave them leased.
-		<-r.pollCtx.Done()
-		if r.abandoned.Load() {
-			time.Sleep(time.Until(r.quietAt))
-		}
-	}
-	ctx, cancel := context.WithTimeout(r.reqCtx, settleTimeout)
-	defer cancel()
-	var backoff time.Duration
-	for {
-		err := r.sendAcks(ctx, acks)
-		if err == nil {
-			return
-		}
-		var ae *AckError
-		if errors.As(err, &ae) {
-			r.c.log.Warn("queen: broker refused some acks of a pop", "queue", r.queue, "group", r.group, "err", err)
-			return
-		}
-		if transientSettleError(err) && ctx.Err() == nil {
-			backoff = r.nextBackoff(backoff)
-			r.c.log.Warn("queen: batch ack failed; sending it again", "queue", r.queue, "group", r.group,
-				"messages", len(acks), "err", err, "backoff", backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-				continue
-			case <-ctx.Done():
-				t.Stop()
-			}
-		}
-		r.c.log.Error("queen: batch ack failed; its messages come back when their lease ends",
-			"queue", r.queue, "group", r.group, "messages", len(acks), "err", err)
-		return
-	}
-}
-
-// transientSettleError says whether sending an ack again may succeed: not
-// after a refusal of the request itself (4xx other than 408 and 429, an
-// answer that is not an ack result, an invalid ack, a closed client).
-func transientSettleError(err error) bool {
-	if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	var be *BrokerError
-	if errors.As(err, &be) {
-		return retryableStatus(be.Status)
-	}
-	return true
-}
-
-// renewer renews one pop's lease on a ticker while its handlers run.
-type renewer struct {
-	cancel   context.CancelFunc
-	finished chan struct{}
-}
-
-func (r *consumeRun) startRenewer(leaseID string, lost context.CancelCauseFunc) *renewer {
-	ctx, cancel := context.WithCancel(r.reqCtx)
-	rn := &renewer{cancel: cancel, finished: make(chan struct{})}
-	go func() {
-		defer close(rn.finished)
-		t := time.NewTicker(r.renewEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			cctx, ccancel := context.WithTimeout(ctx, renewTimeout)
-			res, err := r.c.renewLease(cctx, leaseID, r.renewSecs)
-			ccancel()
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				r.c.log.Warn("queen: lease renewal failed; trying again at the next tick", "leaseId", leaseID, "err", err)
-				continue
-			}
-			if !res.Success {
-				r.c.log.Warn("queen: lease lost; cancelling its handlers", "leaseId", leaseID, "reason", res.Error)
-				lost(errLeaseLostCause)
-				return
-			}
-		}
-	}()
-	return rn
-}
-
-// stop ends the renewals and waits for the renewer to exit.
-func (rn *renewer) stop() {
-	rn.cancel()
-	<-rn.finished
-}

@@ -46,7 +46,7 @@ func TestConsumeRenewTransientFailureKeepsHandler(t *testing.T) {
 // ctx): a handler that runs past its lease after the stop keeps it, and its
 // outcome is acked.
 func TestConsumeRenewalsGoOnDuringGrace(t *testing.T) {
-	e := newEnv(t, withFakeClock()) // lease 60 s
+	e := newEnv(t, withFakeClock(), withQueueConfig(func(q *queentest.QueueConfig) { q.LeaseTime = 2 }))
 	e.pushN("q", "p", 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -62,10 +62,10 @@ func TestConsumeRenewalsGoOnDuringGrace(t *testing.T) {
 	}()
 	<-started
 	cancel()
-	for range 4 { // 160 s of broker time after the stop, lease 60 s
+	for range 10 { // 8 s of broker time after the stop, lease 2 s; each renewal extends it by 1 s
 		n := e.srv.Requests(queentest.RouteRenew)
 		waitFor(t, "two renewals after the stop", func() bool { return e.srv.Requests(queentest.RouteRenew) >= n+2 })
-		e.clock.Advance(40 * time.Second)
+		e.clock.Advance(800 * time.Millisecond)
 	}
 	close(finish)
 	select {
@@ -151,15 +151,25 @@ func TestConsumeImpliesEach(t *testing.T) {
 	if got := strings.Join(rec.get(), ","); got != "a/0,b/0,b/1,a/0,a/1" {
 		t.Fatalf("handled %s", got)
 	}
-	if a := e.spy.ackRequests(); len(a) != 2 || len(a[0].Items) != 3 || len(a[1].Items) != 2 {
-		t.Fatalf("acks %+v, want one batch ack per pop (3 items, then 2)", a)
+	// The first pop's ack settles its whole lease: a/0 failed, the rest of
+	// partition a given back (retry), b completed.
+	a := e.spy.ackRequests()
+	if len(a) != 2 || len(a[0].Items) != 5 || len(a[1].Items) != 2 {
+		t.Fatalf("acks %+v, want one batch ack per pop (5 items, then 2)", a)
+	}
+	var got []string
+	for _, it := range a[0].Items {
+		got = append(got, it.Status)
+	}
+	if strings.Join(got, ",") != "failed,retry,retry,completed,completed" {
+		t.Fatalf("first pop acked %v, want failed,retry,retry,completed,completed", got)
 	}
 }
 
 // ConsumeBatch with OnError and no Each(): the callback is asked for each
 // message of the failed batch, in order, until it fails one; the rest of
-// that partition comes back after it without a call, the other partitions
-// are still asked.
+// that partition is given back (retry, in the same ack) without a call,
+// the other partitions are still asked.
 func TestConsumeBatchOnErrorPerMessage(t *testing.T) {
 	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
 	e.pushN("q", "a", 3)
@@ -186,7 +196,7 @@ func TestConsumeBatchOnErrorPerMessage(t *testing.T) {
 	for _, it := range e.spy.ackRequests()[0].Items {
 		got = append(got, it.Status)
 	}
-	if strings.Join(got, ",") != "dlq,failed,dlq,dlq" {
+	if strings.Join(got, ",") != "dlq,failed,retry,dlq,dlq" { // a/2 goes back with a/1's partition
 		t.Fatalf("acked %v", got)
 	}
 	if e.srv.DLQCount("q") != 3 {

@@ -98,13 +98,17 @@ func TestConsumeBatchAllOrNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		acks := e.spy.ackRequests()
-		if len(acks) != 1 {
-			t.Fatalf("%d ack requests, want 1", len(acks))
+		if len(acks) != 1 || len(acks[0].Items) != 5 {
+			t.Fatalf("ack requests %+v, want 1 of 5 items", acks)
 		}
+		// Each partition's first message failed with the error's text; the
+		// rest of the partition given back with it (retry), in the same ack.
+		var got []string
 		for _, it := range acks[0].Items {
-			if it.Status != "failed" || it.Error != "db down" {
-				t.Fatalf("ack item %+v, want failed with the error text", it)
-			}
+			got = append(got, it.Status+":"+it.Error)
+		}
+		if want := []string{"failed:db down", "retry:", "retry:", "failed:db down", "retry:"}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("acked %v, want %v", got, want)
 		}
 		left := e.peek("q", "")
 		if len(left) != 5 {
@@ -119,8 +123,9 @@ func TestConsumeBatchAllOrNothing(t *testing.T) {
 }
 
 // Handler error under Each(): that message is acked failed with the error
-// text; the rest of its partition in the batch is skipped (it comes back
-// after the failed one); other partitions go on.
+// text; the rest of its partition in the batch is not handled and is given
+// back (retry) in the same ack, so that the partition is released whatever
+// the broker decides about the failed one; other partitions go on.
 func TestConsumeErrorSkipsRestOfPartition(t *testing.T) {
 	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
 	e.pushN("q", "a", 3)
@@ -154,7 +159,7 @@ func TestConsumeErrorSkipsRestOfPartition(t *testing.T) {
 	for _, it := range acks[0].Items {
 		got = append(got, it.Status+":"+it.Error)
 	}
-	if want := []string{"completed:", "failed:boom a/1", "completed:", "completed:"}; !reflect.DeepEqual(got, want) {
+	if want := []string{"completed:", "failed:boom a/1", "retry:", "completed:", "completed:"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("acked %v, want %v", got, want)
 	}
 	left := e.peek("q", "")
@@ -380,11 +385,14 @@ func TestConsumeIdleMillis(t *testing.T) {
 }
 
 // RenewLease keeps a long handler's lease past the queue's leaseTime; without
-// it the lease runs out and the ack is refused (so the test can fail).
+// it the lease runs out and the ack is refused (so the test can fail). A
+// renewal extends the lease by about three intervals (1 s here, the
+// broker's unit): the broker's clock moves 0.8 s between renewals, 8 s in
+// all, four times the lease.
 func TestConsumeRenewLease(t *testing.T) {
 	for _, renew := range []bool{true, false} {
 		t.Run(fmt.Sprint("renew=", renew), func(t *testing.T) {
-			e := newEnv(t, withFakeClock()) // lease 60 s
+			e := newEnv(t, withFakeClock(), withQueueConfig(func(q *queentest.QueueConfig) { q.LeaseTime = 2 }))
 			e.pushN("q", "p", 1)
 			started, release := make(chan struct{}), make(chan struct{})
 			done := make(chan error, 1)
@@ -401,12 +409,12 @@ func TestConsumeRenewLease(t *testing.T) {
 				}).Execute(ctx)
 			}()
 			<-started
-			for range 4 { // 160 s of broker time, lease 60 s
+			for range 10 { // 8 s of broker time, lease 2 s
 				if renew {
 					n := e.srv.Requests(queentest.RouteRenew)
 					waitFor(t, "two renewals", func() bool { return e.srv.Requests(queentest.RouteRenew) >= n+2 })
 				}
-				e.clock.Advance(40 * time.Second)
+				e.clock.Advance(800 * time.Millisecond)
 			}
 			close(release)
 			select {

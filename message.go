@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+
 	"github.com/queen-go/queen/internal/wire"
 )
 
@@ -111,7 +113,7 @@ func messageFromWire(m *wire.PopMessage, queue, lease string) *Message {
 	}
 	if len(msg.Raw) > 0 && msg.Raw[0] == '{' {
 		var data map[string]any
-		if json.Unmarshal(msg.Raw, &data) == nil {
+		if jsonv2.Unmarshal(msg.Raw, &data, wireJSON) == nil {
 			msg.Data = data
 		}
 	}

@@ -2,11 +2,14 @@ package queen
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/queen-go/queen/internal/wire"
 )
@@ -55,7 +58,14 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 	if err != nil {
 		return nil, fmt.Errorf("queen: encode pop query: %w", err)
 	}
-	cl := call{method: http.MethodGet, path: r.path, query: vals}
+	return c.popQuery(ctx, r, vals, conflation, 0)
+}
+
+// popQuery sends the pop r with the encoded query vals (the consume loop
+// caps the batch of some pops) and decodes the answer. attempts, when
+// positive, bounds the attempts (the consume loop retries on its own).
+func (c *Client) popQuery(ctx context.Context, r *popRequest, vals url.Values, conflation bool, attempts int) (*popResult, error) {
+	cl := call{method: http.MethodGet, path: r.path, query: vals, attempts: attempts}
 	if r.wait && !r.discover {
 		cl.longPoll = true
 		cl.timeout = time.Duration(r.waitMs)*time.Millisecond + popMargin
@@ -75,10 +85,18 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 	return c.decodePop(resp.body, r.path, conflation)
 }
 
+// wireJSON are the options the hot path (pop answers, the loop's acks)
+// reads broker JSON with: github.com/go-json-experiment/json (the API that
+// becomes encoding/json/v2), as lenient as encoding/json about duplicate
+// names and invalid UTF-8. encoding/json reads a pop of 100 messages
+// (each with its Data map) too slowly for the consume loop to keep up with
+// a bare net/http loop (BenchmarkConsume); the v2 decoder does.
+var wireJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+
 // decodePop reads a 200 pop body of either broker generation.
 func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResult, error) {
 	var pr wire.PopResponse
-	if err := json.Unmarshal(body, &pr); err != nil {
+	if err := jsonv2.Unmarshal(body, &pr, wireJSON); err != nil {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
 			Message: "undecodable pop answer: " + err.Error()}
 	}

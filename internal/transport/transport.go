@@ -43,6 +43,10 @@ type Request struct {
 	// Timeout overrides the per-request timeout (a long poll needs more
 	// than the broker's wait). Zero uses the configured one.
 	Timeout time.Duration
+	// Attempts, when positive, overrides the attempt budget (LongPoll
+	// included): a caller that retries on its own (the consume loop) asks
+	// for one attempt and sees every failure.
+	Attempts int
 	// NoRetryAfterSend marks a call the broker does not apply
 	// idempotently (a transaction, a dead-letter replay): it is retried
 	// only when the broker surely did not apply it. That is a failure
@@ -195,6 +199,9 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	}
 	if !r.LongPoll {
 		c.max = c.t.cfg.Retry.MaxAttempts
+	}
+	if r.Attempts > 0 {
+		c.max = r.Attempts
 	}
 	c.ep, c.base = c.t.eps.pick()
 

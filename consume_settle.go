@@ -1,0 +1,115 @@
+package queen
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// The settler: when the last group of a pop is done, the pop's outcomes go
+// to the broker in ONE batch ack, partition after partition, each in
+// order. It settles the whole lease: every message of the pop is in it,
+// the ones with no outcome (never started because of a stop, or after a
+// failed message of their partition) as retry, which gives them back at
+// once and spends no retry. The partition of a failed message is so
+// released whatever the broker decides about it (PROTOCOL.md §15, §16: a
+// 0.15.1 broker that dead-letters it keeps the lease otherwise). The only
+// messages left out are those a handler acked itself (AutoAck(false)),
+// and a pop whose lease is lost sends nothing: the broker refuses acks of
+// a lost lease, and its messages are already someone else's.
+
+const settleTimeout = 15 * time.Second // how long a failing ack is sent again
+
+// outcomes is the pop's batch ack: each group's outcomes, then its
+// messages without one as retry.
+func (b *batch) outcomes() []Settlement {
+	acks := make([]Settlement, 0, len(b.msgs))
+	for _, g := range b.groups {
+		acks = append(acks, g.acks...)
+		for _, m := range g.msgs[g.next:] {
+			acks = append(acks, Settlement{Message: m, Status: StatusRetry})
+		}
+	}
+	return acks
+}
+
+// lost says whether the pop's lease was lost while it was handled.
+func (b *batch) lost() bool {
+	if leaseLost(b.ctx) {
+		return true
+	}
+	for _, g := range b.groups {
+		if g.lost {
+			return true
+		}
+	}
+	return false
+}
+
+// settle ends a pop on its own goroutine: the renewals stop, its batch ack
+// goes out on a ctx of its own (never a cancelled one), and the pop goes
+// back to the loop.
+func (e *engine) settle(b *batch) {
+	defer e.wg.Done()
+	b.keeper.stop()
+	if b.lost() {
+		e.log.Warn("queen: lease lost while handling; the pop's outcomes are not acked",
+			"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(b.msgs))
+	} else if acks := b.outcomes(); len(acks) > 0 {
+		e.sendAcks(b, acks)
+	}
+	e.settled <- b
+}
+
+// sendAcks sends acks, and again with a backoff after a failure that
+// asking again may cure (the network, 5xx, 408, 429), for up to
+// settleTimeout: a blip, at a stop above all, must not leave the messages
+// leased until their lease runs out.
+func (e *engine) sendAcks(b *batch, acks []Settlement) {
+	ctx, cancel := context.WithTimeout(e.reqCtx, settleTimeout)
+	defer cancel()
+	backoff := newOutage(e.retry)
+	for {
+		err := e.b.settle(ctx, acks)
+		// hook: settle (WithHooks) goes here, with acks and err.
+		if err == nil {
+			return
+		}
+		e.loopError(&LoopError{Op: LoopOpSettle, LeaseID: b.leaseID, Messages: len(acks), Err: err})
+		var ae *AckError
+		if errors.As(err, &ae) {
+			e.log.Warn("queen: broker refused some acks of a pop", "queue", e.cfg.queue, "group", e.cfg.group, "err", err)
+			return
+		}
+		if transientSettleError(err) && ctx.Err() == nil {
+			d, _ := backoff.failed(err, time.Now())
+			e.log.Warn("queen: batch ack failed; sending it again", "queue", e.cfg.queue, "group", e.cfg.group,
+				"messages", len(acks), "err", err, "backoff", d)
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		e.log.Error("queen: batch ack failed; its messages come back when their lease ends",
+			"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(acks), "err", err)
+		return
+	}
+}
+
+// transientSettleError says whether sending an ack again may succeed: not
+// after a refusal of the request itself (4xx other than 408 and 429, an
+// answer that is not an ack result, an invalid ack, a closed client).
+func transientSettleError(err error) bool {
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var be *BrokerError
+	if errors.As(err, &be) {
+		return retryableStatus(be.Status)
+	}
+	return true
+}
