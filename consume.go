@@ -259,4 +259,3 @@ func (cb *ConsumeBuilder) Execute(ctx context.Context) error {
 	}
 	return e.run()
 }
-
