@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 )
 
 // The dispatcher: a pop's messages become groups, and each group is
@@ -29,7 +30,7 @@ type batch struct {
 	ctx      context.Context         // the handlers' ctx; a lost lease cancels it
 	cancel   context.CancelCauseFunc // of ctx
 	keeper   *leaseKeeper            // nil without RenewLease
-	left     int                     // groups not done; the loop's
+	left     atomic.Int32            // groups not done
 }
 
 // group is what one handler goroutine handles: the messages of one
@@ -47,8 +48,11 @@ type group struct {
 
 // newBatch turns a pop's answer into groups.
 func (e *engine) newBatch(res *popResult, reserved int) *batch {
-	b := &batch{leaseID: res.leaseID, msgs: res.messages, reserved: reserved}
-	b.ctx, b.cancel = context.WithCancelCause(e.hctx)
+	b := &batch{leaseID: res.leaseID, msgs: res.messages, reserved: reserved, ctx: e.hctx, cancel: func(error) {}}
+	if e.cfg.renewEvery > 0 && b.leaseID != "" {
+		// Only a renewal can tell that the lease is lost.
+		b.ctx, b.cancel = context.WithCancelCause(e.hctx)
+	}
 	if e.cfg.each {
 		for _, part := range splitPartitions(res.messages) {
 			b.groups = append(b.groups, &group{b: b, msgs: part})
@@ -56,7 +60,7 @@ func (e *engine) newBatch(res *popResult, reserved int) *batch {
 	} else {
 		b.groups = []*group{{b: b, msgs: res.messages, whole: true}}
 	}
-	b.left = len(b.groups)
+	b.left.Store(int32(len(b.groups)))
 	return b
 }
 
@@ -88,16 +92,39 @@ func (g *group) conflicts(o *group) bool {
 	return !g.whole && !o.whole && samePartition(g.msgs[0], o.msgs[0])
 }
 
-// runGroup handles g on its own goroutine and hands it back to the loop.
-// Should the handler end the goroutine (runtime.Goexit, as t.FailNow
-// does), g goes back all the same, marked, with its running message and
-// the rest without an outcome (given back).
-func (e *engine) runGroup(g *group) {
+// worker is one of the Concurrency goroutines that run handlers: it takes
+// the groups the loop hands out, one at a time.
+func (e *engine) worker() {
 	defer e.wg.Done()
+	for g := range e.work {
+		e.runGroup(g)
+	}
+}
+
+// groupDone is a group handed back to the loop. settled: it was its pop's
+// last, and its worker settled the pop already.
+type groupDone struct {
+	g       *group
+	last    bool
+	settled bool
+}
+
+// runGroup handles g and hands it back to the loop. The worker that ends
+// a pop's last group settles the pop at once (while the loop runs; after
+// a stop the loop settles it, see consume_stop.go). Should the handler end
+// the goroutine (runtime.Goexit, as t.FailNow does), g goes back all the
+// same, marked, with its running message and the rest without an outcome
+// (given back), and the worker is gone: the loop stops.
+func (e *engine) runGroup(g *group) {
 	returned := false
 	defer func() {
 		g.goexit = !returned
-		e.finished <- g
+		d := groupDone{g: g, last: g.b.left.Add(-1) == 0}
+		if d.last && returned && !e.stopping() {
+			e.settle(g.b)
+			d.settled = true
+		}
+		e.finished <- d
 	}()
 	// hook: handler start / end (WithHooks) go around the calls in handleEach and handleWhole.
 	if e.cfg.each {

@@ -32,12 +32,18 @@ type popDone struct {
 	took     time.Duration
 }
 
-// fetch sends one pop for at most n messages (0: the builder's batch) and
-// hands what comes back to the loop.
-func (e *engine) fetch(n int) {
-	began := time.Now()
-	res, err := e.b.pop(e.pollCtx, n)
-	e.popped <- popDone{reserved: n, res: res, err: err, took: time.Since(began)}
+// fetcher is one of the Concurrency goroutines that send pops: each pop
+// the loop asks for (its size n, 0 for the builder's batch) goes out on
+// the first free one, and what comes back goes to the loop. They live as
+// long as the loop (a goroutine per pop would grow a new stack for every
+// HTTP call).
+func (e *engine) fetcher() {
+	defer e.wg.Done()
+	for n := range e.popReq {
+		began := time.Now()
+		res, err := e.b.pop(e.pollCtx, n)
+		e.popped <- popDone{reserved: n, res: res, err: err, took: time.Since(began)}
+	}
 }
 
 // limiter counts the Limit: left is what no pop has asked for yet, held

@@ -46,11 +46,10 @@ func (b *batch) lost() bool {
 	return false
 }
 
-// settle ends a pop on its own goroutine: the renewals stop, its batch ack
-// goes out on a ctx of its own (never a cancelled one), and the pop goes
-// back to the loop.
+// settle ends a pop: the renewals stop, and its batch ack goes out on a
+// ctx of its own (never a cancelled one). It runs on the worker that ended
+// the pop's last group, or after a stop on a goroutine of the loop's.
 func (e *engine) settle(b *batch) {
-	defer e.wg.Done()
 	b.keeper.stop()
 	if b.lost() {
 		e.log.Warn("queen: lease lost while handling; the pop's outcomes are not acked",
@@ -58,7 +57,6 @@ func (e *engine) settle(b *batch) {
 	} else if acks := b.outcomes(); len(acks) > 0 {
 		e.sendAcks(b, acks)
 	}
-	e.settled <- b
 }
 
 // sendAcks sends acks, and again with a backoff after a failure that

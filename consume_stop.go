@@ -9,16 +9,18 @@ import (
 	"time"
 )
 
-// The loop: one goroutine (Execute's) owns the engine's state and starts
-// everything else: pops (fetcher), handler groups (dispatcher), lease
-// keepers and batch acks (settler), each on a goroutine that reports back
-// on a channel. No lock guards the state: only the loop touches it.
+// The loop: one goroutine (Execute's) owns the engine's state and drives
+// everything else: Concurrency fetchers send the pops it asks for,
+// Concurrency workers run the handler groups it hands out (and settle each
+// pop after its last group), a lease keeper per pop renews its lease. Each
+// reports back on a channel; no lock guards the state: only the loop
+// touches it.
 //
 // The states of a loop, and its one stop path:
 //
 //	running   pops go out for free handlers (consume_fetch.go); groups
 //	          start as handlers and their partitions free up; each pop is
-//	          settled when its last group is done.
+//	          settled by the worker that ends its last group.
 //	   │  stop: a ctx ended, the Limit is reached, IdleMillis passed, a
 //	   │  pop was refused for good, or a handler ended its goroutine
 //	   ▼
@@ -81,9 +83,11 @@ type engine struct {
 	hcancel    context.CancelCauseFunc
 	stopCh     chan struct{} // closed when the stop begins
 
-	popped   chan popDone
-	finished chan *group
-	settled  chan *batch
+	popReq   chan int       // pops to send, to the fetchers (their size)
+	work     chan *group    // groups to handle, to the workers
+	popped   chan popDone   // from the fetchers
+	finished chan groupDone // from the workers
+	settled  chan *batch    // from the settles after a stop
 	wg       sync.WaitGroup // every goroutine the loop started
 
 	// The loop's state: touched by the loop's goroutine only.
@@ -161,8 +165,10 @@ func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineC
 		execCtx: execCtx, consumeCtx: consumeCtx,
 		reqCtx:   context.WithoutCancel(execCtx),
 		stopCh:   make(chan struct{}),
+		popReq:   make(chan int, cfg.slots),    // never more pops in flight than slots
+		work:     make(chan *group, cfg.slots), // nor groups running
 		popped:   make(chan popDone),
-		finished: make(chan *group),
+		finished: make(chan groupDone),
 		settled:  make(chan *batch),
 		limit:    limiter{on: limit > 0, left: limit},
 		lastBusy: time.Now(),
@@ -178,12 +184,19 @@ func (e *engine) run() error {
 	if e.cfg.idle > 0 {
 		e.idleT.set(e.cfg.idle)
 	}
+	e.wg.Add(2 * e.cfg.slots)
+	for range e.cfg.slots {
+		go e.fetcher()
+		go e.worker()
+	}
 	defer func() {
 		for _, t := range []*loopTimer{&e.wake, &e.idleT, &e.drainT, &e.graceT, &e.quietT} {
 			t.stop()
 		}
 		e.hcancel(errConsumeStopped)
 		e.pollCancel()
+		close(e.popReq)
+		close(e.work)
 		e.wg.Wait()
 	}()
 	for {
@@ -194,8 +207,8 @@ func (e *engine) run() error {
 		select {
 		case d := <-e.popped:
 			e.onPopped(d)
-		case g := <-e.finished:
-			e.onFinished(g)
+		case d := <-e.finished:
+			e.onFinished(d)
 		case b := <-e.settled:
 			e.onSettled(b)
 		case <-e.execCtx.Done():
@@ -234,11 +247,7 @@ func (e *engine) step() {
 				break
 			}
 			e.inflight++
-			e.wg.Add(1)
-			go func() {
-				defer e.wg.Done()
-				e.fetch(n)
-			}()
+			e.popReq <- n
 		}
 		return
 	}
@@ -261,8 +270,7 @@ func (e *engine) dispatch() {
 		}
 		e.queued = slices.Delete(e.queued, i, i+1)
 		e.running = append(e.running, g)
-		e.wg.Add(1)
-		go e.runGroup(g)
+		e.work <- g
 	}
 }
 
@@ -324,15 +332,19 @@ func (e *engine) onPopped(d popDone) {
 	}
 }
 
-func (e *engine) onFinished(g *group) {
+func (e *engine) onFinished(d groupDone) {
+	g := d.g
 	e.running = slices.DeleteFunc(e.running, func(o *group) bool { return o == g })
 	if g.goexit {
 		e.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
 			"queue", e.cfg.queue, "group", e.cfg.group)
 		e.beginStop(errHandlerGoexit)
 	}
-	g.b.left--
-	if g.b.left == 0 {
+	switch {
+	case d.settled:
+		e.settling++ // its worker settled it: counted as one
+		e.onSettled(g.b)
+	case d.last:
 		e.batchDone(g.b)
 	}
 }
@@ -350,7 +362,11 @@ func (e *engine) batchDone(b *batch) {
 func (e *engine) startSettle(b *batch) {
 	e.settling++
 	e.wg.Add(1)
-	go e.settle(b)
+	go func() {
+		defer e.wg.Done()
+		e.settle(b)
+		e.settled <- b
+	}()
 }
 
 func (e *engine) onSettled(b *batch) {
@@ -414,8 +430,7 @@ func (e *engine) beginStop(err error) {
 	queued := e.queued
 	e.queued = nil
 	for _, g := range queued {
-		g.b.left--
-		if g.b.left == 0 {
+		if g.b.left.Add(-1) == 0 {
 			e.batchDone(g.b)
 		}
 	}

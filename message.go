@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	jsonv2 "github.com/go-json-experiment/json"
-
-	"github.com/queen-go/queen/internal/wire"
 )
 
 // Message is one message handed out by a pop. The fields that identify it
@@ -75,47 +72,35 @@ func parseBrokerTime(s string) time.Time {
 	return time.Time{}
 }
 
-// messageFromWire builds a Message from a pop answer. queue and lease are
-// the top-level values, used when the message does not carry its own.
-func messageFromWire(m *wire.PopMessage, queue, lease string) *Message {
-	msg := &Message{
-		ID:            m.ID,
-		TransactionID: m.TransactionID,
-		PartitionID:   m.PartitionID,
-		LeaseID:       lease,
-		Queue:         m.Queue,
-		Partition:     m.Partition,
-		ConsumerGroup: m.ConsumerGroup,
-		CreatedAt:     parseBrokerTime(m.CreatedAt),
-		Offset:        -1,
-		Raw:           m.Data,
+// fromReply fills m from a pop answer's message. queue and lease are the
+// answer's own, for a message that does not carry them.
+func fromReply(m *Message, r *popReplyMessage, queue, lease string) {
+	*m = Message{
+		ID:              r.ID,
+		TransactionID:   r.TransactionID,
+		PartitionID:     r.PartitionID,
+		LeaseID:         r.LeaseID,
+		Queue:           r.Queue,
+		Partition:       r.Partition,
+		ConsumerGroup:   r.ConsumerGroup,
+		CreatedAt:       parseBrokerTime(r.CreatedAt),
+		TraceID:         r.TraceID,
+		ProducerSub:     r.ProducerSub,
+		DeliveryAttempt: r.DeliveryAttempt,
+		Offset:          -1,
+		Data:            r.Data.data,
+		Raw:             r.Data.raw,
 	}
-	if msg.Queue == "" {
-		msg.Queue = queue
+	if m.Queue == "" {
+		m.Queue = queue
 	}
-	if m.LeaseID != nil {
-		msg.LeaseID = *m.LeaseID
+	if m.LeaseID == "" {
+		m.LeaseID = lease
 	}
-	if m.TraceID != nil {
-		msg.TraceID = *m.TraceID
+	if r.Offset.set {
+		m.Offset = r.Offset.n
 	}
-	if m.ProducerSub != nil {
-		msg.ProducerSub = *m.ProducerSub
+	if len(m.Raw) == 0 {
+		m.Raw = json.RawMessage("null")
 	}
-	if m.DeliveryAttempt != nil {
-		msg.DeliveryAttempt = *m.DeliveryAttempt
-	}
-	if m.Offset != nil {
-		msg.Offset = *m.Offset
-	}
-	if len(msg.Raw) == 0 {
-		msg.Raw = json.RawMessage("null")
-	}
-	if len(msg.Raw) > 0 && msg.Raw[0] == '{' {
-		var data map[string]any
-		if jsonv2.Unmarshal(msg.Raw, &data, wireJSON) == nil {
-			msg.Data = data
-		}
-	}
-	return msg
 }

@@ -1,6 +1,7 @@
 package queen
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -93,9 +94,83 @@ func (c *Client) popQuery(ctx context.Context, r *popRequest, vals url.Values, c
 // a bare net/http loop (BenchmarkConsume); the v2 decoder does.
 var wireJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 
+// popReply is the client's reading of a pop answer (wire.PopResponse):
+// no pointer where absent and empty mean the same, so that a pop of many
+// messages costs few allocations.
+type popReply struct {
+	Success            bool                `json:"success"`
+	Error              string              `json:"error"`
+	Queue              string              `json:"queue"`
+	LeaseID            string              `json:"leaseId"`
+	ConsumerGroup      string              `json:"consumerGroup"`
+	Messages           []popReplyMessage   `json:"messages"`
+	Conflation         *bool               `json:"conflation"`
+	ConflationConflict *bool               `json:"conflationConflict"`
+	Autopilot          *wire.AutopilotEcho `json:"autopilot"`
+}
+
+// popReplyMessage is one message of a popReply (wire.PopMessage).
+type popReplyMessage struct {
+	ID              string      `json:"id"`
+	TransactionID   string      `json:"transactionId"`
+	TraceID         string      `json:"traceId"`
+	Data            payload     `json:"data"`
+	ProducerSub     string      `json:"producerSub"`
+	CreatedAt       string      `json:"createdAt"`
+	PartitionID     string      `json:"partitionId"`
+	Partition       string      `json:"partition"`
+	LeaseID         string      `json:"leaseId"`
+	ConsumerGroup   string      `json:"consumerGroup"`
+	DeliveryAttempt int         `json:"deliveryAttempt"`
+	Offset          optionalInt `json:"offset"`
+	Queue           string      `json:"queue"`
+}
+
+// payload is a message's data: the raw JSON value, and the object it
+// holds, if it is one.
+type payload struct {
+	raw  []byte
+	data map[string]any
+}
+
+// UnmarshalJSONFrom keeps the value and reads an object into data (any
+// other value, or an object that does not decode, leaves data nil).
+func (p *payload) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	v, err := dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	p.raw = bytes.Clone(v)
+	if len(p.raw) > 0 && p.raw[0] == '{' {
+		if jsonv2.Unmarshal(p.raw, &p.data, wireJSON) != nil {
+			p.data = nil
+		}
+	}
+	return nil
+}
+
+// optionalInt is a number that may be absent or null (set false).
+type optionalInt struct {
+	n   int64
+	set bool
+}
+
+// UnmarshalJSONFrom reads a number or null.
+func (o *optionalInt) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	if dec.PeekKind() == 'n' {
+		_, err := dec.ReadToken()
+		return err
+	}
+	if err := jsonv2.UnmarshalDecode(dec, &o.n); err != nil {
+		return err
+	}
+	o.set = true
+	return nil
+}
+
 // decodePop reads a 200 pop body of either broker generation.
 func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResult, error) {
-	var pr wire.PopResponse
+	var pr popReply
 	if err := jsonv2.Unmarshal(body, &pr, wireJSON); err != nil {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
 			Message: "undecodable pop answer: " + err.Error()}
@@ -119,16 +194,16 @@ func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResul
 	if !pr.Success && pr.Error != "" {
 		return &popResult{}, nil // no_available_partition & co: nothing to take
 	}
-	res := &popResult{autopilot: pr.Autopilot}
-	if pr.LeaseID != nil {
-		res.leaseID = *pr.LeaseID
-	}
+	res := &popResult{autopilot: pr.Autopilot, leaseID: pr.LeaseID}
 	if len(pr.Messages) == 0 {
 		return res, nil
 	}
 	res.messages = make([]*Message, len(pr.Messages))
+	all := make([]Message, len(pr.Messages))
 	for i := range pr.Messages {
-		res.messages[i] = messageFromWire(&pr.Messages[i], pr.Queue, res.leaseID)
+		m := &all[i]
+		fromReply(m, &pr.Messages[i], pr.Queue, res.leaseID)
+		res.messages[i] = m
 	}
 	return res, nil
 }
