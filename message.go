@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
 )
 
 // Message is one message handed out by a pop. The fields that identify it
