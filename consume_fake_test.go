@@ -1,0 +1,252 @@
+package queen
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeBroker is a consumeBroker in memory, for the engine's parts: no
+// HTTP. Partitions are ordered logs; a pop leases up to its batch of the
+// first messages of partitions no lease holds; a settle applies the four
+// outcomes (completed and dlq retire a message, failed and retry put it
+// back) and releases the lease; renew answers from the test's script.
+type fakeBroker struct {
+	mu      sync.Mutex
+	batch   int                   // a pop's size when the engine does not cap it
+	perPart int                   // most messages a pop takes from one partition (0: no cap)
+	maxPart int                   // most partitions one pop takes (0: no cap)
+	parts   map[string][]*Message // partition -> messages not retired, in order
+	order   []string              // partitions in creation order
+	added   map[string]int        // messages ever added, per partition
+	leased  map[string]string     // partition -> lease id
+	leases  map[string][]*Message // lease id -> its messages
+	seq     int                   // lease ids
+	popErrs []error               // the next pops fail with these, in order
+	setErrs []error               // the next settles fail with these, in order
+	lost    map[string]bool       // leases renew reports lost
+	renewEr error                 // renew fails with this while set
+	popWait time.Duration         // an empty pop waits this long (or its ctx)
+	popGate chan struct{}         // when set, a pop waits for it before answering
+
+	pops      []int          // every pop's cap
+	inflight  int            // pops in flight now
+	maxFlight int            // the most pops in flight at once
+	acks      [][]Settlement // every settle's outcomes
+	renews    map[string]int // lease id -> renewals
+	retired   []string       // messages completed or dead-lettered, by key
+}
+
+func newFakeBroker(batch int) *fakeBroker {
+	return &fakeBroker{batch: batch, parts: map[string][]*Message{}, added: map[string]int{}, leased: map[string]string{},
+		leases: map[string][]*Message{}, lost: map[string]bool{}, renews: map[string]int{}, popWait: 5 * time.Millisecond}
+}
+
+// add appends n messages to partition p, keyed "p/i" (i counts from 0
+// in each partition).
+func (f *fakeBroker) add(p string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.parts[p]; !ok {
+		f.order = append(f.order, p)
+	}
+	for range n {
+		k := f.added[p]
+		f.added[p]++
+		f.parts[p] = append(f.parts[p], &Message{
+			TransactionID: fmt.Sprintf("%s/%d", p, k), PartitionID: p, Partition: p, Queue: "q",
+			Data: map[string]any{"p": p, "i": k}, Raw: []byte("{}"), Offset: int64(k),
+		})
+	}
+}
+
+func (f *fakeBroker) pop(ctx context.Context, capped int) (*popResult, error) {
+	f.mu.Lock()
+	f.pops = append(f.pops, capped)
+	f.inflight++
+	f.maxFlight = max(f.maxFlight, f.inflight)
+	gate := f.popGate
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inflight--
+		f.mu.Unlock()
+	}()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	if len(f.popErrs) > 0 {
+		err := f.popErrs[0]
+		f.popErrs = f.popErrs[1:]
+		f.mu.Unlock()
+		return nil, err
+	}
+	n := f.batch
+	if capped > 0 {
+		n = min(n, capped)
+	}
+	f.seq++
+	lease := fmt.Sprintf("L%d", f.seq)
+	var got []*Message
+	parts := 0
+	for _, p := range f.order {
+		if len(got) == n || (f.maxPart > 0 && parts == f.maxPart) {
+			break
+		}
+		if f.leased[p] != "" || len(f.parts[p]) == 0 {
+			continue
+		}
+		take := min(len(f.parts[p]), n-len(got))
+		if f.perPart > 0 {
+			take = min(take, f.perPart)
+		}
+		for _, m := range f.parts[p][:take] {
+			c := *m
+			c.LeaseID = lease
+			got = append(got, &c)
+		}
+		f.leased[p] = lease
+		parts++
+	}
+	if len(got) > 0 {
+		f.leases[lease] = got
+	}
+	f.mu.Unlock()
+	if len(got) == 0 {
+		t := time.NewTimer(f.popWait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return &popResult{}, nil
+	}
+	return &popResult{messages: got, leaseID: lease}, nil
+}
+
+func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.acks = append(f.acks, slices.Clone(acks))
+	if len(f.setErrs) > 0 {
+		err := f.setErrs[0]
+		f.setErrs = f.setErrs[1:]
+		return err
+	}
+	for _, a := range acks {
+		m := a.Message
+		if a.Status == StatusCompleted || a.Status == StatusDLQ {
+			f.parts[m.PartitionID] = slices.DeleteFunc(f.parts[m.PartitionID], func(o *Message) bool {
+				return o.TransactionID == m.TransactionID
+			})
+			f.retired = append(f.retired, m.TransactionID)
+		}
+		if f.leased[m.PartitionID] == m.LeaseID {
+			delete(f.leased, m.PartitionID)
+		}
+	}
+	return nil
+}
+
+func (f *fakeBroker) renew(ctx context.Context, leaseID string, secs int) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.renews[leaseID]++
+	if f.renewEr != nil {
+		return false, f.renewEr
+	}
+	return !f.lost[leaseID], nil
+}
+
+// left is every message not retired, by key, partition after partition.
+func (f *fakeBroker) left() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, p := range f.order {
+		for _, m := range f.parts[p] {
+			out = append(out, m.TransactionID)
+		}
+	}
+	return out
+}
+
+func (f *fakeBroker) settles() [][]Settlement {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.acks)
+}
+
+// statuses flattens settles to "key:status" strings.
+func statuses(settles [][]Settlement) []string {
+	var out []string
+	for _, s := range settles {
+		for _, a := range s {
+			out = append(out, a.Message.TransactionID+":"+string(a.Status))
+		}
+	}
+	return out
+}
+
+// syncBuf is a log sink safe for concurrent use.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testEngine is an engine over f with a per-message handler h (or set
+// handleBatch after), logging to the returned buffer.
+func testEngine(t *testing.T, ctx context.Context, f *fakeBroker, cfg engineConfig, limit int,
+	h func(context.Context, *Message) error) (*engine, *syncBuf) {
+	t.Helper()
+	if cfg.slots == 0 {
+		cfg.slots = 1
+	}
+	if cfg.want == 0 {
+		cfg.want = f.batch
+	}
+	cfg.queue = "q"
+	e := newEngine(ctx, nil, f, cfg, limit)
+	logs := &syncBuf{}
+	e.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e.retry = RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
+	e.handle = h
+	return e, logs
+}
+
+// runEngine runs e and fails t if it has not returned within 5 s.
+func runEngine(t *testing.T, e *engine) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- e.run() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("the engine did not stop within 5 s")
+		return nil
+	}
+}

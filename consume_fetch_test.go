@@ -1,0 +1,153 @@
+package queen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+)
+
+// The Limit: each pop asks for at most a batch, a remainder smaller than
+// a batch is asked for by one pop, and what a pop did not get goes back.
+func TestLimiterReserve(t *testing.T) {
+	l := limiter{on: true, left: 250}
+	var got []int
+	for {
+		n, ok := l.reserve(100)
+		if !ok {
+			break
+		}
+		got = append(got, n)
+	}
+	if !reflect.DeepEqual(got, []int{100, 100, 50}) || l.held != 250 || l.left != 0 {
+		t.Fatalf("reserved %v (held %d, left %d), want 100 100 50", got, l.held, l.left)
+	}
+	l.popped(50, 20) // the last pop got 20 of its 50
+	if n, ok := l.reserve(100); !ok || n != 30 {
+		t.Fatalf("after a short pop: reserve = %d %v, want the 30 it did not get", n, ok)
+	}
+	l.settled(100, 100)
+	l.settled(100, 90) // 10 given back: they count again
+	if l.left != 10 || l.reached() {
+		t.Fatalf("left %d reached %v, want 10 and not reached", l.left, l.reached())
+	}
+	if n, ok := (&limiter{}).reserve(100); !ok || n != 0 {
+		t.Fatalf("no Limit: reserve = %d %v, want 0 (the builder's batch) true", n, ok)
+	}
+}
+
+// The end game of a Limit with several handlers: the remainder goes out as
+// one pop, and another only for what it did not get, never split into
+// small pops at once (issue 11: they contend for the last partitions).
+func TestFetchLimitRemainderIsOnePop(t *testing.T) {
+	f := newFakeBroker(100)
+	f.maxPart = 1 // a pop takes one partition: 3 messages
+	for p := range 5 {
+		f.add(fmt.Sprint("p", p), 3)
+	}
+	var handled atomic.Int32
+	e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 4, each: true}, 10,
+		func(context.Context, *Message) error { handled.Add(1); return nil })
+	if err := runEngine(t, e); err != nil {
+		t.Fatal(err)
+	}
+	if handled.Load() != 10 {
+		t.Fatalf("handled %d, want the Limit of 10", handled.Load())
+	}
+	if !reflect.DeepEqual(f.pops, []int{10, 7, 4, 1}) || f.maxFlight != 1 {
+		t.Fatalf("pops asked for %v (at most %d at once), want 10 7 4 1, one at a time", f.pops, f.maxFlight)
+	}
+	if left := f.left(); len(left) != 5 {
+		t.Fatalf("left %v, want the 5 beyond the Limit", left)
+	}
+}
+
+// Pops that fail are retried with a growing backoff, loudly but bounded:
+// a Warn at the first failure and at each step of the backoff (not at
+// every failure), an Info when a pop succeeds again; the hook gets every
+// failure, typed; nothing is lost.
+func TestFetchFailuresLoudAndBounded(t *testing.T) {
+	f := newFakeBroker(10)
+	f.add("p", 3)
+	unavailable := &BrokerError{Status: 503, Method: "GET", Path: "/api/v1/pop/queue/q", Message: "no leader"}
+	refused := fmt.Errorf("queen: transport: %w", syscall.ECONNREFUSED)
+	f.popErrs = []error{unavailable, unavailable, unavailable, unavailable, unavailable, unavailable, refused}
+	var hooked []error
+	e, logs := testEngine(t, context.Background(), f, engineConfig{each: true}, 3,
+		func(context.Context, *Message) error { return nil })
+	e.onLoopError = func(_ context.Context, err error) { hooked = append(hooked, err) }
+	if err := runEngine(t, e); err != nil {
+		t.Fatal(err)
+	}
+	if len(hooked) != 7 {
+		t.Fatalf("hook got %d errors, want the 7 failures", len(hooked))
+	}
+	var le *LoopError
+	var be *BrokerError
+	if !errors.As(hooked[0], &le) || le.Op != LoopOpPop || !errors.As(hooked[0], &be) || be.Status != 503 {
+		t.Fatalf("hook got %v, want a pop LoopError carrying the 503", hooked[0])
+	}
+	if !errors.Is(hooked[6], syscall.ECONNREFUSED) {
+		t.Fatalf("hook got %v, want the network error", hooked[6])
+	}
+	out := logs.String()
+	// Backoff 1 ms, 2 ms, 4 ms (the cap), 4 ms ...: three steps, three lines.
+	if n := strings.Count(out, "pop failed"); n != 3 {
+		t.Fatalf("%d pop failure lines for 7 failures, want 3 (one per backoff step):\n%s", n, out)
+	}
+	if !strings.Contains(out, "level=WARN msg=\"queen: pop failed") || !strings.Contains(out, "no leader") {
+		t.Fatalf("the first failure is not a Warn with the error:\n%s", out)
+	}
+	if !strings.Contains(out, "level=INFO msg=\"queen: pops succeed again\"") || !strings.Contains(out, "failures=7") {
+		t.Fatalf("no Info line on recovery:\n%s", out)
+	}
+	if left := f.left(); len(left) != 0 {
+		t.Fatalf("left %v", left)
+	}
+}
+
+// A refusal that asking again cannot change ends the loop with it.
+func TestFetchRefusalEndsLoop(t *testing.T) {
+	for _, status := range []int{400, 401, 403, 404} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			f := newFakeBroker(10)
+			refusal := &BrokerError{Status: status, Message: "no"}
+			f.popErrs = []error{refusal}
+			var hooked atomic.Int32
+			e, logs := testEngine(t, context.Background(), f, engineConfig{slots: 2, each: true}, 0,
+				func(context.Context, *Message) error { return nil })
+			e.onLoopError = func(context.Context, error) { hooked.Add(1) }
+			if err := runEngine(t, e); !errors.Is(err, refusal) {
+				t.Fatalf("run = %v, want the refusal", err)
+			}
+			if hooked.Load() < 1 || !strings.Contains(logs.String(), "level=ERROR") {
+				t.Fatalf("refusal not reported (hook %d):\n%s", hooked.Load(), logs.String())
+			}
+		})
+	}
+	for _, status := range []int{408, 429, 500, 501, 503} {
+		if fatalPopError(&BrokerError{Status: status}) {
+			t.Errorf("%d ends the loop; it is worth asking again", status)
+		}
+	}
+}
+
+// A hook that panics is logged and does not stop the loop.
+func TestLoopErrorHookPanics(t *testing.T) {
+	f := newFakeBroker(10)
+	f.add("p", 1)
+	f.popErrs = []error{errors.New("blip")}
+	e, logs := testEngine(t, context.Background(), f, engineConfig{each: true}, 1,
+		func(context.Context, *Message) error { return nil })
+	e.onLoopError = func(context.Context, error) { panic("hook bug") }
+	if err := runEngine(t, e); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "OnLoopError hook panicked") || len(f.left()) != 0 {
+		t.Fatalf("left %v, logs:\n%s", f.left(), logs.String())
+	}
+}
