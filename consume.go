@@ -222,10 +222,11 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 //   - a handler ends its goroutine (runtime.Goexit, as t.FailNow does):
 //     an error saying so (its message is given back).
 //
-// Transient failures (network errors, 5xx, 408, 429) are retried with a
-// backoff (100 ms doubling to 1 s, or the client's RetryPolicy bounds when
-// lower; a Retry-After is honoured), so that a loop resumes about as soon
-// as its broker is back; they are logged (a Warn at the first failure, then
+// Transient failures (network errors, 5xx, 408, 429) are retried, each pop
+// one attempt, with a backoff (50 ms doubling to 200 ms, or the client's
+// RetryPolicy bounds when lower; a longer Retry-After is honoured), so that
+// a loop resumes within about 0.2 s of its broker's restart, however long
+// the outage; they are logged (a Warn at the first failure, then
 // at most one line per backoff step or per 30 s, an Info on recovery) and
 // handed to OnLoopError. By default each pop long polls (wait=true, 30 s).
 //
