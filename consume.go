@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -203,7 +202,6 @@ type consumeRun struct {
 	c      *Client
 	cb     *ConsumeBuilder
 	req    *popRequest
-	vals   url.Values // the encoded query of a pop that the limit does not shrink
 	group  string
 	queue  string
 	each   bool
@@ -275,9 +273,8 @@ func (cb *ConsumeBuilder) newRun(ctx context.Context) (*consumeRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	vals, err := req.query.Values()
-	if err != nil {
-		return nil, fmt.Errorf("queen: encode pop query: %w", err)
+	if _, err := qb.c.popValues(req, true, 0); err != nil {
+		return nil, err
 	}
 	if ctx == nil {
 		ctx = context.Background()
@@ -287,7 +284,7 @@ func (cb *ConsumeBuilder) newRun(ctx context.Context) (*consumeRun, error) {
 		hbase = ctx
 	}
 	r := &consumeRun{
-		c: qb.c, cb: cb, req: req, vals: vals,
+		c: qb.c, cb: cb, req: req,
 		group: qb.group, queue: qb.queue,
 		each:      qb.each || cb.handle != nil,
 		ackOff:    qb.autoAckOff,
@@ -531,52 +528,23 @@ func retryableStatus(status int) bool {
 	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
 }
 
-// popOnce sends one pop, its batch capped to n when n > 0.
+// popOnce sends one pop, its batch capped to n when n > 0 (the rest of the
+// Limit, so that nothing is popped only to be given back).
 func (r *consumeRun) popOnce(n int) (*popResult, error) {
-	vals := r.vals
-	if n > 0 {
-		vals = r.valuesFor(n)
-	}
-	cl := call{method: http.MethodGet, path: r.req.path, query: vals}
-	if r.req.wait && !r.req.discover {
-		cl.longPoll = true
-		cl.timeout = time.Duration(r.req.waitMs)*time.Millisecond + popMargin
-	}
-	resp, err := r.c.do(r.pollCtx, cl)
+	withSub, err := r.c.withSubscription(r.pollCtx, r.req)
 	if err != nil {
 		return nil, err
 	}
-	if resp.status == http.StatusNoContent || len(resp.body) == 0 {
-		return &popResult{}, nil
+	vals, err := r.c.popValues(r.req, withSub, n)
+	if err != nil {
+		return nil, err
 	}
-	if !r.cb.qb.conflation {
-		if res, ok := decodePopFast(resp.body); ok {
-			return res, nil
-		}
+	res, err := r.c.popWith(r.pollCtx, r.req, vals, r.cb.qb.conflation)
+	if err != nil {
+		return nil, err
 	}
-	return r.c.decodePop(resp.body, r.req.path, r.cb.qb.conflation)
-}
-
-// valuesFor is the pop query with its batch capped to n (the rest of the
-// Limit), so that nothing is popped only to be given back.
-func (r *consumeRun) valuesFor(n int) url.Values {
-	q := r.req.query
-	switch {
-	case q.Batch != nil && *q.Batch <= n:
-		return r.vals
-	case q.Batch == nil && n >= autopilotMaxBatch:
-		return r.vals
-	case q.Batch == nil:
-		// The batch becomes a pin; autopilot still sizes the partitions
-		// if they are not set (with both set no autopilot flag travels).
-		q.Autopilot = q.Autopilot && q.Partitions == nil
-	}
-	q.Batch = &n
-	vals, err := q.Values()
-	if err != nil { // cannot happen: the same struct encoded once already
-		return r.vals
-	}
-	return vals
+	r.c.popAnswered(r.req, withSub, res)
+	return res, nil
 }
 
 // partSet is a small set of partition ids (a pop spans at most 64).

@@ -36,12 +36,12 @@ func decodePopFast(body []byte) (*popResult, bool) {
 	if r.i != len(r.b) || !r.success || r.errSeen {
 		return nil, false
 	}
+	if len(r.msgs) == 0 {
+		return nil, false // the slow path reads what an empty answer says
+	}
 	res := &popResult{autopilot: r.autopilot}
 	if r.lease != nil {
 		res.leaseID = *r.lease
-	}
-	if len(r.msgs) == 0 {
-		return res, true
 	}
 	res.messages = make([]*Message, len(r.msgs))
 	for i := range r.msgs {

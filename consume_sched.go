@@ -399,7 +399,8 @@ func (g *partGroup) giveBack(from int) {
 
 // handleEach calls the handler once per message of g's partition, in
 // order. After a failed or retried message the rest of the partition is
-// left to follow it; on a stop the messages not started are given back.
+// given back (retry) in the same ack; on a stop the messages not started
+// are given back.
 func (r *consumeRun) handleEach(g *partGroup) {
 	ctx := g.pop.ctx
 	for i, m := range g.msgs {
@@ -428,7 +429,12 @@ func (r *consumeRun) handleEach(g *partGroup) {
 			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
 		}
 		if o.Status == StatusFailed || o.Status == StatusRetry {
-			break
+			// The rest of the partition goes back in the same ack, so that
+			// its lease is released whatever the broker decides about the
+			// failed message (0.15.1 keeps it after a dead-lettering
+			// failed: PROTOCOL.md §16). A retry spends no retry.
+			g.giveBack(i + 1)
+			return
 		}
 	}
 	g.next = len(g.msgs)
@@ -453,6 +459,8 @@ func (r *consumeRun) handleWhole(g *partGroup) {
 	for i, m := range g.msgs {
 		g.next = i
 		if skip.has(m.PartitionID) {
+			// Given back with the failed message's ack (see handleEach).
+			g.acks = append(g.acks, Settlement{Message: m, Status: StatusRetry})
 			continue
 		}
 		o, send := r.decide(ctx, m, err) // after Fail, the rest of the partition follows it

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/queen-go/queen/internal/wire"
@@ -47,14 +48,29 @@ func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 type popResult struct {
 	messages  []*Message
 	leaseID   string
+	partition string // of an answer without messages: the claimed partition
 	autopilot *wire.AutopilotEcho
 }
 
 func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popResult, error) {
-	vals, err := r.query.Values()
+	withSub, err := c.withSubscription(ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("queen: encode pop query: %w", err)
+		return nil, err
 	}
+	vals, err := c.popValues(r, withSub, 0)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.popWith(ctx, r, vals, conflation)
+	if err != nil {
+		return nil, err
+	}
+	c.popAnswered(r, withSub, res)
+	return res, nil
+}
+
+// popWith sends one pop of r with the query vals and decodes its answer.
+func (c *Client) popWith(ctx context.Context, r *popRequest, vals url.Values, conflation bool) (*popResult, error) {
 	cl := call{method: http.MethodGet, path: r.path, query: vals}
 	if r.wait && !r.discover {
 		cl.longPoll = true
@@ -71,6 +87,11 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 	}
 	if resp.status == http.StatusNoContent || len(resp.body) == 0 {
 		return &popResult{}, nil
+	}
+	if !conflation {
+		if res, ok := decodePopFast(resp.body); ok {
+			return res, nil
+		}
 	}
 	return c.decodePop(resp.body, r.path, conflation)
 }
@@ -106,6 +127,7 @@ func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResul
 		res.leaseID = *pr.LeaseID
 	}
 	if len(pr.Messages) == 0 {
+		res.partition = pr.Partition // for the warning of an empty claim
 		return res, nil
 	}
 	res.messages = make([]*Message, len(pr.Messages))

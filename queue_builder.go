@@ -2,7 +2,9 @@ package queen
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/queen-go/queen/internal/wire"
@@ -223,10 +225,16 @@ func (b *QueueBuilder) IdleMillis(ms int) *QueueBuilder {
 // popRequest is a validated pop: its path and query.
 type popRequest struct {
 	path     string
-	query    wire.PopQuery
+	queue    string
+	query    wire.PopQuery // with the group's start point, if any
 	wait     bool
 	waitMs   int
 	discover bool
+	pinned   bool // the pop names its partition
+	// encoded caches the query without a cap, by variant: bit 0 with the
+	// start point, bit 1 with an explicit batch for a broker that does not
+	// size pops (see popValues).
+	encoded [4]atomic.Pointer[url.Values]
 }
 
 // popRequest validates the options and builds the wire request. It sends
@@ -277,7 +285,7 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 		}
 	}
 
-	r := &popRequest{wait: true, waitMs: DefaultTimeoutMillis, discover: discover}
+	r := &popRequest{wait: true, waitMs: DefaultTimeoutMillis, discover: discover, queue: b.queue}
 	if b.waitSet {
 		r.wait = b.wait
 	}
@@ -288,7 +296,8 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	q.ConsumerGroup = b.group
 	if b.group != "" {
 		// Brokers disagree on the default mode (2.x "new", 0.15.1 "all"),
-		// so a named group always sends one. With a start time and no mode,
+		// so the pop that registers a named group always sends one; the
+		// pops of a registered group send none (subscription.go). With a start time and no mode,
 		// "all": should a broker let the mode win over the time, the group
 		// reads more (from the start) rather than skipping what it asked for.
 		q.SubscriptionMode = string(b.subMode)
@@ -309,6 +318,7 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	q.LeaseSeconds = b.leaseSeconds
 
 	pinned := b.partition != "" && !discover
+	r.pinned = pinned
 	b.sizing(q, pinned)
 
 	switch {
