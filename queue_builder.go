@@ -108,11 +108,21 @@ func (b *QueueBuilder) Partition(name string) *QueueBuilder { b.partition = name
 func (b *QueueBuilder) Group(name string) *QueueBuilder { b.group = name; return b }
 
 // SubscriptionMode sets where the group starts if this is its first pop.
-// Without it a named group is sent SubscriptionModeNew explicitly (brokers
-// disagree on the default), or SubscriptionModeAll when SubscriptionFrom is
-// set. Queue mode (no Group) always reads everything: SubscriptionModeAll
-// is accepted there and not sent, SubscriptionModeNew fails Pop with
-// ErrInvalidSubscription.
+// Without it the pop that registers a named group sends SubscriptionModeNew
+// explicitly (brokers disagree on the default), or SubscriptionModeAll when
+// SubscriptionFrom is set. Queue mode (no Group) always reads everything:
+// SubscriptionModeAll is accepted there and not sent, SubscriptionModeNew
+// fails Pop with ErrInvalidSubscription.
+//
+// The start point travels only on the pop that registers the group on the
+// queue, never on the pops of a group that exists (a 0.15.1 broker would
+// otherwise skip messages of a group whose cursor is back at a partition's
+// start: PROTOCOL.md §16). Before a (queue, group)'s first pop a Client asks
+// the broker (GET /api/v1/consumer-groups/{group}) whether the group has a
+// position on the queue; once the group exists, or a pop of it was
+// answered, the Client leaves the start point out for as long as it lives.
+// If that question fails, the pop fails with its error and nothing is
+// popped. To move a group that exists, seek it (Admin.SeekConsumerGroup).
 func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 	b.subMode = m
 	return b
@@ -120,13 +130,17 @@ func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 
 // SubscriptionFrom starts a new group at the first message pushed at or
 // after ts, an RFC 3339 time such as "2026-10-22T00:00:00Z" (or "now").
-// Like SubscriptionMode it matters only on the group's first pop. Without
+// Like SubscriptionMode it travels only on the pop that registers the
+// group (see SubscriptionMode). Without
 // a Group, or with a value that is not a time, Pop fails with
 // ErrInvalidSubscription.
 func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder { b.subFrom = ts; return b }
 
 // Batch sets the most messages one pop takes (the total across partitions).
-// Left unset, the broker sizes it (autopilot). Batch(0) means unset.
+// Left unset, the broker sizes it (autopilot); on a broker that does not
+// (no autopilot echo on its answers, such as 0.15.1, which would hand out
+// one message a pop), the Client asks for LegacyBatch from then on. A Batch
+// set here is never changed. Batch(0) means unset.
 func (b *QueueBuilder) Batch(n int) *QueueBuilder {
 	b.batch = n
 	return b
