@@ -126,6 +126,12 @@ type Settlement struct {
 // outcomes in partition order: the broker settles them in that order. When
 // the broker refuses some items the error is an *AckError and the results
 // are returned too.
+//
+// To settle a whole lease after a failure, list the messages of the
+// partition that were not handled after the failed one as StatusRetry in
+// the same batch (retry spends no retry): a 0.15.1 broker keeps the lease
+// after a failed that dead-letters, and messages left out of the ack would
+// wait for the lease to expire (PROTOCOL.md §16). The consume loop does so.
 func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOptions) ([]AckResult, error) {
 	if len(acks) == 0 {
 		return nil, ErrNoMessages

@@ -353,6 +353,9 @@ func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts Dele
 		path += "/queues/" + escape(opts.Queue)
 	}
 	q := url.Values{"deleteMetadata": {strconv.FormatBool(!opts.KeepMetadata)}}
+	// Whatever the answer, the group's next pop asks again whether it is
+	// registered (subscription.go).
+	defer a.c.mem.forget(group, opts.Queue)
 	var out struct {
 		wire.DeleteGroupResponse
 		Success *bool  `json:"success"`

@@ -27,6 +27,7 @@ type Client struct {
 	cfg     config
 	closeMu sync.RWMutex
 	closed  bool
+	mem     brokerMemory // what the broker's answers taught (subscription.go)
 }
 
 type config struct {

@@ -2,8 +2,6 @@ package queen
 
 import (
 	"context"
-	"fmt"
-	"net/url"
 )
 
 // consumeBroker is all the consume engine asks of a broker: three calls.
@@ -23,12 +21,13 @@ type consumeBroker interface {
 	renew(ctx context.Context, leaseID string, secs int) (alive bool, err error)
 }
 
-// clientBroker is the consumeBroker of a Client: the pop of a builder,
+// clientBroker is the consumeBroker of a Client: the pop path of Pop
+// (which decides what each pop carries: the group's start point only until
+// the group is registered, a batch on a broker that does not size pops),
 // SettleBatch and the lease route.
 type clientBroker struct {
 	c          *Client
 	req        *popRequest
-	vals       url.Values // the encoded pop query, for pops the Limit does not cap
 	group      string
 	conflation bool
 }
@@ -38,41 +37,27 @@ func newClientBroker(qb *QueueBuilder) (*clientBroker, error) {
 	if err != nil {
 		return nil, err
 	}
-	vals, err := req.query.Values()
-	if err != nil {
-		return nil, fmt.Errorf("queen: encode pop query: %w", err)
+	if _, err := qb.c.popValues(req, true, 0); err != nil {
+		return nil, err
 	}
-	return &clientBroker{c: qb.c, req: req, vals: vals, group: qb.group, conflation: qb.conflation}, nil
+	return &clientBroker{c: qb.c, req: req, group: qb.group, conflation: qb.conflation}, nil
 }
 
 func (b *clientBroker) pop(ctx context.Context, max int) (*popResult, error) {
-	vals := b.vals
-	if max > 0 {
-		vals = b.capped(max)
+	withSub, err := b.c.withSubscription(ctx, b.req)
+	if err != nil {
+		return nil, err
 	}
-	return b.c.popQuery(ctx, b.req, vals, b.conflation, 1)
-}
-
-// capped is the pop query with its batch capped to n (what is left of the
-// Limit), so that nothing is popped only to be given back.
-func (b *clientBroker) capped(n int) url.Values {
-	q := b.req.query
-	switch {
-	case q.Batch != nil && *q.Batch <= n:
-		return b.vals
-	case q.Batch == nil && n >= autopilotMaxBatch:
-		return b.vals
-	case q.Batch == nil:
-		// The batch becomes a pin; autopilot still sizes the partitions
-		// if they are not set (with both set no autopilot flag travels).
-		q.Autopilot = q.Autopilot && q.Partitions == nil
+	vals, err := b.c.popValues(b.req, withSub, max)
+	if err != nil {
+		return nil, err
 	}
-	q.Batch = &n
-	vals, err := q.Values()
-	if err != nil { // cannot happen: the same struct encoded once already
-		return b.vals
+	res, err := b.c.popWith(ctx, b.req, vals, b.conflation, 1)
+	if err != nil {
+		return nil, err
 	}
-	return vals
+	b.c.popAnswered(b.req, withSub, res)
+	return res, nil
 }
 
 func (b *clientBroker) settle(ctx context.Context, acks []Settlement) error {

@@ -101,8 +101,8 @@ func TestConsumeBatchAllOrNothing(t *testing.T) {
 		if len(acks) != 1 || len(acks[0].Items) != 5 {
 			t.Fatalf("ack requests %+v, want 1 of 5 items", acks)
 		}
-		// Each partition's first message failed with the error's text; the
-		// rest of the partition given back with it (retry), in the same ack.
+		// Each partition's first message fails; the rest of the partition
+		// is given back (retry) in the same ack.
 		var got []string
 		for _, it := range acks[0].Items {
 			got = append(got, it.Status+":"+it.Error)
@@ -123,9 +123,10 @@ func TestConsumeBatchAllOrNothing(t *testing.T) {
 }
 
 // Handler error under Each(): that message is acked failed with the error
-// text; the rest of its partition in the batch is not handled and is given
-// back (retry) in the same ack, so that the partition is released whatever
-// the broker decides about the failed one; other partitions go on.
+// text; the rest of its partition in the batch is not handled and goes back
+// with a retry in the same ack (it comes back after the failed one, and the
+// partition's lease is released whatever the broker decides about the
+// failed one); other partitions go on.
 func TestConsumeErrorSkipsRestOfPartition(t *testing.T) {
 	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
 	e.pushN("q", "a", 3)

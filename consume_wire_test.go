@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,11 @@ func newWireRecorder(t *testing.T, delay time.Duration) *wireRecorder {
 	t.Helper()
 	w := &wireRecorder{}
 	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		if strings.HasPrefix(req.URL.Path, "/api/v1/consumer-groups/") {
+			// The lookup before a group's first pop (subscription.go).
+			rw.WriteHeader(http.StatusNotFound)
+			return
+		}
 		w.requests.Add(1)
 		w.mu.Lock()
 		w.queries = append(w.queries, req.URL.Query())

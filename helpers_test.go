@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +46,11 @@ type recorder struct {
 	mu      sync.Mutex
 	reqs    []seen
 	answers []answer
+	// lookups are the consumer-group lookups a pop makes before a group's
+	// first pop (subscription.go), answered 404 and kept out of reqs.
+	lookups []seen
+	// lookup, when set, answers the lookups instead of a 404.
+	lookup *answer
 }
 
 // newRecorder starts a recording broker answering with the given script
@@ -71,6 +77,17 @@ func newRecorderOpts(t *testing.T, opts []Option, answers ...answer) (*recorder,
 func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	r.mu.Lock()
+	if req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, "/api/v1/consumer-groups/") {
+		r.lookups = append(r.lookups, seen{Method: req.Method, Path: req.URL.EscapedPath()})
+		a := answer{status: http.StatusNotFound, body: `{"error":"Consumer group not found"}`}
+		if r.lookup != nil {
+			a = *r.lookup
+		}
+		r.mu.Unlock()
+		w.WriteHeader(a.status)
+		_, _ = io.WriteString(w, a.body)
+		return
+	}
 	n := len(r.reqs)
 	r.reqs = append(r.reqs, seen{
 		Method: req.Method, Path: req.URL.EscapedPath(), RawQuery: req.URL.RawQuery,

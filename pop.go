@@ -51,21 +51,31 @@ func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 type popResult struct {
 	messages  []*Message
 	leaseID   string
+	partition string // of an answer without messages: the claimed partition
 	autopilot *wire.AutopilotEcho
 }
 
 func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popResult, error) {
-	vals, err := r.query.Values()
+	withSub, err := c.withSubscription(ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("queen: encode pop query: %w", err)
+		return nil, err
 	}
-	return c.popQuery(ctx, r, vals, conflation, 0)
+	vals, err := c.popValues(r, withSub, 0)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.popWith(ctx, r, vals, conflation, 0)
+	if err != nil {
+		return nil, err
+	}
+	c.popAnswered(r, withSub, res)
+	return res, nil
 }
 
-// popQuery sends the pop r with the encoded query vals (the consume loop
-// caps the batch of some pops) and decodes the answer. attempts, when
-// positive, bounds the attempts (the consume loop retries on its own).
-func (c *Client) popQuery(ctx context.Context, r *popRequest, vals url.Values, conflation bool, attempts int) (*popResult, error) {
+// popWith sends one pop of r with the query vals and decodes its answer.
+// attempts, when positive, bounds the attempts (the consume loop retries
+// on its own, and so sees every failure).
+func (c *Client) popWith(ctx context.Context, r *popRequest, vals url.Values, conflation bool, attempts int) (*popResult, error) {
 	cl := call{method: http.MethodGet, path: r.path, query: vals, attempts: attempts}
 	if r.wait && !r.discover {
 		cl.longPoll = true
@@ -101,6 +111,7 @@ type popReply struct {
 	Success            bool                `json:"success"`
 	Error              string              `json:"error"`
 	Queue              string              `json:"queue"`
+	Partition          string              `json:"partition"`
 	LeaseID            string              `json:"leaseId"`
 	ConsumerGroup      string              `json:"consumerGroup"`
 	Messages           []popReplyMessage   `json:"messages"`
@@ -196,6 +207,7 @@ func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResul
 	}
 	res := &popResult{autopilot: pr.Autopilot, leaseID: pr.LeaseID}
 	if len(pr.Messages) == 0 {
+		res.partition = pr.Partition // for the warning of an empty claim
 		return res, nil
 	}
 	res.messages = make([]*Message, len(pr.Messages))

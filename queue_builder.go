@@ -2,7 +2,9 @@ package queen
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/queen-go/queen/internal/wire"
@@ -106,11 +108,21 @@ func (b *QueueBuilder) Partition(name string) *QueueBuilder { b.partition = name
 func (b *QueueBuilder) Group(name string) *QueueBuilder { b.group = name; return b }
 
 // SubscriptionMode sets where the group starts if this is its first pop.
-// Without it a named group is sent SubscriptionModeNew explicitly (brokers
-// disagree on the default), or SubscriptionModeAll when SubscriptionFrom is
-// set. Queue mode (no Group) always reads everything: SubscriptionModeAll
-// is accepted there and not sent, SubscriptionModeNew fails Pop with
-// ErrInvalidSubscription.
+// Without it the pop that registers a named group sends SubscriptionModeNew
+// explicitly (brokers disagree on the default), or SubscriptionModeAll when
+// SubscriptionFrom is set. Queue mode (no Group) always reads everything:
+// SubscriptionModeAll is accepted there and not sent, SubscriptionModeNew
+// fails Pop with ErrInvalidSubscription.
+//
+// The start point travels only on the pop that registers the group on the
+// queue, never on the pops of a group that exists (a 0.15.1 broker would
+// otherwise skip messages of a group whose cursor is back at a partition's
+// start: PROTOCOL.md §16). Before a (queue, group)'s first pop a Client asks
+// the broker (GET /api/v1/consumer-groups/{group}) whether the group has a
+// position on the queue; once the group exists, or a pop of it was
+// answered, the Client leaves the start point out for as long as it lives.
+// If that question fails, the pop fails with its error and nothing is
+// popped. To move a group that exists, seek it (Admin.SeekConsumerGroup).
 func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 	b.subMode = m
 	return b
@@ -118,13 +130,17 @@ func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 
 // SubscriptionFrom starts a new group at the first message pushed at or
 // after ts, an RFC 3339 time such as "2026-10-22T00:00:00Z" (or "now").
-// Like SubscriptionMode it matters only on the group's first pop. Without
+// Like SubscriptionMode it travels only on the pop that registers the
+// group (see SubscriptionMode). Without
 // a Group, or with a value that is not a time, Pop fails with
 // ErrInvalidSubscription.
 func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder { b.subFrom = ts; return b }
 
 // Batch sets the most messages one pop takes (the total across partitions).
-// Left unset, the broker sizes it (autopilot). Batch(0) means unset.
+// Left unset, the broker sizes it (autopilot); on a broker that does not
+// (no autopilot echo on its answers, such as 0.15.1, which would hand out
+// one message a pop), the Client asks for LegacyBatch from then on. A Batch
+// set here is never changed. Batch(0) means unset.
 func (b *QueueBuilder) Batch(n int) *QueueBuilder {
 	b.batch = n
 	return b
@@ -223,10 +239,16 @@ func (b *QueueBuilder) IdleMillis(ms int) *QueueBuilder {
 // popRequest is a validated pop: its path and query.
 type popRequest struct {
 	path     string
-	query    wire.PopQuery
+	queue    string
+	query    wire.PopQuery // with the group's start point, if any
 	wait     bool
 	waitMs   int
 	discover bool
+	pinned   bool // the pop names its partition
+	// encoded caches the query without a cap, by variant: bit 0 with the
+	// start point, bit 1 with an explicit batch for a broker that does not
+	// size pops (see popValues).
+	encoded [4]atomic.Pointer[url.Values]
 }
 
 // popRequest validates the options and builds the wire request. It sends
@@ -277,7 +299,7 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 		}
 	}
 
-	r := &popRequest{wait: true, waitMs: DefaultTimeoutMillis, discover: discover}
+	r := &popRequest{wait: true, waitMs: DefaultTimeoutMillis, discover: discover, queue: b.queue}
 	if b.waitSet {
 		r.wait = b.wait
 	}
@@ -288,7 +310,8 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	q.ConsumerGroup = b.group
 	if b.group != "" {
 		// Brokers disagree on the default mode (2.x "new", 0.15.1 "all"),
-		// so a named group always sends one. With a start time and no mode,
+		// so the pop that registers a named group always sends one; the
+		// pops of a registered group send none (subscription.go). With a start time and no mode,
 		// "all": should a broker let the mode win over the time, the group
 		// reads more (from the start) rather than skipping what it asked for.
 		q.SubscriptionMode = string(b.subMode)
@@ -309,6 +332,7 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	q.LeaseSeconds = b.leaseSeconds
 
 	pinned := b.partition != "" && !discover
+	r.pinned = pinned
 	b.sizing(q, pinned)
 
 	switch {

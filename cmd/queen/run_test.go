@@ -319,6 +319,9 @@ func TestPushRefused(t *testing.T) {
 
 func TestPopAndAck(t *testing.T) {
 	b := newFakeBroker(t, func(r brokerReq) (int, string) {
+		if r.Method == "GET" && strings.HasPrefix(r.Path, "/api/v1/consumer-groups/") {
+			return 404, `{"error":"Consumer group not found"}` // the lookup before a group's first pop
+		}
 		if r.Method == "GET" {
 			return 200, `{"success":true,"queue":"q","leaseId":"L","consumerGroup":"g","messages":[
 			 {"id":"1","transactionId":"t1","partitionId":"17","partition":"p","leaseId":"L","consumerGroup":"g","data":{"n":1},"createdAt":"2026-10-22T00:00:00Z","offset":4,"deliveryAttempt":1},
@@ -331,9 +334,10 @@ func TestPopAndAck(t *testing.T) {
 		t.Fatalf("stdout %q", r.stdout)
 	}
 	reqs := b.requests()
-	if len(reqs) != 2 {
-		t.Fatalf("%d requests", len(reqs))
+	if len(reqs) != 3 || reqs[0].Path != "/api/v1/consumer-groups/g" {
+		t.Fatalf("%d requests %+v: want the group's lookup, its pop and its ack", len(reqs), reqs)
 	}
+	reqs = reqs[1:]
 	q := reqs[0].Query
 	if reqs[0].Path != "/api/v1/pop/queue/q" || q.Get("consumerGroup") != "g" || q.Get("batch") != "10" || q.Get("subscriptionMode") != "all" || q.Get("wait") != "false" {
 		t.Fatalf("pop %+v", reqs[0])
@@ -347,8 +351,8 @@ func TestPopAndAck(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &msgs); err != nil || len(msgs) != 2 || msgs[0]["offset"] != 4.0 || msgs[0]["leaseId"] != "L" {
 		t.Fatalf("json %v (%v)", msgs, err)
 	}
-	if len(b.requests()) != 3 {
-		t.Fatalf("no --ack: no ack expected")
+	if all := b.requests(); len(all) != 5 || all[4].Method != "GET" {
+		t.Fatalf("%d requests: want a lookup and a pop, no ack without --ack", len(all))
 	}
 }
 

@@ -1,0 +1,240 @@
+package queen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+)
+
+// Where a consumer group starts (SubscriptionMode, SubscriptionFrom) is
+// decided by the pop that registers the group on a queue. On a 2.x broker
+// the parameters are ignored once the group exists; on a 0.15.1 broker they
+// are not: a pop with subscriptionMode=new on a partition where the group's
+// cursor is still at its start (after a failed or retried first message, a
+// lease expiry, a seek back in time) moves the cursor to the end of the
+// partition and every message before it is skipped by the group
+// (PROTOCOL.md §16). So the client sends them only while it does not know
+// the group to be registered on the queue:
+//
+//   - before the first pop of a (queue, group) a Client makes, it asks the
+//     broker (GET /api/v1/consumer-groups/{group}) whether the group has a
+//     position on the queue; if it has, the parameters are never sent;
+//   - otherwise they go on pops until one is answered; from then on the
+//     Client remembers the group as registered and leaves them out.
+//
+// The memory lasts as long as the Client; a group deleted through
+// Admin.DeleteConsumerGroup is forgotten, so that its next pop registers it
+// anew.
+
+// LegacyBatch is the batch the client asks for on a broker that does not
+// size pops itself (a broker older than autopilot, such as 0.15.1, hands out
+// one message per pop when no batch is sent). It applies only when the
+// application set no Batch: a Batch set by the application is never changed.
+const LegacyBatch = 100
+
+// groupKey names a consumer group on a queue; a discovery pop's key has
+// the namespace and task in place of the queue.
+type groupKey struct{ queue, group string }
+
+// brokerMemory is what a Client learns about its broker from the answers:
+// which groups are registered, and whether the broker sizes pops.
+type brokerMemory struct {
+	mu         sync.Mutex
+	registered map[groupKey]bool
+	// noAutopilot is set once a pop that asked the broker to size it was
+	// answered with messages and no autopilot echo.
+	noAutopilot atomic.Bool
+}
+
+func (m *brokerMemory) known(k groupKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.registered[k]
+}
+
+func (m *brokerMemory) remember(k groupKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.registered == nil {
+		m.registered = make(map[groupKey]bool)
+	}
+	m.registered[k] = true
+}
+
+// forget drops what is known of group: on queue, or on every queue when
+// queue is "".
+func (m *brokerMemory) forget(group, queue string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.registered {
+		if k.group == group && (queue == "" || k.queue == queue) {
+			delete(m.registered, k)
+		}
+	}
+}
+
+// key is the registration key of r's group, and false for queue mode
+// (which has no start point to choose).
+func (r *popRequest) key() (groupKey, bool) {
+	if r.query.ConsumerGroup == "" {
+		return groupKey{}, false
+	}
+	q := r.queue
+	if r.discover {
+		q = "\x00" + r.query.Namespace + "\x00" + r.query.Task
+	}
+	return groupKey{queue: q, group: r.query.ConsumerGroup}, true
+}
+
+// withSubscription says whether r's next pop carries the group's start
+// point: only while the group is not known to be registered on the queue.
+// The first time, it asks the broker; an error of that question is the
+// pop's error, since popping without knowing could skip messages.
+func (c *Client) withSubscription(ctx context.Context, r *popRequest) (bool, error) {
+	k, ok := r.key()
+	if !ok || !r.hasSubscription() {
+		return false, nil
+	}
+	if c.mem.known(k) {
+		return false, nil
+	}
+	if r.discover {
+		// A discovery pop spans queues that are not known in advance: its
+		// start point goes on pops until one is answered.
+		return true, nil
+	}
+	exists, err := c.groupOnQueue(ctx, k.group, k.queue)
+	if err != nil {
+		return false, fmt.Errorf("queen: look up consumer group %q on queue %q before its first pop (its start point must reach the broker only when it registers): %w",
+			k.group, k.queue, err)
+	}
+	if exists {
+		c.mem.remember(k)
+		return false, nil
+	}
+	return true, nil
+}
+
+// groupOnQueue asks the broker whether group has a position on queue. A
+// 404, or an answer without the queue, means it has none; 0.15.1 answers a
+// group it does not know with 200 and null.
+func (c *Client) groupOnQueue(ctx context.Context, group, queue string) (bool, error) {
+	resp, err := c.do(ctx, call{method: http.MethodGet, path: "/api/v1/consumer-groups/" + escape(group)})
+	if err != nil {
+		var be *BrokerError
+		if errors.As(err, &be) && be.Status == http.StatusNotFound {
+			return false, nil
+		}
+		return false, err
+	}
+	var queues map[string]json.RawMessage
+	if len(resp.body) > 0 {
+		if err := json.Unmarshal(resp.body, &queues); err != nil {
+			// An error object of a 0.15.1 broker, or something else: not
+			// an answer to the question.
+			return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: "/api/v1/consumer-groups/" + group,
+				Body: resp.body, Message: "undecodable consumer-group answer: " + err.Error()}
+		}
+	}
+	if msg, ok := queues["error"]; ok && len(queues) == 1 {
+		var s string
+		_ = json.Unmarshal(msg, &s)
+		return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: "/api/v1/consumer-groups/" + group,
+			Body: resp.body, Message: s}
+	}
+	_, ok := queues[queue]
+	return ok, nil
+}
+
+// hasSubscription says whether r's query carries a start point.
+func (r *popRequest) hasSubscription() bool {
+	return r.query.SubscriptionMode != "" || r.query.SubscriptionFrom != ""
+}
+
+// popValues encodes the query of one pop of r: with or without the group's
+// start point, with an explicit batch on a broker that does not size pops,
+// and capped to n messages when n > 0 (the rest of a Limit).
+func (c *Client) popValues(r *popRequest, withSub bool, n int) (url.Values, error) {
+	legacy := c.mem.noAutopilot.Load() && r.autopilotBatch()
+	if n <= 0 {
+		i := 0
+		if withSub {
+			i |= 1
+		}
+		if legacy {
+			i |= 2
+		}
+		if v := r.encoded[i].Load(); v != nil {
+			return *v, nil
+		}
+		vals, err := r.values(withSub, legacy, 0)
+		if err != nil {
+			return nil, err
+		}
+		r.encoded[i].Store(&vals)
+		return vals, nil
+	}
+	return r.values(withSub, legacy, n)
+}
+
+// autopilotBatch says whether r leaves its batch to the broker.
+func (r *popRequest) autopilotBatch() bool { return r.query.Autopilot && r.query.Batch == nil }
+
+// values encodes r's query (see popValues).
+func (r *popRequest) values(withSub, legacy bool, n int) (url.Values, error) {
+	q := r.query
+	if !withSub {
+		q.SubscriptionMode, q.SubscriptionFrom = "", ""
+	}
+	if legacy && q.Autopilot && q.Batch == nil {
+		b := LegacyBatch
+		q.Batch = &b
+		// The broker ignores autopilot; with both sizes set none travels
+		// (PROTOCOL.md 3.3), else the partitions stay left to it.
+		q.Autopilot = q.Partitions == nil
+	}
+	if n > 0 {
+		switch {
+		case q.Batch != nil && *q.Batch <= n:
+		case q.Batch == nil && n >= autopilotMaxBatch:
+		default:
+			if q.Batch == nil {
+				// The batch becomes a pin; autopilot still sizes the
+				// partitions if they are not set.
+				q.Autopilot = q.Autopilot && q.Partitions == nil
+			}
+			q.Batch = &n
+		}
+	}
+	vals, err := q.Values()
+	if err != nil {
+		return nil, fmt.Errorf("queen: encode pop query: %w", err)
+	}
+	return vals, nil
+}
+
+// popAnswered records what a pop's answer tells about the broker: the
+// group is registered, and whether the broker sizes pops. It warns of a
+// claim answered without messages, the mark of a 0.15.1 broker that moved
+// the group's cursor (PROTOCOL.md §16).
+func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
+	if k, ok := r.key(); ok && withSub {
+		c.mem.remember(k)
+	}
+	if len(res.messages) > 0 && res.autopilot == nil && r.query.Autopilot && !r.pinned &&
+		!r.query.Conflation && !c.mem.noAutopilot.Load() {
+		if c.mem.noAutopilot.CompareAndSwap(false, true) {
+			c.log.Info("queen: the broker does not size pops (no autopilot echo); pops without a Batch now ask for a fixed one",
+				"batch", LegacyBatch, "path", r.path)
+		}
+	}
+	if len(res.messages) == 0 && res.leaseID != "" {
+		c.log.Warn("queen: the broker claimed a partition and answered no messages; on a 0.15.1 broker this means it moved the group's cursor past them",
+			"queue", r.queue, "group", r.query.ConsumerGroup, "partition", res.partition, "leaseId", res.leaseID)
+	}
+}

@@ -1,0 +1,243 @@
+package queen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A group's start point travels only on the pop that registers it: the
+// first pop asks the broker whether the group exists on the queue; once a
+// pop was answered the start point is never sent again (PROTOCOL.md §16:
+// on 0.15.1, subscriptionMode=new on a registered group can skip messages).
+func TestSubscriptionOnlyOnTheRegisteringPop(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		build func(c *Client) *QueueBuilder
+		mode  string
+		from  string
+	}{
+		{"unset mode: new", func(c *Client) *QueueBuilder { return c.Queue("orders").Group("g") }, "new", ""},
+		{"all", func(c *Client) *QueueBuilder {
+			return c.Queue("orders").Group("g").SubscriptionMode(SubscriptionModeAll)
+		}, "all", ""},
+		{"from a time", func(c *Client) *QueueBuilder {
+			return c.Queue("orders").Group("g").SubscriptionFrom("2026-10-22T00:00:00Z")
+		}, "all", "2026-10-22T00:00:00Z"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, c := newRecorder(t) // the group is unknown (404), pops are empty
+			ctx := context.Background()
+			for range 3 {
+				_, err := tt.build(c).Pop(ctx)
+				require.NoError(t, err)
+			}
+			reqs := rec.all()
+			require.Len(t, reqs, 3)
+			assert.Equal(t, tt.mode, reqs[0].Query.Get("subscriptionMode"), "registering pop")
+			assert.Equal(t, tt.from, reqs[0].Query.Get("subscriptionFrom"), "registering pop")
+			for _, r := range reqs[1:] {
+				assert.False(t, r.Query.Has("subscriptionMode"), "pop of a registered group: %s", r.RawQuery)
+				assert.False(t, r.Query.Has("subscriptionFrom"), "pop of a registered group: %s", r.RawQuery)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			require.Len(t, rec.lookups, 1, "one lookup, before the first pop")
+			assert.Equal(t, "/api/v1/consumer-groups/g", rec.lookups[0].Path)
+		})
+	}
+}
+
+// A group that already has a position on the queue (another process
+// registered it) never gets a start point, from the first pop on.
+func TestSubscriptionNotSentForAnExistingGroup(t *testing.T) {
+	for name, body := range map[string]string{
+		"2.x detail":    `{"orders":{"conflation":false,"kind":"queen","partitions":[{"partition":"Default","offsetLag":0}]}}`,
+		"0.15.1 detail": `{"orders":{"partitions":[{"partition":"p1","workerId":null,"offsetLag":3}]},"other":{"partitions":[]}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec, c := newRecorder(t)
+			rec.lookup = &answer{status: http.StatusOK, body: body}
+			for range 2 {
+				_, err := c.Queue("orders").Group("g").SubscriptionMode(SubscriptionModeNew).Pop(context.Background())
+				require.NoError(t, err)
+			}
+			for _, r := range rec.all() {
+				assert.False(t, r.Query.Has("subscriptionMode"), r.RawQuery)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			assert.Len(t, rec.lookups, 1)
+		})
+	}
+}
+
+// The group exists on another queue only, or the broker answers null
+// (0.15.1 for a group it does not know): the pop registers it.
+func TestSubscriptionSentWhenTheGroupIsElsewhere(t *testing.T) {
+	for name, body := range map[string]string{
+		"other queue": `{"invoices":{"partitions":[]}}`,
+		"null":        `null`,
+		"empty":       `{}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec, c := newRecorder(t)
+			rec.lookup = &answer{status: http.StatusOK, body: body}
+			_, err := c.Queue("orders").Group("g").Pop(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, "new", rec.only(t).Query.Get("subscriptionMode"))
+		})
+	}
+}
+
+// When the lookup fails, the pop is not sent: popping without knowing
+// could skip messages (or read what the group asked to skip).
+func TestSubscriptionLookupFailureFailsThePop(t *testing.T) {
+	rec, c := newRecorder(t)
+	rec.lookup = &answer{status: http.StatusUnauthorized, body: `{"error":"Invalid token"}`}
+	_, err := c.Queue("orders").Group("g").Pop(context.Background())
+	var be *BrokerError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, http.StatusUnauthorized, be.Status)
+	assert.Contains(t, err.Error(), `consumer group "g"`)
+	assert.Zero(t, rec.hits(), "no pop sent")
+}
+
+// Queue mode has no start point: no lookup, no mode.
+func TestSubscriptionQueueModeNeverLooksUp(t *testing.T) {
+	rec, c := newRecorder(t)
+	_, err := c.Queue("orders").Pop(context.Background())
+	require.NoError(t, err)
+	assert.False(t, rec.only(t).Query.Has("subscriptionMode"))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.Empty(t, rec.lookups)
+}
+
+// A failed pop does not register the group: the next pop sends the start
+// point again.
+func TestSubscriptionFailedPopDoesNotRegister(t *testing.T) {
+	rec, c := newRecorder(t,
+		answer{status: http.StatusBadRequest, body: `{"error":"bad"}`},
+		answer{status: http.StatusNoContent})
+	_, err := c.Queue("orders").Group("g").Pop(context.Background())
+	require.Error(t, err)
+	_, err = c.Queue("orders").Group("g").Pop(context.Background())
+	require.NoError(t, err)
+	reqs := rec.all()
+	require.Len(t, reqs, 2)
+	assert.Equal(t, "new", reqs[1].Query.Get("subscriptionMode"))
+}
+
+// A group deleted through Admin is forgotten: its next pop registers it
+// anew, with its start point.
+func TestSubscriptionForgottenAfterGroupDelete(t *testing.T) {
+	rec, c := newRecorder(t)
+	ctx := context.Background()
+	_, err := c.Queue("orders").Group("g").Pop(ctx)
+	require.NoError(t, err)
+	rec.mu.Lock()
+	rec.answers = []answer{{status: http.StatusOK, body: `{"success":true,"consumerGroup":"g","deletedPartitions":1,"metadataDeleted":true}`}}
+	rec.reqs = nil
+	rec.mu.Unlock()
+	_, err = c.Admin().DeleteConsumerGroup(ctx, "g", DeleteConsumerGroupOptions{})
+	require.NoError(t, err)
+	rec.mu.Lock()
+	rec.answers = nil
+	rec.mu.Unlock()
+	_, err = c.Queue("orders").Group("g").Pop(ctx)
+	require.NoError(t, err)
+	reqs := rec.all()
+	require.Len(t, reqs, 2)
+	assert.Equal(t, "new", reqs[1].Query.Get("subscriptionMode"))
+}
+
+// Pops of several goroutines at a group's start: each pop carries the
+// start point or not, never a half; none is sent twice after an answer.
+func TestSubscriptionConcurrentFirstPops(t *testing.T) {
+	rec, c := newRecorder(t)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			_, err := c.Queue("orders").Group("g").Pop(context.Background())
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	_, err := c.Queue("orders").Group("g").Pop(context.Background())
+	require.NoError(t, err)
+	reqs := rec.all()
+	assert.False(t, reqs[len(reqs)-1].Query.Has("subscriptionMode"))
+}
+
+// A broker that does not size pops (no autopilot echo on an answer with
+// messages: 0.15.1 hands out one message) gets an explicit batch from then
+// on, for pops that left it to autopilot; a Batch set by the application
+// is never changed.
+func TestLegacyBrokerGetsAnExplicitBatch(t *testing.T) {
+	rec, c := newRecorder(t, ok200(t, "broker-0.15.1/pop_queue_mode_three.json"), answer{status: http.StatusNoContent})
+	ctx := context.Background()
+	msgs, err := c.Queue("t1").Pop(ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 3)
+	_, err = c.Queue("t1").Pop(ctx)
+	require.NoError(t, err)
+	_, err = c.Queue("t1").Batch(7).Pop(ctx)
+	require.NoError(t, err)
+	_, err = c.Queue("t1").Partitions(4).Pop(ctx)
+	require.NoError(t, err)
+	reqs := rec.all()
+	require.Len(t, reqs, 4)
+	assert.Equal(t, "true", reqs[0].Query.Get("autopilot"))
+	assert.False(t, reqs[0].Query.Has("batch"))
+	assert.Equal(t, "100", reqs[1].Query.Get("batch"), reqs[1].RawQuery)
+	assert.Equal(t, "true", reqs[1].Query.Get("autopilot"), "the partitions stay left to the broker (PROTOCOL.md 3.3)")
+	assert.Equal(t, "7", reqs[2].Query.Get("batch"), "a Batch set by the application is kept")
+	assert.Equal(t, "100", reqs[3].Query.Get("batch"), reqs[3].RawQuery)
+	assert.Equal(t, "4", reqs[3].Query.Get("partitions"), reqs[3].RawQuery)
+	assert.False(t, reqs[3].Query.Has("autopilot"), "both sizes set: no autopilot flag")
+}
+
+// A broker that echoes autopilot keeps sizing the pops.
+func TestAutopilotBrokerKeepsSizing(t *testing.T) {
+	rec, c := newRecorder(t, ok200(t, "broker-2.x/pop_two_partitions_mixed_payloads.json"), answer{status: http.StatusNoContent})
+	ctx := context.Background()
+	_, err := c.Queue("orders").Pop(ctx)
+	require.NoError(t, err)
+	_, err = c.Queue("orders").Pop(ctx)
+	require.NoError(t, err)
+	reqs := rec.all()
+	require.Len(t, reqs, 2)
+	assert.Equal(t, "true", reqs[1].Query.Get("autopilot"))
+	assert.False(t, reqs[1].Query.Has("batch"), reqs[1].RawQuery)
+}
+
+// A pop answered with a claim and no messages (0.15.1 moved the cursor)
+// is logged at Warn with the partition.
+func TestEmptyClaimIsWarned(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	_, c := newRecorderOpts(t, []Option{WithLogger(log)}, ok200(t, "broker-0.15.1/pop_group_new_first_pop_empty.json"))
+	msgs, err := c.Queue("t4").Group("G2").Pop(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+	assert.Contains(t, buf.String(), "level=WARN")
+	assert.Contains(t, buf.String(), "partition=pA")
+}
+
+// errors.Is reaches the lookup's cause through the wrapping.
+func TestSubscriptionLookupErrorWraps(t *testing.T) {
+	rec, c := newRecorder(t)
+	rec.lookup = &answer{status: http.StatusForbidden, body: `{"error":"Insufficient permissions"}`}
+	_, err := c.Queue("orders").Group("g").Pop(context.Background())
+	var be *BrokerError
+	require.True(t, errors.As(err, &be))
+	assert.Equal(t, "Insufficient permissions", be.Message)
+}
