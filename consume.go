@@ -129,17 +129,16 @@ type ConsumeBuilder struct {
 
 // Consume prepares a loop that pops messages and calls h once per message
 // (Each() is implied), in partition order, never two messages of one
-// partition at once. When h
-// returns nil the message is acked completed; when it returns an error it is
-// acked failed with the error's text, and the messages after it in its
-// partition are left for the broker to deliver again after it. The
-// completed and failed outcomes of one pop go to the broker in one batch
-// ack. With AutoAck(false) h acks each message itself; the loop then acks
-// nothing after a nil, and still nacks (failed) after an error, so that the
-// partition is not stuck until the lease runs out. A panic in h is
-// recovered, logged with its stack and treated as an error matching
-// ErrHandlerPanic. See Execute for when the loop stops and what it gives
-// back.
+// partition at once. When h returns nil the message is acked completed;
+// when it returns an error it is acked failed with the error's text, and
+// the messages after it in its partition (in that pop) are given back with
+// retry, to come again after it. Every message of one pop is settled in
+// one batch ack. With AutoAck(false) h acks each message itself; the loop
+// then acks nothing after a nil, and still nacks (failed) after an error,
+// so that the partition is not stuck until the lease runs out. A panic in
+// h is recovered, logged at Error with its stack and treated as an error
+// matching ErrHandlerPanic. See Execute for when the loop stops and what
+// it gives back, and OnLoopError for the loop's own failures.
 //
 // The loop stops when ctx or the ctx given to Execute ends. The ctx passed to
 // h keeps ctx's values; it is cancelled when the grace period after a stop
@@ -157,7 +156,8 @@ func (b *QueueBuilder) Consume(ctx context.Context, h func(ctx context.Context, 
 // every message is acked completed in one batch ack; when it returns an
 // error every message is nacked: each partition's first message of the
 // batch is acked failed with the error's text, and the rest of the partition
-// comes back after it. With Each() set, h is called once per message with a
+// is given back with retry in the same ack (it comes again after the failed
+// one). With Each() set, h is called once per message with a
 // one-message slice, under the rules of Consume. Otherwise as Consume.
 func (b *QueueBuilder) ConsumeBatch(ctx context.Context, h func(ctx context.Context, msgs []*Message) error) *ConsumeBuilder {
 	return &ConsumeBuilder{qb: *b, ctx: ctx, handleBatch: h, grace: DefaultGracePeriod}
@@ -175,11 +175,12 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 // OnError hands the outcome of every message whose handler returned an
 // error (or panicked) to f: the loop acks what f returns instead of failed,
 // for example DLQ for an error that retrying cannot fix. Per message, after
-// Fail or Retry the rest of that partition in the pop is not handled (it
-// comes back after the message); after Complete or DLQ it goes on. Under
-// ConsumeBatch without Each(), f is called for each message of the failed batch, in order,
-// until it returns Fail or Retry for a message: the rest of that partition
-// then comes back after it without a call. A handler stopped by the stop
+// Fail or Retry the rest of that partition in the pop is not handled: it is
+// given back with retry in the same ack, and comes again after the message;
+// after Complete or DLQ it goes on. Under ConsumeBatch without Each(), f is
+// called for each message of the failed batch, in order, until it returns
+// Fail or Retry for a message: the rest of that partition is then given
+// back without a call. A handler stopped by the stop
 // (its error returned after its ctx was cancelled at the end of the grace
 // period, or an error matching context.Canceled returned once the loop is
 // stopping) is given back with Retry without calling f.

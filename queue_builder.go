@@ -193,8 +193,16 @@ func (b *QueueBuilder) Each() *QueueBuilder { b.each = true; return b }
 // is still nacked, so its partition is not stuck until the lease runs out.
 func (b *QueueBuilder) AutoAck(on bool) *QueueBuilder { b.autoAckOff = !on; return b }
 
-// RenewLease(true, ms) renews the lease of the messages being handled every
-// ms milliseconds while the handler runs.
+// RenewLease(true, ms) renews the lease of a consume loop's pops every ms
+// milliseconds, from the pop's answer until its ack (the grace period
+// after a stop included). Each renewal extends the lease to about three
+// intervals from now (3·ms, rounded up to whole seconds; it never shortens
+// a lease): a live handler keeps its lease as long as it runs, even if two
+// renewals in a row fail, while the messages of a worker that died come
+// back about three intervals after its last renewal, or when the lease it
+// got at the pop runs out if that is later. Choose ms well below the
+// queue's lease time; RenewLease(true, 1000) on a queue with a 3 s lease
+// gets a dead worker's messages back within about 3 s.
 func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 	b.renew, b.renewMs = on, everyMillis
 	if on && everyMillis <= 0 {
