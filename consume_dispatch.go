@@ -9,7 +9,7 @@ import (
 )
 
 // The dispatcher: a pop's messages become groups, and each group is
-// handled by one goroutine, in order:
+// handled by one worker (consume_stop.go), in order:
 //
 //   - per message (Consume, or Each()): one group per partition of the
 //     pop; the loop starts a group only when no other group of its
@@ -92,15 +92,6 @@ func (g *group) conflicts(o *group) bool {
 	return !g.whole && !o.whole && samePartition(g.msgs[0], o.msgs[0])
 }
 
-// worker is one of the Concurrency goroutines that run handlers: it takes
-// the groups the loop hands out, one at a time.
-func (e *engine) worker() {
-	defer e.wg.Done()
-	for g := range e.work {
-		e.runGroup(g)
-	}
-}
-
 // groupDone is a group handed back to the loop. settled: it was its pop's
 // last, and its worker settled the pop already.
 type groupDone struct {
@@ -109,12 +100,12 @@ type groupDone struct {
 	settled bool
 }
 
-// runGroup handles g and hands it back to the loop. The worker that ends
-// a pop's last group settles the pop at once (while the loop runs; after
-// a stop the loop settles it, see consume_stop.go). Should the handler end
-// the goroutine (runtime.Goexit, as t.FailNow does), g goes back all the
-// same, marked, with its running message and the rest without an outcome
-// (given back), and the worker is gone: the loop stops.
+// runGroup handles g on its worker and hands it back to the loop. The
+// worker that ends a pop's last group settles the pop at once (while the
+// loop runs; after a stop, once quiet, see consume_stop.go). Should the
+// handler end the goroutine (runtime.Goexit, as t.FailNow does), g goes
+// back all the same, marked, with its running message and the rest
+// without an outcome (given back), and the worker is gone: the loop stops.
 func (e *engine) runGroup(g *group) {
 	returned := false
 	defer func() {
@@ -124,7 +115,7 @@ func (e *engine) runGroup(g *group) {
 			e.settle(g.b)
 			d.settled = true
 		}
-		e.finished <- d
+		e.finished(d)
 	}()
 	// hook: handler start / end (WithHooks) go around the calls in handleEach and handleWhole.
 	if e.cfg.each {

@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// The fetcher: what decides when a pop goes and how big it is. The loop
-// (consume_stop.go) sends a pop when a handler is free for it (fewer pops
-// in flight and partitions waiting than free handlers), when no pause is
-// running (after an empty answer or a failure), and when the Limit has
-// some left; the pop itself runs on a goroutine of its own and comes back
-// to the loop as a popDone.
+// The fetcher: what decides when a pop goes and how big it is. A fetcher
+// goroutine of the loop (consume_stop.go) sends a pop when a handler is free for it
+// (fewer pops in flight, groups waiting or running and pops being settled
+// than slots), when no pause runs (after an empty answer or a failure),
+// and when the Limit has some left; the answer goes back to the loop as a
+// popDone.
 
 const (
 	autopilotMaxBatch = 1000                   // the most messages a broker hands out when it sizes a pop
@@ -32,18 +32,12 @@ type popDone struct {
 	took     time.Duration
 }
 
-// fetcher is one of the Concurrency goroutines that send pops: each pop
-// the loop asks for (its size n, 0 for the builder's batch) goes out on
-// the first free one, and what comes back goes to the loop. They live as
-// long as the loop (a goroutine per pop would grow a new stack for every
-// HTTP call).
-func (e *engine) fetcher() {
-	defer e.wg.Done()
-	for n := range e.popReq {
-		began := time.Now()
-		res, err := e.b.pop(e.pollCtx, n)
-		e.popped <- popDone{reserved: n, res: res, err: err, took: time.Since(began)}
-	}
+// fetch sends one pop for at most n messages (0: the builder's batch), on
+// a fetcher, and hands the answer to the loop.
+func (e *engine) fetch(n int) {
+	began := time.Now()
+	res, err := e.b.pop(e.pollCtx, n)
+	e.popped(popDone{reserved: n, res: res, err: err, took: time.Since(began)})
 }
 
 // limiter counts the Limit: left is what no pop has asked for yet, held
@@ -182,13 +176,12 @@ func (o *outage) recovered() (int, time.Time) {
 	return n, since
 }
 
-// popFailed handles a failed pop: a refusal for good stops the loop with
-// it; anything else pauses the pops for a backoff, loudly.
+// popFailed handles a failed pop (e.mu held): a refusal for good stops
+// the loop with it; anything else pauses the pops for a backoff, loudly.
 func (e *engine) popFailed(err error) {
-	e.loopError(&LoopError{Op: LoopOpPop, Err: err})
 	if fatalPopError(err) {
 		e.log.Error("queen: consume loop stopped by the broker's refusal", "queue", e.cfg.queue, "group", e.cfg.group, "err", err)
-		e.beginStop(err)
+		e.stopLocked(err)
 		return
 	}
 	now := time.Now()
@@ -200,7 +193,7 @@ func (e *engine) popFailed(err error) {
 	e.pause(now.Add(d))
 }
 
-// popOK ends an outage, if one was running, with an Info line.
+// popOK ends an outage, if one was running, with an Info line (e.mu held).
 func (e *engine) popOK() {
 	if n, since := e.outage.recovered(); n > 0 {
 		e.log.Info("queen: pops succeed again", "queue", e.cfg.queue, "group", e.cfg.group,

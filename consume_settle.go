@@ -48,7 +48,7 @@ func (b *batch) lost() bool {
 
 // settle ends a pop: the renewals stop, and its batch ack goes out on a
 // ctx of its own (never a cancelled one). It runs on the worker that ended
-// the pop's last group, or after a stop on a goroutine of the loop's.
+// the pop's last group, or after a stop on the next free worker.
 func (e *engine) settle(b *batch) {
 	b.keeper.stop()
 	if b.lost() {

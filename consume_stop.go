@@ -9,20 +9,24 @@ import (
 	"time"
 )
 
-// The loop: one goroutine (Execute's) owns the engine's state and drives
-// everything else: Concurrency fetchers send the pops it asks for,
-// Concurrency workers run the handler groups it hands out (and settle each
-// pop after its last group), a lease keeper per pop renews its lease. Each
-// reports back on a channel; no lock guards the state: only the loop
-// touches it.
+// The loop: Concurrency fetchers send pops when a handler is free for one
+// (consume_fetch.go), Concurrency workers handle the groups of messages
+// whose partition is free (consume_dispatch.go), and the worker that ends
+// a pop's last group settles the pop (consume_settle.go). They take their
+// next task with next; the state they share is in this file, under e.mu,
+// and only the functions below touch it; who has nothing to do waits on
+// e.kick, a channel closed (and replaced) when the state changes.
+// Execute's own goroutine (run) turns the ctxs and the timers into the
+// steps of the stop path.
 //
 // The states of a loop, and its one stop path:
 //
-//	running   pops go out for free handlers (consume_fetch.go); groups
-//	          start as handlers and their partitions free up; each pop is
-//	          settled by the worker that ends its last group.
-//	   │  stop: a ctx ended, the Limit is reached, IdleMillis passed, a
-//	   │  pop was refused for good, or a handler ended its goroutine
+//	running   pops go out for free handlers; groups start as workers and
+//	          their partitions free up; each pop is settled by the worker
+//	          that ends its last group.
+//	   │  stop (beginStop): a ctx ended, the Limit is reached, IdleMillis
+//	   │  passed, a pop was refused for good, or a handler ended its
+//	   │  goroutine
 //	   ▼
 //	draining  no pop and no group starts again. Groups waiting for a
 //	          handler are given back (never started). Pops in flight get
@@ -34,8 +38,9 @@ import (
 //	          handed the messages given back, and lose them with it.
 //	   │  no pop in flight, no handler running, every pop settled
 //	   ▼
-//	done      Execute returns: nil after a ctx, Limit or idle stop, the
-//	          error after a refusal or a Goexit. No goroutine is left.
+//	done      the workers end (the fetchers ended at the stop); Execute returns: nil after a ctx, Limit or
+//	          idle stop, the error after a refusal or a Goexit. No
+//	          goroutine is left.
 
 const (
 	popDrain      = 250 * time.Millisecond // what a stop gives a pop's answer on its way
@@ -47,6 +52,7 @@ type phase int
 const (
 	running phase = iota
 	draining
+	done
 )
 
 // engineConfig is what the parts read of the options.
@@ -82,15 +88,12 @@ type engine struct {
 	hctx       context.Context // base of the handlers' ctxs: ends after the grace period
 	hcancel    context.CancelCauseFunc
 	stopCh     chan struct{} // closed when the stop begins
+	doneCh     chan struct{} // closed when the stop path is done
+	wg         sync.WaitGroup
 
-	popReq   chan int       // pops to send, to the fetchers (their size)
-	work     chan *group    // groups to handle, to the workers
-	popped   chan popDone   // from the fetchers
-	finished chan groupDone // from the workers
-	settled  chan *batch    // from the settles after a stop
-	wg       sync.WaitGroup // every goroutine the loop started
-
-	// The loop's state: touched by the loop's goroutine only.
+	// Under mu: the state the slots share.
+	mu        sync.Mutex
+	kick      chan struct{} // closed and replaced when the state changes
 	phase     phase
 	fatal     error
 	inflight  int      // pops in flight
@@ -102,11 +105,9 @@ type engine struct {
 	limit     limiter
 	outage    outage
 	pauseTill time.Time // no pop before (after an empty answer or a failure)
-	abandoned bool      // pops in flight were abandoned
+	abandoned bool      // pops in flight were abandoned at the stop
 	quietAt   time.Time // when an abandoned pop is surely gone
 	lastBusy  time.Time
-
-	wake, idleT, drainT, graceT, quietT loopTimer
 }
 
 func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
@@ -165,11 +166,8 @@ func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineC
 		execCtx: execCtx, consumeCtx: consumeCtx,
 		reqCtx:   context.WithoutCancel(execCtx),
 		stopCh:   make(chan struct{}),
-		popReq:   make(chan int, cfg.slots),    // never more pops in flight than slots
-		work:     make(chan *group, cfg.slots), // nor groups running
-		popped:   make(chan popDone),
-		finished: make(chan groupDone),
-		settled:  make(chan *batch),
+		doneCh:   make(chan struct{}),
+		kick:     make(chan struct{}),
 		limit:    limiter{on: limit > 0, left: limit},
 		lastBusy: time.Now(),
 	}
@@ -178,133 +176,247 @@ func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineC
 	return e
 }
 
-// run is the loop. It returns when the stop path is done.
+// run starts the fetchers and workers and walks the stop path; it returns
+// when it is done.
 func (e *engine) run() error {
 	e.outage = newOutage(e.retry)
-	if e.cfg.idle > 0 {
-		e.idleT.set(e.cfg.idle)
+	if e.stopping() {
+		e.beginStop(nil) // a ctx that ended stops the loop before its first pop
 	}
-	e.wg.Add(2 * e.cfg.slots)
 	for range e.cfg.slots {
-		go e.fetcher()
-		go e.worker()
+		e.startSlot(true)
+		e.startSlot(false)
 	}
 	defer func() {
-		for _, t := range []*loopTimer{&e.wake, &e.idleT, &e.drainT, &e.graceT, &e.quietT} {
-			t.stop()
-		}
 		e.hcancel(errConsumeStopped)
 		e.pollCancel()
-		close(e.popReq)
-		close(e.work)
 		e.wg.Wait()
 	}()
-	for {
-		e.step()
-		if e.phase == draining && e.inflight == 0 && len(e.running) == 0 && e.settling == 0 && len(e.pending) == 0 {
-			return e.fatal
-		}
+
+	// running: until a stop.
+	var idle loopTimer
+	if e.cfg.idle > 0 {
+		idle.set(e.cfg.idle)
+	}
+	for running := true; running; {
 		select {
-		case d := <-e.popped:
-			e.onPopped(d)
-		case d := <-e.finished:
-			e.onFinished(d)
-		case b := <-e.settled:
-			e.onSettled(b)
+		case <-e.stopCh:
+			running = false
 		case <-e.execCtx.Done():
 			e.beginStop(nil)
 		case <-ctxDone(e.consumeCtx):
 			e.beginStop(nil)
-		case <-e.wake.c:
-			e.wake.fired()
-		case <-e.idleT.c:
-			e.idleT.fired()
-			e.checkIdle()
-		case <-e.drainT.c:
-			e.drainT.fired()
-			e.abandonPops()
-		case <-e.graceT.c:
-			e.graceT.fired()
-			e.hcancel(errConsumeStopped)
-		case <-e.quietT.c:
-			e.quietT.fired()
-		}
-	}
-}
-
-// step starts what may start: while running, groups for free handlers and
-// pops for the handlers left free; once stopping, the batch acks held
-// back until no pop of the loop is parked at the broker.
-func (e *engine) step() {
-	if e.phase == running && e.stopping() {
-		e.beginStop(nil) // a ctx that ended stops the loop before its next pop, and its first
-	}
-	if e.phase == running {
-		e.dispatch()
-		for e.mayPop() {
-			n, ok := e.limit.reserve(e.cfg.want)
-			if !ok {
-				break
+		case <-idle.c:
+			idle.fired()
+			if d := e.idleFor(); d > 0 {
+				idle.set(d)
 			}
-			e.inflight++
-			e.popReq <- n
 		}
-		return
 	}
-	if e.quiet() {
-		for _, b := range e.pending {
-			e.startSettle(b)
+	idle.stop()
+
+	// draining: the drain of the pops in flight, the grace period, quiet.
+	var drain, grace, quiet loopTimer
+	defer func() { drain.stop(); grace.stop(); quiet.stop() }()
+	e.mu.Lock()
+	if e.inflight > 0 && e.pollCtx.Err() == nil {
+		drain.set(popDrain)
+	}
+	e.mu.Unlock()
+	if e.cfg.grace > 0 {
+		grace.set(e.cfg.grace)
+	} else {
+		e.hcancel(errConsumeStopped)
+	}
+	for {
+		select {
+		case <-e.doneCh:
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return e.fatal
+		case <-drain.c:
+			drain.fired()
+			e.mu.Lock()
+			if e.abandonPops() {
+				quiet.set(abandonNotice)
+			}
+			e.mu.Unlock()
+		case <-quiet.c:
+			quiet.fired()
+			e.mu.Lock()
+			e.changed() // quiet now: the acks held back may go
+			e.mu.Unlock()
+		case <-grace.c:
+			grace.fired()
+			e.hcancel(errConsumeStopped)
 		}
-		e.pending = nil
 	}
 }
 
-// dispatch starts the waiting groups whose partition is free, in order,
-// while handlers are free.
-func (e *engine) dispatch() {
-	for i := 0; i < len(e.queued) && len(e.running) < e.cfg.slots; {
-		g := e.queued[i]
-		if slices.ContainsFunc(e.running, g.conflicts) {
-			i++
-			continue
+// idleFor stops the loop after IdleMillis with no pop in hand, or says how
+// long to wait before asking again.
+func (e *engine) idleFor() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.busy > 0 {
+		return e.cfg.idle
+	}
+	if since := time.Since(e.lastBusy); since < e.cfg.idle {
+		return e.cfg.idle - since
+	}
+	e.log.Debug("queen: consume loop idle, stopping", "queue", e.cfg.queue, "group", e.cfg.group, "idle", e.cfg.idle)
+	e.stopLocked(nil)
+	return 0
+}
+
+// task is what next gives a goroutine of the loop: a group to handle, a
+// pop to send (of n messages), or a pop to settle.
+type task struct {
+	g      *group
+	pop    bool
+	n      int
+	settle *batch
+}
+
+// startSlot starts one fetcher (it sends pops) or one worker (it handles
+// groups and settles pops).
+func (e *engine) startSlot(fetcher bool) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		for {
+			t, ok := e.next(fetcher)
+			if !ok {
+				return
+			}
+			switch {
+			case t.pop:
+				e.fetch(t.n)
+			case t.g != nil:
+				e.runGroup(t.g)
+			default:
+				e.settle(t.settle)
+				e.settledLate(t.settle)
+			}
 		}
-		e.queued = slices.Delete(e.queued, i, i+1)
-		e.running = append(e.running, g)
-		e.work <- g
+	}()
+}
+
+// next waits for the next task of a fetcher or a worker; false: it is done
+// (a fetcher after the stop, a worker when the stop path is done).
+func (e *engine) next(fetcher bool) (task, bool) {
+	var pause *time.Timer
+	defer func() {
+		if pause != nil {
+			pause.Stop()
+		}
+	}()
+	for {
+		e.mu.Lock()
+		if e.phase == running && e.stopping() {
+			e.stopLocked(nil) // a ctx that ended: no pop or message starts after it
+		}
+		var t task
+		ok := false
+		if fetcher {
+			t, ok = e.takePop()
+		} else {
+			t, ok = e.takeWork()
+		}
+		if ok {
+			e.mu.Unlock()
+			return t, true
+		}
+		if (fetcher && e.phase != running) || e.phase == done {
+			e.mu.Unlock()
+			return task{}, false
+		}
+		kick := e.kick
+		var wake <-chan time.Time
+		if wait := time.Until(e.pauseTill); fetcher && wait > 0 {
+			if pause == nil {
+				pause = time.NewTimer(wait)
+			} else {
+				pause.Reset(wait)
+			}
+			wake = pause.C
+		}
+		e.mu.Unlock()
+		select {
+		case <-kick:
+		case <-wake:
+		}
 	}
 }
 
-// mayPop says whether a pop may go now: a handler is free for it (pops in
-// flight, groups waiting, groups running and pops being settled are fewer
-// than the handlers, which bounds what the loop holds to Concurrency
-// pops), and no pause runs.
-func (e *engine) mayPop() bool {
-	if e.inflight+len(e.queued)+len(e.running)+e.settling >= e.cfg.slots {
-		return false
+// takePop gives a fetcher a pop to send, if one may go (e.mu held): only
+// for a free handler (pops in flight, groups waiting and running and pops
+// being settled stay below Concurrency, which bounds what the loop holds
+// to Concurrency pops), after any pause, within the Limit.
+func (e *engine) takePop() (task, bool) {
+	if e.phase != running || e.inflight+len(e.queued)+len(e.running)+e.settling >= e.cfg.slots ||
+		time.Now().Before(e.pauseTill) {
+		return task{}, false
 	}
-	if wait := time.Until(e.pauseTill); wait > 0 {
-		if !e.wake.active() {
-			e.wake.set(wait)
-		}
-		return false
+	n, ok := e.limit.reserve(e.cfg.want)
+	if !ok {
+		return task{}, false
 	}
-	return true
+	e.inflight++
+	return task{pop: true, n: n}, true
 }
 
-// pause holds the pops until t.
+// takeWork gives a worker a group whose partition is free, or, after a
+// stop and once quiet, a pop to settle (e.mu held).
+func (e *engine) takeWork() (task, bool) {
+	if e.phase == running {
+		for i, g := range e.queued {
+			if !slices.ContainsFunc(e.running, g.conflicts) {
+				e.queued = slices.Delete(e.queued, i, i+1)
+				e.running = append(e.running, g)
+				return task{g: g}, true
+			}
+		}
+		return task{}, false
+	}
+	if len(e.pending) > 0 && e.quiet() {
+		b := e.pending[0]
+		e.pending = e.pending[1:]
+		e.settling++
+		return task{settle: b}, true
+	}
+	return task{}, false
+}
+
+// pause holds the pops until t (e.mu held).
 func (e *engine) pause(t time.Time) {
 	e.pauseTill = t
-	e.wake.stop()
+	e.changed()
 }
 
-func (e *engine) onPopped(d popDone) {
-	e.inflight--
+// changed wakes who waits for a task (e.mu held), and ends the stop path
+// when nothing is left to do.
+func (e *engine) changed() {
+	close(e.kick)
+	e.kick = make(chan struct{})
+	if e.phase == draining && e.inflight == 0 && len(e.running) == 0 && e.settling == 0 && len(e.pending) == 0 {
+		e.phase = done
+		close(e.doneCh)
+	}
+}
+
+// popped takes a pop's answer.
+func (e *engine) popped(d popDone) {
 	got := 0
 	if d.res != nil {
 		got = len(d.res.messages)
 	}
+	var hook *LoopError
+	e.mu.Lock()
+	e.inflight--
 	e.limit.popped(d.reserved, got)
-	if e.phase == draining {
+	switch {
+	case e.phase != running:
 		if e.inflight == 0 {
 			e.abandonPops() // the last pop is back: nothing to wait for
 		}
@@ -312,17 +424,15 @@ func (e *engine) onPopped(d popDone) {
 			e.busy++
 			e.batchDone(e.newBatch(d.res, d.reserved))
 		}
-		return
-	}
-	switch {
 	case d.err != nil:
+		hook = &LoopError{Op: LoopOpPop, Err: d.err}
 		e.popFailed(d.err)
 	case got == 0:
 		e.popOK()
 		e.pause(time.Now().Add(emptyDelay(d.res, d.took)))
 	default:
 		e.popOK()
-		e.pause(time.Time{})
+		e.pauseTill = time.Time{}
 		b := e.newBatch(d.res, d.reserved)
 		e.busy++
 		if e.cfg.renewEvery > 0 && b.leaseID != "" {
@@ -330,46 +440,52 @@ func (e *engine) onPopped(d popDone) {
 		}
 		e.queued = append(e.queued, b.groups...)
 	}
+	e.changed()
+	e.mu.Unlock()
+	if hook != nil {
+		e.loopError(hook)
+	}
 }
 
-func (e *engine) onFinished(d groupDone) {
+// finished takes a group back from its worker.
+func (e *engine) finished(d groupDone) {
 	g := d.g
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.running = slices.DeleteFunc(e.running, func(o *group) bool { return o == g })
 	if g.goexit {
 		e.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
 			"queue", e.cfg.queue, "group", e.cfg.group)
-		e.beginStop(errHandlerGoexit)
+		e.stopLocked(errHandlerGoexit)
+		e.startSlot(false) // in the place of the worker that ended: the stop path needs workers
 	}
 	switch {
 	case d.settled:
-		e.settling++ // its worker settled it: counted as one
-		e.onSettled(g.b)
+		e.settling++ // its slot settled it: counted as one
+		e.settledLocked(g.b)
 	case d.last:
 		e.batchDone(g.b)
 	}
+	e.changed()
 }
 
-// batchDone settles a pop whose groups are all done: at once while
-// running, once quiet after a stop.
+// batchDone holds a pop whose groups are all done and that its worker did
+// not settle (after a stop): the next free worker settles it once quiet
+// (e.mu held).
 func (e *engine) batchDone(b *batch) {
-	if e.phase == draining && !e.quiet() {
-		e.pending = append(e.pending, b)
-		return
-	}
-	e.startSettle(b)
+	e.pending = append(e.pending, b)
 }
 
-func (e *engine) startSettle(b *batch) {
-	e.settling++
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		e.settle(b)
-		e.settled <- b
-	}()
+// settledLate takes back a pop settled after a stop.
+func (e *engine) settledLate(b *batch) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settledLocked(b)
+	e.changed()
 }
 
-func (e *engine) onSettled(b *batch) {
+// settledLocked ends the hold of a settled pop (e.mu held).
+func (e *engine) settledLocked(b *batch) {
 	e.settling--
 	e.busy--
 	e.lastBusy = time.Now()
@@ -380,87 +496,69 @@ func (e *engine) onSettled(b *batch) {
 	e.limit.settled(len(b.msgs), handled)
 	b.cancel(nil)
 	if e.limit.reached() {
-		e.beginStop(nil)
+		e.stopLocked(nil)
 	}
 }
 
-// checkIdle stops the loop after IdleMillis with no pop in hand.
-func (e *engine) checkIdle() {
+// beginStop is stopLocked for who does not hold e.mu.
+func (e *engine) beginStop(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stopLocked(err)
+}
+
+// stopLocked is the one way from running to draining (e.mu held). err is
+// what Execute returns (nil: a ctx, Limit or idle stop); a later stop's
+// error does not replace an earlier one. run arms the drain and grace
+// timers when it sees stopCh closed.
+func (e *engine) stopLocked(err error) {
+	if e.fatal == nil {
+		e.fatal = err
+	}
 	if e.phase != running {
 		return
 	}
-	if e.busy > 0 {
-		e.idleT.set(e.cfg.idle)
-		return
-	}
-	if since := time.Since(e.lastBusy); since < e.cfg.idle {
-		e.idleT.set(e.cfg.idle - since)
-		return
-	}
-	e.log.Debug("queen: consume loop idle, stopping", "queue", e.cfg.queue, "group", e.cfg.group, "idle", e.cfg.idle)
-	e.beginStop(nil)
-}
-
-// beginStop is the one way from running to draining. err is what Execute
-// returns (nil: a ctx, Limit or idle stop); a later stop's error does not
-// replace an earlier one.
-func (e *engine) beginStop(err error) {
-	if e.phase == draining {
-		if e.fatal == nil {
-			e.fatal = err
-		}
-		return
-	}
-	e.phase, e.fatal = draining, err
+	e.phase = draining
 	close(e.stopCh)
-	e.wake.stop()
-	e.idleT.stop()
 	if e.inflight == 0 {
 		e.abandonPops()
-	} else {
-		e.drainT.set(popDrain)
-	}
-	if e.cfg.grace > 0 {
-		e.graceT.set(e.cfg.grace)
-	} else {
-		e.hcancel(errConsumeStopped)
 	}
 	// Groups that never started: given back (their pops settle when
 	// their last group is done).
-	queued := e.queued
-	e.queued = nil
-	for _, g := range queued {
+	for _, g := range e.queued {
 		if g.b.left.Add(-1) == 0 {
 			e.batchDone(g.b)
 		}
 	}
+	e.queued = nil
+	e.changed()
 }
 
-// abandonPops cancels the pops still in flight, once: after popDrain, or
-// as soon as none is in flight. The broker claims nothing more for a poll
-// that is gone, once it has noticed: quiet waits abandonNotice for that.
-func (e *engine) abandonPops() {
+// abandonPops cancels the pops still in flight, once (e.mu held): after
+// popDrain, or as soon as none is in flight. The broker claims nothing
+// more for a poll that is gone, once it has noticed: quiet waits
+// abandonNotice for that. It says whether pops were abandoned.
+func (e *engine) abandonPops() bool {
 	if e.pollCtx.Err() != nil {
-		return
+		return false
 	}
-	e.drainT.stop()
 	if e.inflight > 0 {
 		e.abandoned = true
 		e.quietAt = time.Now().Add(abandonNotice)
-		e.quietT.set(abandonNotice)
 	}
 	e.pollCancel()
+	return e.abandoned
 }
 
 // quiet says whether, after a stop, no pop of the loop can still claim
-// messages at the broker.
+// messages at the broker (e.mu held).
 func (e *engine) quiet() bool {
 	return e.inflight == 0 && e.pollCtx.Err() != nil && (!e.abandoned || !time.Now().Before(e.quietAt))
 }
 
-// stopping says whether the loop is stopping, for the handler goroutines
-// too. It reads the two ctxs itself rather than wait for the loop to
-// notice: a message is not started after either has ended.
+// stopping says whether the loop is stopping, for the handlers too. It
+// reads the two ctxs itself rather than wait for run to notice: a message
+// is not started after either has ended.
 func (e *engine) stopping() bool {
 	select {
 	case <-e.stopCh:
@@ -470,7 +568,7 @@ func (e *engine) stopping() bool {
 	return e.execCtx.Err() != nil || (e.consumeCtx != nil && e.consumeCtx.Err() != nil)
 }
 
-// loopTimer is a timer of the loop: c is nil while it is not armed.
+// loopTimer is a timer of run: c is nil while it is not armed.
 type loopTimer struct {
 	t *time.Timer
 	c <-chan time.Time
@@ -481,8 +579,6 @@ func (t *loopTimer) set(d time.Duration) {
 	t.t = time.NewTimer(d)
 	t.c = t.t.C
 }
-
-func (t *loopTimer) active() bool { return t.c != nil }
 
 // fired disarms a timer whose channel delivered.
 func (t *loopTimer) fired() { t.t, t.c = nil, nil }

@@ -161,6 +161,9 @@ func (r *popRequest) hasSubscription() bool {
 // and capped to n messages when n > 0 (the rest of a Limit).
 func (c *Client) popValues(r *popRequest, withSub bool, n int) (url.Values, error) {
 	legacy := c.mem.noAutopilot.Load() && r.autopilotBatch()
+	if n > 0 && !r.capChanges(legacy, n) {
+		n = 0 // the cap changes nothing: the query encoded once will do
+	}
 	if n <= 0 {
 		i := 0
 		if withSub {
@@ -180,6 +183,18 @@ func (c *Client) popValues(r *popRequest, withSub bool, n int) (url.Values, erro
 		return vals, nil
 	}
 	return r.values(withSub, legacy, n)
+}
+
+// capChanges says whether capping r's batch to n changes its query.
+func (r *popRequest) capChanges(legacy bool, n int) bool {
+	switch b := r.query.Batch; {
+	case b != nil:
+		return *b > n
+	case legacy:
+		return LegacyBatch > n
+	default:
+		return n < autopilotMaxBatch
+	}
 }
 
 // autopilotBatch says whether r leaves its batch to the broker.
