@@ -197,7 +197,17 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 	if len(body) > 0 && body[0] == '{' {
 		return nil, objectForResults(http.StatusOK, path, body, "ack")
 	}
-	var out []wire.AckResult
+	// What the client reads of each result (wire.AckResult), with room for
+	// all of them up front.
+	type ackReply struct {
+		TransactionID string `json:"transactionId"`
+		Success       bool   `json:"success"`
+		Error         string `json:"error"`
+		LeaseReleased bool   `json:"leaseReleased"`
+		DLQ           bool   `json:"dlq"`
+		Noop          bool   `json:"noop"`
+	}
+	out := make([]ackReply, 0, len(items))
 	if err := jsonv2.Unmarshal(body, &out, wireJSON); err != nil {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
 			Message: "undecodable ack answer: " + err.Error()}
@@ -211,12 +221,9 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 	// Results come in request order on both generations; position is trusted
 	// over "index" so that a malformed answer cannot leave a slot unset.
 	for i, o := range out {
-		r := AckResult{TransactionID: o.TransactionID, Success: o.Success, LeaseReleased: o.LeaseReleased, DLQ: o.DLQ, Noop: o.Noop}
+		r := AckResult{TransactionID: o.TransactionID, Success: o.Success, Error: o.Error, LeaseReleased: o.LeaseReleased, DLQ: o.DLQ, Noop: o.Noop}
 		if r.TransactionID == "" {
 			r.TransactionID = items[i].TransactionID
-		}
-		if o.Error != nil {
-			r.Error = *o.Error
 		}
 		if !r.Success {
 			failed = true

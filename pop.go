@@ -144,19 +144,31 @@ type payload struct {
 	data map[string]any
 }
 
-// UnmarshalJSONFrom keeps the value and reads an object into data (any
-// other value, or an object that does not decode, leaves data nil).
+// UnmarshalJSONFrom keeps the value's bytes, and reads an object into data
+// with the same decoder, so that the keys and strings a pop's messages
+// repeat are made once (an object that does not decode leaves data nil).
+// The bytes are those the decoder has not read yet when the value starts:
+// decodePop decodes a whole answer in memory, so they are the answer's own
+// (copied, all the same, before the message keeps them).
 func (p *payload) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
-	v, err := dec.ReadValue()
+	rest := dec.UnreadBuffer()
+	start := dec.InputOffset()
+	var err error
+	if dec.PeekKind() == '{' {
+		if err = jsonv2.UnmarshalDecode(dec, &p.data); err != nil {
+			p.data = nil
+		}
+	} else {
+		err = dec.SkipValue()
+	}
 	if err != nil {
 		return err
 	}
-	p.raw = bytes.Clone(v)
-	if len(p.raw) > 0 && p.raw[0] == '{' {
-		if jsonv2.Unmarshal(p.raw, &p.data, wireJSON) != nil {
-			p.data = nil
-		}
+	n := dec.InputOffset() - start
+	if n < 0 || n > int64(len(rest)) {
+		return fmt.Errorf("queen: payload of %d bytes beyond the %d read", n, len(rest))
 	}
+	p.raw = bytes.Clone(bytes.TrimLeft(rest[:n], " \t\r\n:"))
 	return nil
 }
 
@@ -181,7 +193,9 @@ func (o *optionalInt) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 
 // decodePop reads a 200 pop body of either broker generation.
 func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResult, error) {
-	var pr popReply
+	// Room for the messages up front (a pop of 100 would else grow the
+	// slice seven times).
+	pr := popReply{Messages: make([]popReplyMessage, 0, bytes.Count(body, []byte(`"transactionId"`)))}
 	if err := jsonv2.Unmarshal(body, &pr, wireJSON); err != nil {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
 			Message: "undecodable pop answer: " + err.Error()}
