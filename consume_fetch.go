@@ -33,11 +33,12 @@ type popDone struct {
 }
 
 // fetch sends one pop for at most n messages (0: the builder's batch), on
-// a fetcher, and hands the answer to the loop.
-func (e *engine) fetch(n int) {
+// a fetcher, and hands the answer to the loop; it returns the group the
+// fetcher is to handle itself, if any.
+func (e *engine) fetch(n int) *group {
 	began := time.Now()
 	res, err := e.b.pop(e.pollCtx, n)
-	e.popped(popDone{reserved: n, res: res, err: err, took: time.Since(began)})
+	return e.popped(popDone{reserved: n, res: res, err: err, took: time.Since(began)})
 }
 
 // limiter counts the Limit: left is what no pop has asked for yet, held

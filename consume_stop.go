@@ -11,8 +11,10 @@ import (
 
 // The loop: Concurrency fetchers send pops when a handler is free for one
 // (consume_fetch.go), Concurrency workers handle the groups of messages
-// whose partition is free (consume_dispatch.go), and the worker that ends
-// a pop's last group settles the pop (consume_settle.go). They take their
+// whose partition is free (consume_dispatch.go), at most Concurrency at
+// once, and the goroutine that ends a pop's last group settles the pop
+// (consume_settle.go). A fetcher handles the first group of its own pop
+// itself: a pop of one partition goes from answer to ack on one goroutine. They take their
 // next task with next; the state they share is in this file, under e.mu,
 // and only the functions below touch it; who has nothing to do waits on
 // e.kick, a channel closed (and replaced) when the state changes.
@@ -291,7 +293,9 @@ func (e *engine) startSlot(fetcher bool) {
 			}
 			switch {
 			case t.pop:
-				e.fetch(t.n)
+				if g := e.fetch(t.n); g != nil {
+					e.runGroup(g) // the pop's first group, on the fetcher that brought it
+				}
 			case t.g != nil:
 				e.runGroup(t.g)
 			default:
@@ -370,12 +374,8 @@ func (e *engine) takePop() (task, bool) {
 // stop and once quiet, a pop to settle (e.mu held).
 func (e *engine) takeWork() (task, bool) {
 	if e.phase == running {
-		for i, g := range e.queued {
-			if !slices.ContainsFunc(e.running, g.conflicts) {
-				e.queued = slices.Delete(e.queued, i, i+1)
-				e.running = append(e.running, g)
-				return task{g: g}, true
-			}
+		if g := e.takeGroup(); g != nil {
+			return task{g: g}, true
 		}
 		return task{}, false
 	}
@@ -386,6 +386,22 @@ func (e *engine) takeWork() (task, bool) {
 		return task{settle: b}, true
 	}
 	return task{}, false
+}
+
+// takeGroup moves the first waiting group whose partition is free to
+// running, while fewer than Concurrency run (e.mu held).
+func (e *engine) takeGroup() *group {
+	if len(e.running) >= e.cfg.slots {
+		return nil
+	}
+	for i, g := range e.queued {
+		if !slices.ContainsFunc(e.running, g.conflicts) {
+			e.queued = slices.Delete(e.queued, i, i+1)
+			e.running = append(e.running, g)
+			return g
+		}
+	}
+	return nil
 }
 
 // pause holds the pops until t (e.mu held).
@@ -405,8 +421,11 @@ func (e *engine) changed() {
 	}
 }
 
-// popped takes a pop's answer.
-func (e *engine) popped(d popDone) {
+// popped takes a pop's answer, and returns the first group it brought for
+// the fetcher to handle itself (nil: none, or no handler free), so that a
+// pop of one partition is handled with no hand-off; workers take the rest.
+func (e *engine) popped(d popDone) *group {
+	var mine *group
 	got := 0
 	if d.res != nil {
 		got = len(d.res.messages)
@@ -439,12 +458,14 @@ func (e *engine) popped(d popDone) {
 			b.keeper = e.keepLease(b)
 		}
 		e.queued = append(e.queued, b.groups...)
+		mine = e.takeGroup()
 	}
 	e.changed()
 	e.mu.Unlock()
 	if hook != nil {
 		e.loopError(hook)
 	}
+	return mine
 }
 
 // finished takes a group back from its worker.
