@@ -54,7 +54,10 @@ type SeekConsumerGroupOptions struct {
 	// Timestamp (RFC 3339, e.g. "2026-10-22T00:00:00Z") moves the group to
 	// just before the first message stored at or after that time, so it
 	// reads again everything from then on. An early time reads everything
-	// still kept.
+	// still kept. (A 0.15.1 broker places the cursor on the last message at
+	// or before the time; the client asks the broker's generation once, GET
+	// /health, and sends a time one microsecond earlier there, so that the
+	// messages stored at exactly that time are read again too.)
 	Timestamp string
 	// ToEnd moves the group past every message stored so far, so it reads
 	// only what is pushed later.
@@ -113,6 +116,12 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	if err != nil {
 		return SeekResult{}, err
 	}
+	asked := body.Timestamp
+	if asked != "" {
+		if body.Timestamp, err = a.c.seekTime(ctx, asked); err != nil {
+			return SeekResult{}, err
+		}
+	}
 	path := "/api/v1/consumer-groups/" + escape(group) + "/queues/" + escape(queue)
 	if partition != "" {
 		path += "/partitions/" + escape(partition)
@@ -142,14 +151,15 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	if out.PartitionName != nil && *out.PartitionName != "" {
 		res.Partition = *out.PartitionName
 	}
-	if out.TargetTimestamp != nil {
+	switch {
+	case asked != "" && !out.SeekToEnd:
+		res.Timestamp = parseBrokerTime(asked)
+	case out.TargetTimestamp != nil:
 		res.Timestamp = parseBrokerTime(*out.TargetTimestamp)
-	} else if !out.SeekToEnd && body.Timestamp != "" {
-		res.Timestamp = parseBrokerTime(body.Timestamp)
 	}
-	if partition != "" && body.Timestamp != "" && out.SeekToEnd {
+	if partition != "" && asked != "" && out.SeekToEnd {
 		return res, fmt.Errorf("%w: the broker moved partition %q to its end instead of to %s (per-partition seek to a time)",
-			ErrNotSupported, partition, body.Timestamp)
+			ErrNotSupported, partition, asked)
 	}
 	return res, nil
 }
