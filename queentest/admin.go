@@ -671,6 +671,11 @@ func (s *Server) handleDeleteGroup(w *recorder, req *request) {
 	for _, qn := range queues {
 		if deleteMeta {
 			delete(b.groups, groupKey{qn, group})
+			for k := range b.subs {
+				if k.queue == qn && k.group == group {
+					delete(b.subs, k)
+				}
+			}
 		}
 		if q := b.queues[qn]; q != nil {
 			for _, p := range q.parts {
@@ -715,6 +720,12 @@ func (s *Server) handleGroupSubscription(w *recorder, req *request) {
 	for k, m := range b.groups {
 		if k.group == group {
 			m.mode, m.subTS = "timestamp", ts
+			n++
+		}
+	}
+	for k, m := range b.subs {
+		if k.group == group {
+			m.subTS = ts // 0.15.1 moves the time and keeps the mode
 			n++
 		}
 	}
