@@ -45,7 +45,7 @@ func (s *Server) handleConfigure(w *recorder, req *request) {
 		w.error(http.StatusBadRequest, "bad_request", "queue is required")
 		return
 	}
-	if nameTooLong(w, name, "") {
+	if nameTooLong(w, name, "", "") {
 		return
 	}
 	replace := false

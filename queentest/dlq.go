@@ -117,7 +117,7 @@ func (s *Server) replayDLQ(w *recorder, req *request, match func(*dlqRow) bool) 
 	if body.Partition != nil {
 		part = strings.TrimSpace(*body.Partition)
 	}
-	if nameTooLong(w, queue, part) {
+	if nameTooLong(w, queue, "", part) {
 		return
 	}
 	txn := "dlq:" + row.id

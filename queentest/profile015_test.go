@@ -18,7 +18,6 @@ import (
 // real 0.15.1 broker recorded in PROTOCOL.md §11, §13, §15, §16 and the
 // captures, or read in its SQL.
 
-
 // anyUUID matches a UUID of any version (0.15.1 names partitions with
 // version 4 ones).
 var anyUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)

@@ -61,7 +61,7 @@ func (s *Server) handlePush(w *recorder, req *request) {
 			w.error(http.StatusBadRequest, "bad_request", "transactionId is longer than 65535 bytes")
 			return
 		}
-		if nameTooLong(w, it.Queue, partitionName(it.Partition)) {
+		if nameTooLong(w, it.Queue, "", partitionName(it.Partition)) {
 			return
 		}
 	}

@@ -499,14 +499,21 @@ func decodeJSONLenient(body []byte, v any) error {
 	return json.Unmarshal(body, v)
 }
 
-// nameTooLong checks the 2.x composite-name bound (413 name_too_long).
-func nameTooLong(w *recorder, queue, third string) bool {
-	if len(queue)+len(third) <= nameBudget {
+// nameTooLong checks the 2.x composite-name bound (413 name_too_long):
+// queue + the wider of group and partition, at most nameBudget bytes. The
+// error names the longest of the three, a tie going to the queue, as the
+// broker's check_message_key_names does.
+func nameTooLong(w *recorder, queue, group, partition string) bool {
+	if len(queue)+max(len(group), len(partition)) <= nameBudget {
 		return false
 	}
 	field, n := "queue", len(queue)
-	if len(third) > len(queue) {
-		field, n = "group or partition", len(third)
+	switch {
+	case len(queue) >= len(group) && len(queue) >= len(partition):
+	case len(group) >= len(partition):
+		field, n = "group", len(group)
+	default:
+		field, n = "partition", len(partition)
 	}
 	w.error(http.StatusRequestEntityTooLarge, "name_too_long",
 		fmt.Sprintf("%s name is %d bytes; the composite store key limit leaves %d bytes for names", field, n, nameBudget))
