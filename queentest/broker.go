@@ -201,7 +201,15 @@ func (b *broker) wake() {
 	b.mu.Unlock()
 }
 
-func (b *broker) now() time.Time { return b.clock.Now() }
+// now is the broker's time. 0.15.1 keeps PostgreSQL's microseconds: a
+// message's createdAt is exactly what its pop shows, and every message of
+// one request shares it (the transaction's NOW()).
+func (b *broker) now() time.Time {
+	if b.legacy {
+		return b.clock.Now().Truncate(time.Microsecond)
+	}
+	return b.clock.Now()
+}
 
 // queueOf returns the queue named name, creating it with cfg when it does
 // not exist.
