@@ -150,12 +150,12 @@ func (s *Server) handlePop015(w *recorder, req *request) {
 // it holds messages, and when a lease it met expires. Callers hold mu.
 func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, leaseID string, now time.Time) (any, bool, time.Time) {
 	var next time.Time
-	note := func(l *lease) {
-		t := l.expires.Add(time.Nanosecond)
-		if next.IsZero() || t.Before(next) {
+	at := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
+	note := func(l *lease) { at(l.expires.Add(time.Nanosecond)) }
 	q := b.queues[queue]
 	if pinned {
 		var part *partition
@@ -179,8 +179,11 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 			note(l)
 			return emptyPop015("lease_held"), false, next
 		}
-		msgs := b.claim015(part, c, p, leaseID, p.batch, partName, now)
-		b.bump()
+		msgs, changed, vis := b.claim015(part, c, p, leaseID, p.batch, partName, now)
+		at(vis)
+		if changed {
+			b.bump()
+		}
 		return b.popBody015(p, leaseID, part, msgs, 1), len(msgs) > 0, next
 	}
 
@@ -222,6 +225,7 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 	remaining, claimed := max(p.batch, 1), 0
 	var first *partition
 	var all []pop015Message
+	changed := false
 	for _, cd := range cands {
 		if remaining <= 0 || claimed >= p.maxParts {
 			break
@@ -231,7 +235,9 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 			c = &cursor{committed: -1, attemptOff: -1}
 			cd.p.cursors[p.group] = c
 		}
-		msgs := b.claim015(cd.p, c, p, leaseID, remaining, "", now)
+		msgs, ch, vis := b.claim015(cd.p, c, p, leaseID, remaining, "", now)
+		changed = changed || ch
+		at(vis)
 		if first == nil {
 			first = cd.p
 		}
@@ -242,7 +248,9 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 	if claimed == 0 {
 		return emptyPop015("no_available_partition"), false, next
 	}
-	b.bump()
+	if changed {
+		b.bump() // a claim that found nothing and moved nothing wakes no one
+	}
 	return b.popBody015(p, leaseID, first, all, claimed), len(all) > 0, next
 }
 
@@ -278,7 +286,11 @@ func (b *broker) popBody015(p pop015Params, leaseID string, first *partition, ms
 //
 // subPart is the partition name a written subscription row carries ("" on
 // the wildcard route). Callers hold mu.
-func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID string, limit int, subPart string, now time.Time) []pop015Message {
+//
+// It also reports whether it changed anything a parked pop could care
+// about (messages handed out, a cursor moved, a subscription written), and
+// when the first message it left for delayedProcessing becomes visible.
+func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID string, limit int, subPart string, now time.Time) ([]pop015Message, bool, time.Time) {
 	secs := part.q.cfg.LeaseTime
 	if secs == 0 {
 		secs = 60
@@ -286,6 +298,8 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 	c.lease = &lease{id: leaseID, acquired: now, expires: now.Add(time.Duration(secs) * time.Second), end: -1}
 	c.batchSize, c.ackedCount = p.batch, 0
 
+	changed := false
+	var visibleAt time.Time
 	var since *time.Time
 	if c.committed < 0 && p.group != queueModeGroup {
 		if m := b.subOf(part.q.name, p.group, part.name); m != nil {
@@ -294,12 +308,12 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 		} else if p.subFrom != "" && p.subFrom != "now" {
 			if ts, ok := parseTime(p.subFrom); ok {
 				since = &ts
-				b.addSub015(part.q, p.group, subPart, "timestamp", ts, now)
+				changed = b.addSub015(part.q, p.group, subPart, "timestamp", ts, now)
 			}
 		} else if p.subFrom == "now" || p.subMode == "new" {
 			t := now
 			since = &t
-			b.addSub015(part.q, p.group, subPart, "new", now, now)
+			changed = b.addSub015(part.q, p.group, subPart, "new", now, now)
 		}
 	}
 
@@ -310,11 +324,13 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 			continue
 		}
 		if !part.visible(m, now) {
+			visibleAt = part.visibleAt(m)
 			break
 		}
 		offs = append(offs, o)
 	}
 	n := len(offs)
+	changed = changed || n > 0
 	switch {
 	case p.autoAck && n > 0:
 		c.setCommitted(offs[n-1], now)
@@ -325,6 +341,7 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 			if o := part.lastAtOrBefore(*since); o >= 0 {
 				c.setCommitted(o, now)
 				c.lastConsumedAt = now
+				changed = true
 			}
 		}
 		c.lease = nil
@@ -348,7 +365,7 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 			LeaseID: wireLease, ConsumerGroup: p.group,
 		}
 	}
-	return out
+	return out, changed, visibleAt
 }
 
 // subOf is the 0.15.1 subscription row that starts group's NULL cursor on
@@ -361,13 +378,14 @@ func (b *broker) subOf(queue, group, part string) *groupMeta {
 	return b.subs[subKey{queue, group, ""}]
 }
 
-// addSub015 writes a subscription row unless one exists under the same key;
-// the first row written also creates the group's cursors (NULL) on every
-// partition of q that has messages. Callers hold mu.
-func (b *broker) addSub015(q *queue, group, part, mode string, ts, now time.Time) {
+// addSub015 writes a subscription row unless one exists under the same key
+// (it reports whether it wrote one); the first row written also creates the
+// group's cursors (NULL) on every partition of q that has messages. Callers
+// hold mu.
+func (b *broker) addSub015(q *queue, group, part, mode string, ts, now time.Time) bool {
 	k := subKey{q.name, group, part}
 	if b.subs[k] != nil {
-		return
+		return false
 	}
 	b.subs[k] = &groupMeta{mode: mode, subTS: ts, registeredAt: now}
 	for _, p := range q.parts {
@@ -375,6 +393,7 @@ func (b *broker) addSub015(q *queue, group, part, mode string, ts, now time.Time
 			p.cursors[group] = &cursor{committed: -1, attemptOff: -1, lastConsumedAt: now}
 		}
 	}
+	return true
 }
 
 // lastAtOrBefore is the offset of p's newest message created at or before

@@ -666,3 +666,35 @@ func TestBroker015Renew(t *testing.T) {
 	st, _, _ := h.do("POST", "/api/v1/lease/x/extend", "")
 	assert.Equal(t, http.StatusBadRequest, st, "0.15.1 requires a body")
 }
+
+// TestBroker015LongPoll: a parked pop wakes on a push; a parked pop whose
+// claim jumps the cursor (§16) keeps waiting and times out empty, so the
+// skip is silent.
+func TestBroker015LongPoll(t *testing.T) {
+	h := start015(t)
+	done := make(chan tPop, 1)
+	go func() {
+		st, _, raw := h.do("GET", "/api/v1/pop/queue/lp?wait=true&timeout=5000&batch=5", nil)
+		var p tPop
+		if st == http.StatusOK {
+			_ = json.Unmarshal(raw, &p)
+		}
+		done <- p
+	}()
+	time.Sleep(50 * time.Millisecond)
+	h.push15("lp", "p", item{"n": 7})
+	select {
+	case p := <-done:
+		assert.Equal(t, []int{7}, ns(t, p.Messages))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the parked pop did not wake on the push")
+	}
+
+	p := cursorJumpSetup(t, h, "lq")
+	h.batchAck("g", ackItem(p.Messages[0], "failed"))
+	h.clock.Advance(time.Second)
+	st, _, raw := h.do("GET", "/api/v1/pop/queue/lq?wait=true&timeout=100&consumerGroup=g&subscriptionMode=new&batch=10", nil)
+	require.Equal(t, http.StatusOK, st)
+	assert.JSONEq(t, `{"consumerGroup":"g","leaseId":null,"messages":[],"partition":"","partitionId":null,"queue":"lq","success":true}`, string(raw))
+	h.requireNoPartition("lq", vals("consumerGroup", "g", "batch", "10"))
+}
