@@ -672,7 +672,8 @@ func (s *Server) handleDeleteGroup(w *recorder, req *request) {
 		if deleteMeta {
 			delete(b.groups, groupKey{qn, group})
 			for k := range b.subs {
-				if k.queue == qn && k.group == group {
+				// 0.15.1's rows of every queue go with a group-wide delete.
+				if k.group == group && (k.queue == qn || only == nil) {
 					delete(b.subs, k)
 				}
 			}

@@ -698,3 +698,17 @@ func TestBroker015LongPoll(t *testing.T) {
 	assert.JSONEq(t, `{"consumerGroup":"g","leaseId":null,"messages":[],"partition":"","partitionId":null,"queue":"lq","success":true}`, string(raw))
 	h.requireNoPartition("lq", vals("consumerGroup", "g", "batch", "10"))
 }
+
+// TestBroker015DeleteGroupForgetsItsSubscription: after a group delete
+// (metadata included), a NULL cursor no longer starts at the old
+// subscription row: the group reads from the start again.
+func TestBroker015DeleteGroupForgetsItsSubscription(t *testing.T) {
+	h := start015(t)
+	h.push15("dg", "p", item{"n": 0})
+	h.clock.Advance(time.Second)
+	p := h.pop15("dg", vals("consumerGroup", "g", "subscriptionMode", "new"))
+	require.Empty(t, p.Messages)
+	h.obj("DELETE", "/api/v1/consumer-groups/g", nil)
+	p = h.pop15("dg", vals("consumerGroup", "g"))
+	assert.Equal(t, []int{0}, ns(t, p.Messages))
+}
