@@ -712,3 +712,36 @@ func TestBroker015DeleteGroupForgetsItsSubscription(t *testing.T) {
 	p = h.pop15("dg", vals("consumerGroup", "g"))
 	assert.Equal(t, []int{0}, ns(t, p.Messages))
 }
+
+// TestBroker015MultiPartition: partitions is honoured (pop_unified_batch_v4)
+// with batch as the budget of the whole pop, so partitions=8 without a batch
+// still takes one message of one partition (§16); one lease id covers the
+// claimed partitions but is held and released per partition (§15).
+func TestBroker015MultiPartition(t *testing.T) {
+	h := start015(t)
+	h.push15("mp", "a", item{"n": 0}, item{"n": 1})
+	h.push15("mp", "b", item{"n": 10}, item{"n": 11})
+	p := h.pop15("mp", vals("partitions", "8", "consumerGroup", "one", "subscriptionMode", "all"))
+	assert.Equal(t, 1, p.PartitionsClaimed)
+	assert.Len(t, p.Messages, 1)
+
+	p = h.pop15("mp", vals("partitions", "2", "batch", "10"))
+	require.Equal(t, 2, p.PartitionsClaimed)
+	require.Len(t, p.Messages, 4)
+	var a, b []tMessage
+	for _, m := range p.Messages {
+		assert.Equal(t, p.LeaseID, m.LeaseID, "one lease id")
+		if m.Partition == "a" {
+			a = append(a, m)
+		} else {
+			b = append(b, m)
+		}
+	}
+	res := h.batchAck("", ackItem(a[0], "failed"))
+	assert.Equal(t, true, res[0]["leaseReleased"])
+	res = h.batchAck("", ackItem(b[0], "completed"), ackItem(b[1], "completed"))
+	assert.Equal(t, []any{true, true}, []any{res[0]["success"], res[1]["success"]}, "b's lease is still held")
+	assert.Equal(t, true, res[1]["leaseReleased"])
+	p = h.pop15("mp", vals("partitions", "2", "batch", "10"))
+	assert.Equal(t, []int{0, 1}, ns(t, p.Messages), "only a's messages come back")
+}
