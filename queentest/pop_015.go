@@ -23,7 +23,7 @@ const (
 // read it: a number that does not parse is the default, a boolean is true
 // only for "true" or "1", and an empty value is the default.
 type pop015Params struct {
-	group    string // queueModeGroup when absent
+	group    string // queueModeGroup when absent, as sent (even "") otherwise
 	wait     bool
 	timeout  time.Duration
 	batch    int // as sent; the wildcard route takes at least one message
@@ -58,9 +58,9 @@ func parsePop015(q url.Values) pop015Params {
 		v := q.Get(k)
 		return v == "true" || v == "1"
 	}
-	group := q.Get("consumerGroup")
-	if group == "" {
-		group = queueModeGroup
+	group := queueModeGroup
+	if v, ok := q["consumerGroup"]; ok {
+		group = v[0] // present, even empty: that is the group
 	}
 	return pop015Params{
 		group:    group,
