@@ -326,9 +326,6 @@ func match(r *http.Request, legacy bool) (Route, handler, []string) {
 			return false
 		}
 		for i, w := range want {
-			if w == "*" && seg[i] == "" {
-				return false // an empty parameter matches no route
-			}
 			if w != "*" && w != seg[i] {
 				return false
 			}
