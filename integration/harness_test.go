@@ -283,7 +283,7 @@ func inProcess(t *testing.T, need string) *queentest.Server {
 func faultBroker(t *testing.T, need string) *queentest.Server {
 	t.Helper()
 	inProcess(t, need)
-	return queentest.Start(t)
+	return queentest.Start(t, queentest.WithProfile(be.profile))
 }
 
 // eventually polls cond every 20 ms until it holds or d passes.
