@@ -121,9 +121,10 @@ type HandlerEnd struct {
 	// Err is what the handler returned (ErrHandlerPanic when it panicked).
 	Err error
 	// Outcomes holds the outcome decided for each of Messages, in order.
-	// A zero Outcome (empty Status) means the loop sends none for that
-	// message: AutoAck(false) after a success, a message left to follow a
-	// failed one of its partition, or a lost lease (LeaseLost).
+	// A message of a batch handler that follows a failed or retried one of
+	// its partition is given back: Retry. A zero Outcome (empty Status)
+	// means the loop sends none for that message: AutoAck(false) after a
+	// success, or a lost lease (LeaseLost).
 	Outcomes []Outcome
 	// LeaseLost is true when the pop's lease was lost while the handler
 	// ran: its outcomes are not sent.
@@ -383,6 +384,10 @@ type handlerTurn struct {
 	msgs         []*Message
 	start        time.Time
 }
+
+// active reports whether t is reported to hooks (false without handler
+// hooks), for a caller that would build something only for them.
+func (t handlerTurn) active() bool { return t.msgs != nil }
 
 // handlerStart reports a handler call about to start and returns the ctx
 // to give the handler (ctx itself without handler hooks).
