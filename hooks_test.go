@@ -422,3 +422,35 @@ func TestRouteOf(t *testing.T) {
 		assert.Equal(t, want, routeOf(path), path)
 	}
 }
+
+// blockingHook blocks in OnPush until release is closed.
+type blockingHook struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *blockingHook) OnPush(context.Context, PushEvent) {
+	close(h.entered)
+	<-h.release
+}
+
+// TestBlockingHookBlocksTheCaller pins the documented contract: hooks run
+// on the caller's goroutine, so Execute does not return while a hook
+// blocks, and returns once it does.
+func TestBlockingHookBlocksTheCaller(t *testing.T) {
+	h := &blockingHook{entered: make(chan struct{}), release: make(chan struct{})}
+	_, c := hookClient(t, nil, h)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Queue("b").Push(1).Execute(context.Background())
+		done <- err
+	}()
+	<-h.entered
+	select {
+	case err := <-done:
+		t.Fatalf("Execute returned (%v) while its hook was blocked", err)
+	default:
+	}
+	close(h.release)
+	require.NoError(t, <-done)
+}
