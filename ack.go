@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -131,24 +132,36 @@ type Settlement struct {
 // after a failed that dead-letters, and messages left out of the ack would
 // wait for the lease to expire (PROTOCOL.md §16). The consume loop does so.
 func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOptions) ([]AckResult, error) {
-	if len(acks) == 0 {
-		return nil, ErrNoMessages
+	start := c.hooks.now()
+	res, group, sent, err := c.settleBatch(ctx, acks, opts)
+	if sent {
+		c.hooks.settled(ctx, group, acks, start, err)
 	}
-	group := opts.ConsumerGroup
+	return res, err
+}
+
+// settleBatch is SettleBatch without hooks; it also returns the group the
+// acks were sent for, and whether a request was sent (false: refused
+// before the wire).
+func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOptions) (res []AckResult, group string, sent bool, err error) {
+	if len(acks) == 0 {
+		return nil, "", false, ErrNoMessages
+	}
+	group = opts.ConsumerGroup
 	items := make([]wire.AckItem, len(acks))
 	for i, a := range acks {
 		if a.Message == nil || a.Message.TransactionID == "" || a.Message.PartitionID == "" {
-			return nil, fmt.Errorf("ack %d: %w", i, ErrNotAckable)
+			return nil, "", false, fmt.Errorf("ack %d: %w", i, ErrNotAckable)
 		}
 		if !a.Status.valid() {
-			return nil, fmt.Errorf("ack %d: %w: %q", i, ErrUnknownStatus, a.Status)
+			return nil, "", false, fmt.Errorf("ack %d: %w: %q", i, ErrUnknownStatus, a.Status)
 		}
 		if opts.ConsumerGroup == "" {
 			switch g := messageGroup(a.Message); {
 			case i == 0:
 				group = g
 			case g != group:
-				return nil, fmt.Errorf("%w: one batch ack takes one consumer group; got %q and %q",
+				return nil, "", false, fmt.Errorf("%w: one batch ack takes one consumer group; got %q and %q",
 					ErrInvalidOption, group, g)
 			}
 		}
@@ -168,9 +181,10 @@ func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	}
 	resp, err := c.do(ctx, cl)
 	if err != nil {
-		return nil, err
+		return nil, group, true, err
 	}
-	return decodeAcks(resp.body, cl.path, items)
+	res, err = decodeAcks(resp.body, cl.path, items)
+	return res, group, true, err
 }
 
 // messageGroup is the group to send for a message: empty for queue mode.
@@ -291,7 +305,8 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	var out []RenewResult
 	var lost []string
 	for _, l := range leases {
-		r, err := c.renewLease(ctx, l, secs)
+		first := msgs[slices.IndexFunc(msgs, func(m *Message) bool { return m.LeaseID == l })]
+		r, err := c.renewLeaseOf(ctx, l, secs, first.Queue, messageGroup(first))
 		if err != nil {
 			return out, err
 		}
@@ -306,8 +321,24 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	return out, nil
 }
 
-// renewLease extends one lease id by secs seconds.
+// renewLease extends one lease id by secs seconds; hooks get no queue or
+// group (see renewLeaseOf).
 func (c *Client) renewLease(ctx context.Context, leaseID string, secs int) (RenewResult, error) {
+	return c.renewLeaseOf(ctx, leaseID, secs, "", "")
+}
+
+// renewLeaseOf extends one lease id, of queue and group, by secs seconds,
+// and tells the hooks (RenewHook, and LeaseLostHook when the lease is
+// lost).
+func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, queue, group string) (RenewResult, error) {
+	start := c.hooks.now()
+	res, err := c.sendRenew(ctx, leaseID, secs)
+	c.hooks.renewed(ctx, queue, group, leaseID, time.Duration(secs)*time.Second, start, res, err)
+	return res, err
+}
+
+// sendRenew sends the renewal of one lease id and reads its answer.
+func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int) (RenewResult, error) {
 	path := "/api/v1/lease/" + escape(leaseID) + "/extend"
 	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}})
 	if err != nil {

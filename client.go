@@ -24,6 +24,7 @@ import (
 type Client struct {
 	tr      *transport.Transport
 	log     *slog.Logger
+	hooks   *hookSet // nil without WithHooks
 	cfg     config
 	closeMu sync.RWMutex
 	closed  bool
@@ -38,6 +39,7 @@ type config struct {
 	requestTimeout time.Duration
 	retry          RetryPolicy
 	idleConns      int
+	hooks          []Hook
 }
 
 // RetryPolicy says how the client retries transient failures (network
@@ -128,6 +130,10 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	hooks, err := newHookSet(cfg.hooks, log)
+	if err != nil {
+		return nil, err
+	}
 	tr, err := transport.New(transport.Config{
 		URLs:        cfg.urls,
 		HTTPClient:  cfg.httpClient,
@@ -142,11 +148,12 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		},
 		Logger:    log,
 		UserAgent: "queen-go",
+		OnAttempt: hooks.onAttempt(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidOption, err)
 	}
-	return &Client{tr: tr, log: log, cfg: cfg}, nil
+	return &Client{tr: tr, log: log, hooks: hooks, cfg: cfg}, nil
 }
 
 func normalizeURL(raw string) (string, error) {

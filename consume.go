@@ -531,6 +531,19 @@ func retryableStatus(status int) bool {
 // popOnce sends one pop, its batch capped to n when n > 0 (the rest of the
 // Limit, so that nothing is popped only to be given back).
 func (r *consumeRun) popOnce(n int) (*popResult, error) {
+	start := r.c.hooks.now()
+	res, err := r.sendPop(n)
+	var msgs []*Message
+	if err == nil {
+		msgs = res.messages
+	}
+	r.c.hooks.popped(r.pollCtx, r.queue, r.cb.qb.partition, r.group, r.req.longPollWait(), start, msgs, err)
+	return res, err
+}
+
+// sendPop sends one pop, its batch capped to n when n > 0, and decodes
+// its answer.
+func (r *consumeRun) sendPop(n int) (*popResult, error) {
 	withSub, err := r.c.withSubscription(r.pollCtx, r.req)
 	if err != nil {
 		return nil, err
@@ -665,9 +678,18 @@ func (r *consumeRun) settle(acks []Settlement) {
 	}
 	ctx, cancel := context.WithTimeout(r.reqCtx, settleTimeout)
 	defer cancel()
+	start := r.c.hooks.now()
+	var err error
+	defer func() {
+		group := r.group
+		if group == "" {
+			group = messageGroup(acks[0].Message)
+		}
+		r.c.hooks.settled(ctx, group, acks, start, err)
+	}()
 	var backoff time.Duration
 	for {
-		err := r.sendAcks(ctx, acks)
+		err = r.sendAcks(ctx, acks)
 		if err == nil {
 			return
 		}
@@ -729,7 +751,7 @@ func (r *consumeRun) startRenewer(leaseID string, lost context.CancelCauseFunc) 
 			case <-t.C:
 			}
 			cctx, ccancel := context.WithTimeout(ctx, renewTimeout)
-			res, err := r.c.renewLease(cctx, leaseID, r.renewSecs)
+			res, err := r.c.renewLeaseOf(cctx, leaseID, r.renewSecs, r.queue, r.group)
 			ccancel()
 			if ctx.Err() != nil {
 				return

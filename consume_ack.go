@@ -18,7 +18,7 @@ import (
 func (r *consumeRun) sendAcks(ctx context.Context, acks []Settlement) error {
 	for _, a := range acks {
 		if a.Message == nil || a.Message.TransactionID == "" || a.Message.PartitionID == "" || !a.Status.valid() {
-			_, err := r.c.SettleBatch(ctx, acks, AckOptions{ConsumerGroup: r.group})
+			_, _, _, err := r.c.settleBatch(ctx, acks, AckOptions{ConsumerGroup: r.group})
 			return err
 		}
 	}
@@ -27,7 +27,7 @@ func (r *consumeRun) sendAcks(ctx context.Context, acks []Settlement) error {
 		group = messageGroup(acks[0].Message)
 		for _, a := range acks[1:] {
 			if messageGroup(a.Message) != group { // not from one pop: SettleBatch says why
-				_, err := r.c.SettleBatch(ctx, acks, AckOptions{})
+				_, _, _, err := r.c.settleBatch(ctx, acks, AckOptions{})
 				return err
 			}
 		}

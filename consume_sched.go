@@ -415,19 +415,24 @@ func (r *consumeRun) handleEach(g *partGroup) {
 		}
 		g.handled++
 		var err error
+		hctx, turn := r.c.hooks.handlerStart(ctx, r.queue, r.group, g.msgs[i:i+1:i+1])
 		if r.cb.handle != nil {
-			err = r.call(ctx, m)
+			err = r.call(hctx, m)
 		} else {
-			err = r.callBatch(ctx, g.msgs[i:i+1:i+1])
+			err = r.callBatch(hctx, g.msgs[i:i+1:i+1])
 		}
 		if leaseLost(ctx) {
+			r.c.hooks.handlerEnd(hctx, turn, err, nil, true)
 			g.lost = true
 			return
 		}
-		o, send := r.decide(ctx, m, err)
+		o, send := r.decide(hctx, m, err)
+		var outcome [1]Outcome
 		if send {
 			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
+			outcome[0] = o
 		}
+		r.c.hooks.handlerEnd(hctx, turn, err, outcome[:], false)
 		if o.Status == StatusFailed || o.Status == StatusRetry {
 			// The rest of the partition goes back in the same ack, so that
 			// its lease is released whatever the broker decides about the
@@ -450,10 +455,16 @@ func (r *consumeRun) handleWhole(g *partGroup) {
 		return
 	}
 	g.handled = len(g.msgs)
-	err := r.callBatch(ctx, g.msgs)
+	hctx, turn := r.c.hooks.handlerStart(ctx, r.queue, r.group, g.msgs)
+	err := r.callBatch(hctx, g.msgs)
 	if leaseLost(ctx) {
+		r.c.hooks.handlerEnd(hctx, turn, err, nil, true)
 		g.lost = true
 		return
+	}
+	var outcomes []Outcome // for the hooks, only when there are some
+	if turn.active() {
+		outcomes = make([]Outcome, len(g.msgs))
 	}
 	var skip partSet
 	for i, m := range g.msgs {
@@ -461,16 +472,23 @@ func (r *consumeRun) handleWhole(g *partGroup) {
 		if skip.has(m.PartitionID) {
 			// Given back with the failed message's ack (see handleEach).
 			g.acks = append(g.acks, Settlement{Message: m, Status: StatusRetry})
+			if outcomes != nil {
+				outcomes[i] = Retry()
+			}
 			continue
 		}
-		o, send := r.decide(ctx, m, err) // after Fail, the rest of the partition follows it
+		o, send := r.decide(hctx, m, err) // after Fail, the rest of the partition follows it
 		if send {
 			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
+			if outcomes != nil {
+				outcomes[i] = o
+			}
 		}
 		if o.Status == StatusFailed || o.Status == StatusRetry {
 			skip = append(skip, m.PartitionID)
 		}
 	}
+	r.c.hooks.handlerEnd(hctx, turn, err, outcomes, false)
 	g.next = len(g.msgs)
 }
 

@@ -37,11 +37,26 @@ func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	start := b.c.hooks.now()
 	res, err := b.c.pop(ctx, r, b.conflation)
+	var msgs []*Message
+	if err == nil {
+		msgs = res.messages
+	}
+	b.c.hooks.popped(ctx, b.queue, b.partition, r.query.ConsumerGroup, r.longPollWait(), start, msgs, err)
 	if err != nil {
 		return nil, err
 	}
-	return res.messages, nil
+	return msgs, nil
+}
+
+// longPollWait is how long the broker may hold the pop open: zero when it
+// does not wait.
+func (r *popRequest) longPollWait() time.Duration {
+	if !r.wait {
+		return 0
+	}
+	return time.Duration(r.waitMs) * time.Millisecond
 }
 
 // popResult is one decoded pop answer.

@@ -193,6 +193,15 @@ func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
 	for i := range items {
 		p.txIDs[i] = items[i].TransactionID
 	}
+	hooks := p.qb.c.hooks
+	start := hooks.now()
+	res, err := p.send(ctx, items)
+	hooks.pushed(ctx, p.qb.queue, p.qb.partition, len(items), start, res, err)
+	return res, err
+}
+
+// send sends the push request of items and reads its answer.
+func (p *PushBuilder) send(ctx context.Context, items []wire.PushItem) ([]PushResult, error) {
 	resp, err := p.qb.c.do(ctx, call{method: http.MethodPost, path: wire.RoutePush, body: wire.PushRequest{Items: items}})
 	if err != nil {
 		return nil, err

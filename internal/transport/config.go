@@ -79,6 +79,29 @@ type Config struct {
 	// Rand returns a number in [0, 1) used for jitter. It must be safe for
 	// concurrent use. Nil selects math/rand/v2.
 	Rand func() float64
+
+	// OnAttempt, when set, is called after every attempt (every HTTP
+	// exchange, redirect hops included), on the goroutine of the call,
+	// with the call's ctx. Nil costs nothing.
+	OnAttempt func(ctx context.Context, a Attempt)
+}
+
+// Attempt describes one HTTP exchange of a call, for Config.OnAttempt.
+type Attempt struct {
+	Method string
+	// Path is the request's escaped path.
+	Path string
+	// URL is the base URL the attempt went to.
+	URL string
+	// Number counts the attempts of the call, from 1.
+	Number int
+	// Status is the HTTP status of the answer, 0 when there was none.
+	Status int
+	// Duration is from handing the request to the connection pool to the
+	// last byte of the answer (or the failure).
+	Duration time.Duration
+	// Err is the attempt's network failure, nil when an answer came.
+	Err error
 }
 
 // RetryPolicy says how often and how patiently a call is retried and how

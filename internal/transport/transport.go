@@ -350,19 +350,38 @@ func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		c.probe.sending = true
 	}
+	var began time.Time
+	if c.t.cfg.OnAttempt != nil {
+		began = time.Now()
+	}
 	resp, err := c.t.next.RoundTrip(req)
 	if err != nil {
-		return nil, c.attemptError(err, ctx, actx)
+		err = c.attemptError(err, ctx, actx)
+		c.observe(ctx, began, 0, err)
+		return nil, err
 	}
 	body, err := readBody(resp.Body, resp.ContentLength)
 	resp.Body.Close()
 	if err != nil {
-		return nil, c.attemptError(fmt.Errorf("reading response body: %w", err), ctx, actx)
+		err = c.attemptError(fmt.Errorf("reading response body: %w", err), ctx, actx)
+		c.observe(ctx, began, resp.StatusCode, err)
+		return nil, err
 	}
+	c.observe(ctx, began, resp.StatusCode, nil)
 	c.body, c.bodyOf = body, resp
 	resp.Body = http.NoBody
 	resp.ContentLength = int64(len(body))
 	return resp, nil
+}
+
+// observe reports one attempt to Config.OnAttempt, if set.
+func (c *call) observe(ctx context.Context, began time.Time, status int, err error) {
+	f := c.t.cfg.OnAttempt
+	if f == nil {
+		return
+	}
+	f(ctx, Attempt{Method: c.req.Method, Path: c.req.Path, URL: c.base, Number: c.attempts + 1,
+		Status: status, Duration: time.Since(began), Err: err})
 }
 
 // attemptError marks err as a timeout of the attempt when the attempt's
