@@ -25,15 +25,32 @@ type fakeBroker struct {
 	URL  string
 	mu   sync.Mutex
 	reqs []brokerReq
+	// health, when set, answers GET /health without recording it.
+	health string
+}
+
+// rawHealth lets GET /health reach the broker's function.
+func (b *fakeBroker) rawHealth() *fakeBroker {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.health = ""
+	return b
 }
 
 func newFakeBroker(t *testing.T, fn func(brokerReq) (int, string)) *fakeBroker {
 	t.Helper()
-	b := &fakeBroker{}
+	b := &fakeBroker{health: `{"status":"healthy","engine":"raft","version":"2.0.1"}`}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		req := brokerReq{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.Query(), Body: string(body), Auth: r.Header.Get("Authorization")}
 		b.mu.Lock()
+		if r.URL.Path == "/health" && b.health != "" {
+			// The generation probe of a time seek (not recorded).
+			h := b.health
+			b.mu.Unlock()
+			_, _ = io.WriteString(w, h)
+			return
+		}
 		b.reqs = append(b.reqs, req)
 		b.mu.Unlock()
 		status, out := fn(req)
@@ -190,7 +207,7 @@ func TestNoBrokerExitsOne(t *testing.T) {
 }
 
 func TestURLAndTokenFromEnvAndFlags(t *testing.T) {
-	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, `{"status":"healthy","engine":"raft","version":"2.7.1"}` })
+	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, `{"status":"healthy","engine":"raft","version":"2.7.1"}` }).rawHealth()
 	runEnv(t, map[string]string{"QUEEN_URL": b.URL, "QUEEN_TOKEN": "from-env"}, "", "health").want(t, exitOK)
 	runEnv(t, map[string]string{"QUEEN_URL": "http://127.0.0.1:1", "QUEEN_TOKEN": "from-env"}, "", "health", "--url", b.URL, "--token", "from-flag").want(t, exitOK)
 	reqs := b.requests()
@@ -201,12 +218,12 @@ func TestURLAndTokenFromEnvAndFlags(t *testing.T) {
 
 func TestHealth(t *testing.T) {
 	t.Parallel() // the transport retries (about 1.5 s)
-	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, `{"status":"healthy","engine":"raft","version":"2.7.1"}` })
+	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, `{"status":"healthy","engine":"raft","version":"2.7.1"}` }).rawHealth()
 	r := runCLI(t, b, "", "health").want(t, exitOK)
 	if r.stdout != "healthy\traft\t2.7.1\n" {
 		t.Fatalf("stdout %q", r.stdout)
 	}
-	b = newFakeBroker(t, func(brokerReq) (int, string) { return 503, `{"status":"settling","engine":"raft"}` })
+	b = newFakeBroker(t, func(brokerReq) (int, string) { return 503, `{"status":"settling","engine":"raft"}` }).rawHealth()
 	r = runCLI(t, b, "", "health").want(t, exitFail)
 	if !strings.Contains(r.stderr, "settling") {
 		t.Fatalf("stderr %q", r.stderr)
