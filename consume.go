@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/queen-go/queen/internal/transport"
 )
 
 // DefaultGracePeriod is how long, after a stop, the handlers already running
@@ -523,10 +524,8 @@ func fatalPopError(err error) bool {
 }
 
 // retryableStatus says whether a broker's answer of that status may change
-// if the request is sent again: 5xx, 408 and 429.
-func retryableStatus(status int) bool {
-	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
-}
+// if the request is sent again: the client's one rule, transport.Retryable.
+func retryableStatus(status int) bool { return transport.Retryable(status) }
 
 // popOnce sends one pop, its batch capped to n when n > 0 (the rest of the
 // Limit, so that nothing is popped only to be given back).
