@@ -22,12 +22,15 @@ import (
 // failover). It is safe for concurrent use. Create it with New and release it
 // with Close.
 type Client struct {
-	tr      *transport.Transport
-	log     *slog.Logger
-	cfg     config
-	closeMu sync.RWMutex
-	closed  bool
-	mem     brokerMemory // what the broker's answers taught (subscription.go)
+	tr  *transport.Transport
+	log *slog.Logger
+	cfg config
+	mem brokerMemory // what the broker's answers taught (subscription.go)
+
+	mu       sync.Mutex
+	closed   bool
+	inflight int           // calls in do
+	drained  chan struct{} // closed once closed and no call is in flight
 }
 
 type config struct {
@@ -88,10 +91,34 @@ func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) { c.httpClient = hc }
 }
 
-// WithLogger sets the logger; the client is silent by default.
+// WithLogger sets the logger that receives all of the client's records:
+// Error (a handler panic, an ack that failed for good), Warn (a pop or
+// an ack that failed and is retried, a failing broker URL), Info and
+// Debug (each retried attempt of a request).
+//
+// Without WithLogger, the Warn and Error records go to slog.Default() as
+// it is when New runs, and Info and Debug are dropped: a failing worker
+// is never silent. WithLogger(slog.New(slog.DiscardHandler)) silences the
+// client.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
+
+// warnHandler passes the records of level Warn and above to h and drops
+// the others: the logger of a client made without WithLogger.
+type warnHandler struct{ h slog.Handler }
+
+func (w warnHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.h.Enabled(ctx, l)
+}
+
+func (w warnHandler) Handle(ctx context.Context, r slog.Record) error { return w.h.Handle(ctx, r) }
+
+func (w warnHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warnHandler{w.h.WithAttrs(attrs)}
+}
+
+func (w warnHandler) WithGroup(name string) slog.Handler { return warnHandler{w.h.WithGroup(name)} }
 
 // WithRequestTimeout bounds each attempt of an ordinary call (default 30 s).
 // A long-polling pop gets its wait plus a margin instead.
@@ -138,7 +165,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	}
 	log := cfg.logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.New(warnHandler{slog.Default().Handler()})
 	}
 	tr, err := transport.New(transport.Config{
 		URLs:        cfg.urls,
@@ -158,7 +185,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidOption, err)
 	}
-	return &Client{tr: tr, log: log, cfg: cfg}, nil
+	return &Client{tr: tr, log: log, cfg: cfg, drained: make(chan struct{})}, nil
 }
 
 func normalizeURL(raw string) (string, error) {
@@ -178,20 +205,68 @@ func normalizeURL(raw string) (string, error) {
 	return strings.TrimRight(u.String(), "/"), nil
 }
 
-// Close releases the client's idle connections; the client starts no
-// goroutine of its own, so none is left running. Calls after Close fail
-// with ErrClosed. Consume loops should be stopped (their Execute returned)
-// before Close; Close does not wait for them, so ctx is not waited on
-// today. It is safe to call more than once.
+// Close stops the client: calls made after it fail with ErrClosed. It
+// waits for the calls in flight to end, then closes the idle connections
+// of the client's pool (WithHTTPClient's client is left alone), and
+// returns nil. When ctx ends first, it closes the connections that are
+// idle then and returns ctx.Err(); the calls still in flight go on, and
+// the last of them closes the rest of the pool. A consume loop should be
+// stopped (its Execute returned) before Close: its next request fails
+// with ErrClosed otherwise, which ends it. The client starts no goroutine
+// of its own, so none is left running. Close is safe to call more than
+// once; each call waits as the first one does.
 func (c *Client) Close(ctx context.Context) error {
-	c.closeMu.Lock()
-	defer c.closeMu.Unlock()
-	if c.closed {
-		return nil
+	c.mu.Lock()
+	idle := false
+	if !c.closed {
+		c.closed = true
+		if c.inflight == 0 {
+			close(c.drained)
+			idle = true
+		}
 	}
-	c.closed = true
-	c.tr.Close()
-	return nil
+	c.mu.Unlock()
+	if idle {
+		c.tr.Close()
+	}
+	select {
+	case <-c.drained:
+		return nil
+	default:
+	}
+	select {
+	case <-c.drained:
+		return nil
+	case <-ctx.Done():
+		c.tr.Close()
+		return ctx.Err()
+	}
+}
+
+// enter admits a call unless the client is closed; leave ends it.
+func (c *Client) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.inflight++
+	return true
+}
+
+// leave ends a call that enter admitted. The last call out of a closed
+// client closes the pool's idle connections and wakes Close.
+func (c *Client) leave() {
+	c.mu.Lock()
+	c.inflight--
+	last := c.closed && c.inflight == 0
+	if last {
+		close(c.drained)
+	}
+	c.mu.Unlock()
+	if last {
+		c.tr.Close()
+	}
 }
 
 // call is one request for do.
@@ -230,12 +305,10 @@ type response struct {
 // the request may have been sent, and an answer that does not say the
 // broker refused it (see ambiguous).
 func (c *Client) do(ctx context.Context, r call) (*response, error) {
-	c.closeMu.RLock()
-	closed := c.closed
-	c.closeMu.RUnlock()
-	if closed {
+	if !c.enter() {
 		return nil, ErrClosed
 	}
+	defer c.leave()
 	body := r.raw
 	if r.body != nil && body == nil {
 		var err error
