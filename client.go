@@ -336,6 +336,7 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 	out := &response{status: resp.Status, header: resp.Header, body: resp.Body}
 	if resp.Status < 200 || resp.Status > 299 {
 		be := brokerError(r.method, r.path, resp.Status, resp.Header, resp.Body)
+		be.Attempts = resp.Attempts
 		if r.once && ambiguous(be) {
 			return out, outcomeUnknown(be)
 		}

@@ -124,6 +124,10 @@ type BrokerError struct {
 	Method, Path string
 	// Body is the raw response body.
 	Body []byte
+	// Attempts is how many times the request was sent, the answer's
+	// included, when the client retried it (for example 4 after four
+	// 503s with the default RetryPolicy); 0 or 1 when it was sent once.
+	Attempts int
 }
 
 // Error describes the refusal: status, method and path, code and message.
@@ -134,6 +138,9 @@ func (e *BrokerError) Error() string {
 	}
 	if e.Message != "" {
 		s += ": " + e.Message
+	}
+	if e.Attempts > 1 {
+		s += fmt.Sprintf(" (after %d attempts)", e.Attempts)
 	}
 	return s
 }

@@ -318,6 +318,8 @@ func TestWaitingPopIsBounded(t *testing.T) {
 	var be *BrokerError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, 503, be.Status)
+	assert.Equal(t, 3, be.Attempts)
+	assert.Contains(t, err.Error(), "(after 3 attempts)")
 	assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a 503 was not served")
 	assert.Equal(t, 3, rec.hits())
 

@@ -155,7 +155,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		// Keep the answer: if later attempts get none, it is still what Do
 		// returns.
 		if body, bodyOK = c.takeBody(resp); bodyOK {
-			c.answer = &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, URL: c.base}
+			c.answer = &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, URL: c.base, Attempts: c.attempts}
 		}
 	}
 	if once && err != nil && probe.mayHaveSent(err) {

@@ -84,6 +84,9 @@ type Response struct {
 	Body   []byte
 	// URL is the base URL that answered.
 	URL string
+	// Attempts is the number of attempts the call made, this one
+	// included (1 when it was not retried).
+	Attempts int
 }
 
 // Transport sends requests to the broker with retries, Retry-After, bearer

@@ -410,6 +410,7 @@ func TestLongPollIsBounded(t *testing.T) {
 		resp, err := tr.Do(context.Background(), pop)
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusServiceUnavailable, resp.Status)
+		assert.Equal(t, 2, resp.Attempts)
 		assert.Equal(t, 2, srv.Hits())
 		assert.Len(t, sl.Waits(), 1)
 	})
