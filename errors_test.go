@@ -190,7 +190,7 @@ func TestNewRefusesBadURLs(t *testing.T) {
 func TestBrokerErrorThroughWrappers(t *testing.T) {
 	ctx := context.Background()
 	ops := map[string]func(c *Client) error{
-		// Wait(false): a waiting pop retries 5xx and 429 until its ctx ends.
+		// Wait(false): a short pop (a waiting one: TestWaitingPopIsBounded).
 		"pop":    func(c *Client) error { _, err := c.Queue("q").Wait(false).Pop(ctx); return err },
 		"push":   func(c *Client) error { _, err := c.Queue("q").Push(1).Execute(ctx); return err },
 		"ack":    func(c *Client) error { _, err := c.Ack(ctx, popped("a", "g", "L"), true, AckOptions{}); return err },
