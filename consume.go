@@ -520,7 +520,7 @@ func fatalPopError(err error) bool {
 	if errors.As(err, &be) {
 		return be.Status >= 400 && !retryableStatus(be.Status)
 	}
-	return false
+	return !transport.RetryableErr(err) // e.g. an untrusted TLS certificate
 }
 
 // retryableStatus says whether a broker's answer of that status may change
