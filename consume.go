@@ -705,7 +705,7 @@ func transientSettleError(err error) bool {
 	if errors.As(err, &be) {
 		return retryableStatus(be.Status)
 	}
-	return true
+	return transport.RetryableErr(err)
 }
 
 // renewer renews one pop's lease on a ticker while its handlers run.
