@@ -35,21 +35,21 @@ var emptyPopErrors = map[string]bool{
 //
 // A pop leases what it takes, so it is never sent twice once it may have
 // reached the broker. It is retried (within the RetryPolicy's attempts)
-// only when the broker surely did not serve it: a refused or failed
-// connection, a 429, a 503. When its answer is lost (the connection
-// failed, or ctx ended, after the request may have been received) or the
-// broker answered a 5xx that may follow a claim (500, 502, 504), Pop
-// returns an error matching ErrOutcomeUnknown that wraps the cause
-// (errors.As finds the *BrokerError or the network error): messages may
-// be leased to that lost claim until the lease expires, and are delivered
-// again then. Nothing is lost; pop again, and expect them back after the
-// lease time.
+// only when the broker surely did not serve it: a connection that could
+// not be made, a 429, a 503 (unless its code is outcome_unknown). When its
+// answer is lost (the connection failed, or ctx ended, after the request
+// may have been received) or the broker answered a 5xx that may follow a
+// claim (500, 502, 504), Pop returns an error matching ErrOutcomeUnknown
+// that wraps the cause (errors.As finds the *BrokerError or the network
+// error): messages may be leased to that lost claim until the lease
+// expires, and are delivered again then. Nothing is lost; pop again, and
+// expect them back after the lease time.
 //
 // A waiting pop (Wait(true), the default) is bounded like every other
 // call: on a dead broker it returns the network error after
 // RetryPolicy.MaxAttempts attempts. With the default policy (4 attempts,
 // backoff from 200 ms) a broker that refuses connections fails the pop
-// after 1.1 s to 1.7 s (measured 1.3 s to 1.6 s); a host that does not
+// after 1.1 s to 1.7 s (measured 1.2 s to 1.6 s); a host that does not
 // answer at all takes at most 4 attempts of the wait plus 5 s each.
 func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 	r, err := b.popRequest()
