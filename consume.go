@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/queen-go/queen/internal/transport"
 )
 
 // DefaultGracePeriod is how long, after a stop, the handlers already running
@@ -519,14 +520,12 @@ func fatalPopError(err error) bool {
 	if errors.As(err, &be) {
 		return be.Status >= 400 && !retryableStatus(be.Status)
 	}
-	return false
+	return !transport.RetryableErr(err) // e.g. an untrusted TLS certificate
 }
 
 // retryableStatus says whether a broker's answer of that status may change
-// if the request is sent again: 5xx, 408 and 429.
-func retryableStatus(status int) bool {
-	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
-}
+// if the request is sent again: the client's one rule, transport.Retryable.
+func retryableStatus(status int) bool { return transport.Retryable(status) }
 
 // popOnce sends one pop, its batch capped to n when n > 0 (the rest of the
 // Limit, so that nothing is popped only to be given back).
@@ -728,7 +727,7 @@ func transientSettleError(err error) bool {
 	if errors.As(err, &be) {
 		return retryableStatus(be.Status)
 	}
-	return true
+	return transport.RetryableErr(err)
 }
 
 // renewer renews one pop's lease on a ticker while its handlers run.

@@ -31,15 +31,17 @@
 // New takes the broker's base URL and options: WithURLs for more brokers of
 // the same cluster (the client fails over to the next one when a call finds
 // a broker down, and tries the failed one again after a pause),
-// WithBearerToken, WithHTTPClient, WithLogger (the client logs nothing by
-// default), WithRequestTimeout and WithRetryPolicy. Network errors, 5xx and
-// 429 answers are retried with capped exponential backoff and jitter,
-// honouring Retry-After; other 4xx answers are final. A waiting pop retries
-// until its context ends; every other call has a bounded number of
-// attempts. A transaction commit and a dead-letter replay, which are not
-// safe to apply twice, are sent again only when the broker surely did not
-// apply them (see TransactionBuilder.Commit). Close releases the
-// connections; the client runs no goroutine of its own.
+// WithBearerToken, WithHTTPClient, WithLogger (without it, Warn and Error
+// records go to slog.Default()), WithRequestTimeout and WithRetryPolicy.
+// Network errors and the answers BrokerError.Temporary accepts (408, 429,
+// most 5xx) are retried with capped exponential backoff and jitter,
+// honouring Retry-After; other answers are final. Every call, a waiting pop
+// included, has a bounded number of attempts (see RetryPolicy). A pop, a
+// transaction commit and a dead-letter replay, which must not be applied
+// twice, are sent again only when the broker surely did not get or serve
+// them; otherwise the error matches ErrOutcomeUnknown. Close releases the
+// connections once the calls in flight are done; the client runs no
+// goroutine of its own.
 //
 // # Queues
 //

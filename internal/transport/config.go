@@ -113,9 +113,8 @@ type Attempt struct {
 // to 20 % jitter (never less than what the broker asked), capped at
 // MaxRetryAfter.
 type RetryPolicy struct {
-	// MaxAttempts is the total number of attempts of an ordinary call,
-	// the first included. Default DefaultMaxAttempts. Long-poll calls
-	// ignore it and retry until their ctx ends.
+	// MaxAttempts is the total number of attempts of a call, the first
+	// included, long polls included. Default DefaultMaxAttempts.
 	MaxAttempts int
 
 	// MinBackoff is the wait before the first retry. Default
