@@ -46,13 +46,13 @@ func TestSeekConsumerGroupSpecCalls(t *testing.T) {
 }
 
 func TestSeek2xAnswerAndEscaping(t *testing.T) {
-	stub, c := newWireStub(t, 200, `{"success":true,"consumerGroup":"a/b","queueName":"q 1","partitionName":null,"seekToEnd":false,"targetTimestamp":"2026-10-21T22:00:00.000000Z","partitionsUpdated":2,"updated":true,"futureField":{"x":1}}`)
-	res, err := c.Admin().SeekConsumerGroup(t.Context(), "a/b", "q 1", queen.SeekConsumerGroupOptions{Timestamp: "2026-10-22T00:00:00+02:00"})
+	stub, c := newWireStub(t, 200, `{"success":true,"consumerGroup":"a?b","queueName":"q 1","partitionName":null,"seekToEnd":false,"targetTimestamp":"2026-10-21T22:00:00.000000Z","partitionsUpdated":2,"updated":true,"futureField":{"x":1}}`)
+	res, err := c.Admin().SeekConsumerGroup(t.Context(), "a?b", "q 1", queen.SeekConsumerGroupOptions{Timestamp: "2026-10-22T00:00:00+02:00"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := stub.only()
-	wantRoute(t, r, http.MethodPost, "/api/v1/consumer-groups/a%2Fb/queues/q%201/seek")
+	wantRoute(t, r, http.MethodPost, "/api/v1/consumer-groups/a%3Fb/queues/q%201/seek")
 	jsonEqual(t, r.Body, `{"timestamp":"2026-10-21T22:00:00Z"}`) // sent in UTC
 	if res.PartitionsUpdated != 2 || !res.Timestamp.Equal(time.Date(2026, 10, 21, 22, 0, 0, 0, time.UTC)) {
 		t.Fatalf("result = %+v", res)

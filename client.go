@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/queen-go/queen/internal/transport"
 	"github.com/queen-go/queen/internal/wire"
@@ -32,6 +33,9 @@ type Client struct {
 	closed   bool
 	inflight int           // calls in do
 	drained  chan struct{} // closed once closed and no call is in flight
+	// minRenewMs is the shortest RenewLease interval a consume loop takes:
+	// MinRenewMillis, lowered only by the package's tests (export_test.go).
+	minRenewMs int
 }
 
 type config struct {
@@ -141,8 +145,10 @@ func WithIdleConns(n int) Option {
 }
 
 // New returns a client for the broker at rawURL (for example
-// "http://localhost:6632"). A URL that is not absolute http(s) is an error
-// matching ErrInvalidURL; nothing is sent until the first call.
+// "http://localhost:6632"). A URL that is not a clean absolute http(s) URL
+// (one with surrounding white space or control characters, no host, a
+// query, a fragment or user info) is an error matching ErrInvalidURL;
+// nothing is sent until the first call.
 func New(rawURL string, opts ...Option) (*Client, error) {
 	cfg := config{urls: []string{rawURL}}
 	for _, o := range opts {
@@ -192,11 +198,16 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidOption, err)
 	}
-	return &Client{tr: tr, log: log, hooks: hooks, cfg: cfg, drained: make(chan struct{})}, nil
+	return &Client{tr: tr, log: log, hooks: hooks, cfg: cfg, drained: make(chan struct{}), minRenewMs: MinRenewMillis}, nil
 }
 
 func normalizeURL(raw string) (string, error) {
-	u, err := url.Parse(strings.TrimSpace(raw))
+	if strings.TrimSpace(raw) != raw || strings.ContainsFunc(raw, unicode.IsControl) {
+		// url.Parse keeps a leading space in the scheme's place or a
+		// trailing one in the path; such a URL is a typo, not an address.
+		return "", fmt.Errorf("%w %q: white space or control characters around or in the URL", ErrInvalidURL, raw)
+	}
+	u, err := url.Parse(raw)
 	if err != nil {
 		return "", fmt.Errorf("%w %q: %v", ErrInvalidURL, raw, err)
 	}
@@ -464,6 +475,3 @@ func parseRetryAfter(v string) time.Duration {
 	}
 	return 0
 }
-
-// escape escapes one path segment.
-func escape(s string) string { return url.PathEscape(s) }

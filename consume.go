@@ -264,8 +264,8 @@ func (cb *ConsumeBuilder) newRun(ctx context.Context) (*consumeRun, error) {
 	if qb.c == nil {
 		return nil, fmt.Errorf("%w: builder has no client", ErrInvalidOption)
 	}
-	if qb.commitOnDelivery {
-		return nil, ErrCommitOnDeliveryConsume
+	if err := qb.checkConsume(); err != nil {
+		return nil, err
 	}
 	if cb.grace < 0 {
 		return nil, fmt.Errorf("%w: GracePeriod(%v) must not be negative", ErrInvalidOption, cb.grace)

@@ -107,7 +107,10 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"renew of nothing", func(c *Client) error { _, err := c.Renew(ctx); return err }, ErrNoMessages},
 		{"renew of a message without a lease", func(c *Client) error { _, err := c.Renew(ctx, popped("a", "g", "")); return err }, ErrNotAckable},
 		{"renew for zero", func(c *Client) error { _, err := c.RenewFor(ctx, 0, msg); return err }, ErrInvalidOption},
-		{"consume option out of range seen by Pop", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Concurrency(0) }), ErrInvalidOption},
+		{"consume option out of range", func(c *Client) error {
+			return c.Queue("q").Concurrency(0).Consume(ctx, func(context.Context, *Message) error { return nil }).Execute(ctx)
+		}, ErrInvalidOption},
+		{"name that escapes its path", pop(func(c *Client) *QueueBuilder { return c.Queue("..") }), ErrInvalidName},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,7 +131,7 @@ func TestSentinelsAreDistinct(t *testing.T) {
 	all := []error{ErrInvalidURL, ErrEmptyQueue, ErrConflationNeedsGroup, ErrConflationWithCommitOnDelivery,
 		ErrPartitionsOutOfRange, ErrNegativeBatch, ErrTimeoutOutOfRange, ErrInvalidSubscription, ErrInvalidTraceID,
 		ErrInvalidPayload, ErrNoMessages, ErrNotAckable, ErrUnknownStatus, ErrCommitOnDeliveryConsume, ErrInvalidOption,
-		ErrEmptyTransaction, ErrInvalidSeek, ErrEmptyGroup, ErrEmptyPartition, ErrNotReplayable}
+		ErrEmptyTransaction, ErrInvalidSeek, ErrEmptyGroup, ErrEmptyPartition, ErrNotReplayable, ErrInvalidName}
 	for i, a := range all {
 		assert.ErrorIs(t, a, ErrInvalidArgument)
 		for j, b := range all {

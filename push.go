@@ -117,8 +117,8 @@ func (p *PushBuilder) TransactionID(id string) *PushBuilder { p.txIDs = []string
 // transaction id, so that a retried request is deduplicated by the broker.
 func (p *PushBuilder) items() ([]wire.PushItem, error) {
 	b := p.qb
-	if b.queue == "" {
-		return nil, ErrEmptyQueue
+	if err := b.checkPush(); err != nil {
+		return nil, err
 	}
 	if len(p.payloads) == 0 {
 		return nil, fmt.Errorf("%w: push needs at least one payload", ErrNoMessages)

@@ -180,15 +180,12 @@ type QueueInfo struct {
 // request.
 func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
 	b := cb.qb
-	if b.queue == "" {
-		return QueueInfo{}, ErrEmptyQueue
+	if err := b.checkCreate(); err != nil {
+		return QueueInfo{}, err
 	}
 	req := configureBody{Queue: b.queue, Options: &wire.QueueOptions{}}
 	var ns string
 	if b.config != nil {
-		if err := b.config.validate(); err != nil {
-			return QueueInfo{}, err
-		}
 		req.Options = b.config.wire()
 		ns, req.Task = b.config.Namespace, b.config.Task
 	}
@@ -232,8 +229,8 @@ type DeleteResult struct {
 // Execute sends DELETE /api/v1/resources/queues/{queue}.
 func (d *DeleteBuilder) Execute(ctx context.Context) (DeleteResult, error) {
 	b := d.qb
-	if b.queue == "" {
-		return DeleteResult{}, ErrEmptyQueue
+	if err := checkName(queueName, b.queue); err != nil {
+		return DeleteResult{}, err
 	}
 	var out struct {
 		wire.DeleteQueueResponse

@@ -125,9 +125,13 @@ func (p *TransactionPush) TraceID(id string) *TransactionPush { p.traceID = id; 
 func (p *TransactionPush) Push(payloads ...any) *TransactionBuilder {
 	t := p.tx
 	n := len(t.ops)
+	nameErr := checkName(queueName, p.queue)
+	if nameErr == nil {
+		nameErr = checkOptionalName(partitionName, p.partition)
+	}
 	switch {
-	case p.queue == "":
-		t.fail(fmt.Errorf("transaction op %d: %w", n, ErrEmptyQueue))
+	case nameErr != nil:
+		t.fail(fmt.Errorf("transaction op %d: %w", n, nameErr))
 		return t
 	case len(payloads) == 0:
 		t.fail(fmt.Errorf("transaction op %d: %w: push needs at least one payload", n, ErrNoMessages))
