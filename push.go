@@ -81,7 +81,8 @@ type Item struct {
 	// second push of the same id in the same partition with duplicate.
 	// Empty means the client makes one.
 	TransactionID string
-	// TraceID must be a UUID when set.
+	// TraceID must be a UUID when set. Which brokers keep it: see
+	// Message.TraceID (a 2.x broker drops it on a plain push).
 	TraceID string
 }
 
@@ -103,7 +104,9 @@ func (b *QueueBuilder) Push(payloads ...any) *PushBuilder {
 }
 
 // TraceID sets the trace id (a UUID) of every message of the push that has
-// none of its own.
+// none of its own. A 2.x broker drops trace ids on a plain push (it keeps
+// them on a transaction's push); a 0.15.1 broker keeps them. See
+// Message.TraceID.
 func (p *PushBuilder) TraceID(id string) *PushBuilder { p.traceID = id; return p }
 
 // TransactionIDs sets the transaction ids of the messages, in order; an

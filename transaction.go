@@ -113,7 +113,8 @@ type TransactionPush struct {
 func (p *TransactionPush) Partition(name string) *TransactionPush { p.partition = name; return p }
 
 // TraceID sets the trace id (a UUID) of the pushed messages that carry none
-// of their own.
+// of their own. Both broker generations keep a trace id pushed in a
+// transaction (see Message.TraceID).
 func (p *TransactionPush) TraceID(id string) *TransactionPush { p.traceID = id; return p }
 
 // Push adds one message per payload to the transaction and returns the
