@@ -54,8 +54,17 @@ func Complete() Outcome { return Outcome{Status: StatusCompleted} }
 
 // Fail is the outcome of a message to try again: one retry is spent and the
 // message (with what follows it in its partition) comes back after the
-// queue's retryDelay; after the last retry it is dead-lettered. err's text
-// is stored as the reason.
+// queue's retryDelay. err's text is stored as the reason.
+//
+// The broker counts retries per partition and consumer group, not per
+// message: every Fail adds one, and the count goes back to zero only when
+// a leased batch of the partition is finished with no failure (see
+// QueueConfig.RetryLimit). A Fail that finds the count at RetryLimit
+// dead-letters its message, even on that message's first failure. An
+// Each() consumer with a Batch larger than one therefore dead-letters
+// messages that failed once when others of their partition failed just
+// before: return Retry() for a failure that should not count (a timeout of
+// a service the handler calls, say), and Fail for one that should.
 func Fail(err error) Outcome { return Outcome{Status: StatusFailed, Error: errText(err)} }
 
 // Retry is the outcome of a message given back at once without spending a
@@ -63,7 +72,8 @@ func Fail(err error) Outcome { return Outcome{Status: StatusFailed, Error: errTe
 func Retry() Outcome { return Outcome{Status: StatusRetry} }
 
 // DLQ is the outcome of a message that can never succeed: it goes to
-// the dead-letter queue at once, with err's text as the reason.
+// the dead-letter queue at once, with err's text as the reason, whatever
+// retries are left.
 func DLQ(err error) Outcome { return Outcome{Status: StatusDLQ, Error: errText(err)} }
 
 func errText(err error) string {

@@ -16,8 +16,19 @@ import (
 type QueueConfig struct {
 	// LeaseTime is how long a pop leases its messages, in seconds.
 	LeaseTime *int
-	// RetryLimit is how many failed acks a message may take before it is
-	// dead-lettered (or dropped when the queue has no dead-letter queue).
+	// RetryLimit is how many failed acks the broker takes for a partition
+	// and consumer group before a failed ack dead-letters its message (or
+	// drops it when the queue has no dead-letter queue). Both broker
+	// generations count per partition and group, not per message: each
+	// failed ack adds one, and the count goes back to zero only when a
+	// leased batch of that partition is finished (every message of the
+	// lease acked, none failed). A failed ack ends its lease unfinished, so
+	// failures of different messages add up across the leases that follow
+	// one another: with RetryLimit 2 and Batch(10), messages 1, 4 and 7 of
+	// one partition failing once each dead-letter message 7 at its first
+	// failure, with retryCount 2. Use Retry (StatusRetry) for a failure
+	// that should not count, or Batch(1), whose leases end with each
+	// message.
 	RetryLimit *int
 	// RetryDelay is how long a failed message waits before it comes back, in
 	// milliseconds.
@@ -41,7 +52,9 @@ type QueueConfig struct {
 	// DeadLetterQueue keeps messages that ran out of retries (or were acked
 	// dlq) in the queue's dead-letter queue.
 	DeadLetterQueue *bool
-	// DLQAfterMaxRetries dead-letters messages after RetryLimit failures.
+	// DLQAfterMaxRetries dead-letters a message whose failed ack finds
+	// the partition's RetryLimit spent (see RetryLimit for how the broker
+	// counts).
 	DLQAfterMaxRetries *bool
 	// EncryptionEnabled stores payloads encrypted.
 	EncryptionEnabled *bool
