@@ -76,4 +76,3 @@ func TestRetryLimitCountsAcrossUnfinishedLeases(t *testing.T) {
 		})
 	}
 }
-
