@@ -17,11 +17,19 @@
 //
 //	_, err = client.Queue("orders").Push(map[string]any{"id": 1, "total": 30}).Execute(ctx)
 //
-//	msgs, err := client.Queue("orders").Group("billing").Batch(10).Pop(ctx)
+//	msgs, err := client.Queue("orders").Group("billing").
+//		SubscriptionMode(queen.SubscriptionModeAll). // a new group starts at the tail otherwise
+//		Batch(10).
+//		Pop(ctx)
 //	for _, msg := range msgs {
 //		ok := handle(msg.Data)
 //		_, err = client.Ack(ctx, msg, ok, queen.AckOptions{ConsumerGroup: "billing"})
 //	}
+//
+// A new consumer group starts after what the queue already holds unless
+// SubscriptionMode(queen.SubscriptionModeAll) says otherwise: without it
+// this pop would wait 30 s and return nothing, since the order was pushed
+// before the group's first pop.
 //
 // Tests need no broker: package queentest serves the same HTTP API from
 // memory, on a loopback port.
@@ -132,7 +140,9 @@
 // loop until its context ends, Limit messages were handled, or IdleMillis
 // passed with nothing to do:
 //
-//	err := client.Queue("tasks").Group("workers").Concurrency(4).Each().
+//	err := client.Queue("tasks").Group("workers").
+//		SubscriptionMode(queen.SubscriptionModeAll). // read the tasks pushed before it started
+//		Concurrency(4).Each().
 //		Consume(ctx, func(ctx context.Context, m *queen.Message) error {
 //			return handle(m)
 //		}).
@@ -163,10 +173,15 @@
 // # Errors
 //
 // Invalid input is refused before anything is sent, with a sentinel error
-// (ErrEmptyQueue, ErrPartitionsOutOfRange, ErrInvalidTraceID, ...) that
-// also matches ErrInvalidArgument:
+// (ErrEmptyQueue, ErrInvalidName, ErrPartitionsOutOfRange,
+// ErrInvalidTraceID, ...) that also matches ErrInvalidArgument. Each
+// operation checks the options it uses when it runs (a later call of a
+// setter replaces an earlier one), and names that would not mean only
+// themselves in a URL path are refused (see ErrInvalidName):
 //
-//	if errors.Is(err, queen.ErrInvalidArgument) { ... } // a bug in the caller
+//	if errors.Is(err, queen.ErrInvalidArgument) {
+//		return fmt.Errorf("a bug in the caller: %w", err) // retrying cannot help
+//	}
 //
 // A refusal by the broker is a *BrokerError, found with errors.As through
 // any wrapping, with the HTTP status, the broker's code and message and its

@@ -73,7 +73,7 @@ func (e *PushError) Error() string {
 // Item is a message to push with its own ids. Pass it to Push in place of a
 // bare payload:
 //
-//	client.Queue("orders").Push(queen.Item{Payload: order, TransactionID: order.ID})
+//	_, err := client.Queue("orders").Push(queen.Item{Payload: order, TransactionID: order.ID}).Execute(ctx)
 type Item struct {
 	// Payload is the message: any value that encodes to JSON.
 	Payload any

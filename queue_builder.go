@@ -34,7 +34,7 @@ const (
 // options of a pop or a consume loop. Its setters return the builder, so
 // calls chain:
 //
-//	msgs, err := client.Queue("orders").Group("billing").Batch(10).Pop(ctx)
+//	msgs, err := client.Queue("orders").Group("billing").SubscriptionMode(queen.SubscriptionModeAll).Batch(10).Pop(ctx)
 //
 // The setters only record a value: a later call of the same setter
 // replaces an earlier one, and each operation (Pop, Consume, Push, Create,
