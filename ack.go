@@ -150,6 +150,9 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	if len(acks) == 0 {
 		return nil, "", false, ErrNoMessages
 	}
+	if err := checkOptionalName(groupName, opts.ConsumerGroup); err != nil {
+		return nil, "", false, err
+	}
 	group = opts.ConsumerGroup
 	items := make([]wire.AckItem, len(acks))
 	for i, a := range acks {

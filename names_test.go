@@ -76,6 +76,11 @@ func nameCalls() []nameCall {
 		}},
 		{"queue detail", func(c *Client, n string) error { _, err := c.Admin().GetQueue(ctx, n); return err }},
 		{"dlq list", func(c *Client, n string) error { _, err := c.Admin().ListDLQ(ctx, n, DLQListOptions{}); return err }},
+		{"ack group", func(c *Client, n string) error {
+			m := &Message{TransactionID: "t", PartitionID: "1", LeaseID: "l"}
+			_, err := c.Ack(ctx, m, true, AckOptions{ConsumerGroup: n})
+			return err
+		}},
 		{"transaction push queue", func(c *Client, n string) error {
 			_, err := c.Transaction().Queue(n).Push(1).Commit(ctx)
 			return err
@@ -152,4 +157,13 @@ func TestEmptyNamesKeepTheirSentinels(t *testing.T) {
 	_, err = c.Admin().SeekPartition(ctx, "g", "q", "", SeekConsumerGroupOptions{ToEnd: true})
 	assert.ErrorIs(t, err, ErrEmptyPartition)
 	assert.Zero(t, rec.hits())
+}
+
+// An id from elsewhere that is "." or ".." (a lease id, a dead letter's
+// id) reaches the broker as %2E or %2E%2E, never as a path segment that a
+// server or proxy would resolve.
+func TestDotIDsStayThemselvesOnTheWire(t *testing.T) {
+	rec, c := newRecorder(t, answer{status: http.StatusOK, body: `{"success":true,"leaseId":"..","newExpiresAt":"2026-10-22T00:00:00Z"}`})
+	_, _ = c.Renew(context.Background(), &Message{TransactionID: "t", PartitionID: "1", LeaseID: ".."})
+	assert.Equal(t, "/api/v1/lease/%2E%2E/extend", rec.only(t).Path)
 }
