@@ -21,6 +21,9 @@ import (
 	"github.com/queen-go/queen/queentest"
 )
 
+// errPermanent is the error the README's worker dead-letters.
+var errPermanent = errors.New("permanent")
+
 // docBroker starts queentest and returns its URL, a client of it and a
 // ctx for the test.
 func docBroker(t *testing.T) (*queentest.Server, string, *queen.Client, context.Context) {
