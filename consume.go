@@ -198,7 +198,8 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 //
 // Invalid options fail before any request with an error matching
 // ErrInvalidArgument: CommitOnDelivery(true) (ErrCommitOnDeliveryConsume),
-// conflation without a group, and the checks of Pop. Execute may be called
+// Concurrency below 1, a negative Limit or IdleMillis, a RenewLease
+// interval under MinRenewMillis (ErrInvalidOption), and the checks of Pop. Execute may be called
 // again after it returned.
 func (cb *ConsumeBuilder) Execute(ctx context.Context) error {
 	r, err := cb.newRun(ctx)
