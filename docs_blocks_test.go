@@ -352,15 +352,18 @@ func TestDocREADMEWorker(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var done []int
+	sigterm := func() {
+		self, _ := os.FindProcess(os.Getpid())
+		if err := self.Signal(syscall.SIGTERM); err != nil {
+			t.Error(err)
+		}
+	}
 	runTask := func(data map[string]any) error {
 		mu.Lock()
 		defer mu.Unlock()
 		done = append(done, int(data["n"].(float64)))
 		if len(done) == 8 {
-			self, _ := os.FindProcess(os.Getpid())
-			if err := self.Signal(syscall.SIGTERM); err != nil { // the deploy
-				t.Error(err)
-			}
+			sigterm() // the deploy
 		}
 		if data["bad"] == true {
 			return fmt.Errorf("task %v: %w", data["n"], errPermanent)
@@ -370,6 +373,17 @@ func TestDocREADMEWorker(t *testing.T) {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	// Should the tasks never all run, stop the loop all the same (while
+	// the signal is still caught), so that the test fails rather than hangs.
+	finished, watchdog := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchdog)
+		select {
+		case <-finished:
+		case <-time.After(15 * time.Second):
+			sigterm()
+		}
+	}()
 
 	err := client.Queue("tasks").
 		Group("workers").
@@ -388,6 +402,10 @@ func TestDocREADMEWorker(t *testing.T) {
 		}).
 		Execute(ctx) // returns nil once ctx is cancelled
 
+	close(finished)
+	<-watchdog
+	mu.Lock()
+	defer mu.Unlock()
 	slices.Sort(done)
 	if err != nil || !slices.Equal(done, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
 		t.Fatalf("err %v, handled %v", err, done)
