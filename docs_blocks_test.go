@@ -371,10 +371,9 @@ func TestDocREADMEWorker(t *testing.T) {
 		return nil
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	// Should the tasks never all run, stop the loop all the same (while
-	// the signal is still caught), so that the test fails rather than hangs.
+	// Should the tasks never all run, stop the loop all the same (the
+	// signal is caught by then: this waits 15 s), so that the test fails
+	// rather than hangs.
 	finished, watchdog := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watchdog)
@@ -384,6 +383,9 @@ func TestDocREADMEWorker(t *testing.T) {
 			sigterm()
 		}
 	}()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
 
 	err := client.Queue("tasks").
 		Group("workers").

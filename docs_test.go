@@ -25,8 +25,9 @@ import (
 //     and run with `go run` against queentest, its broker URL replaced;
 //   - every other block, of README.md and of the doc comments of this
 //     package and of queentest, must appear token for token (comments and
-//     line breaks aside) in a _test.go file of this package, where a test
-//     or an Example runs it against queentest and checks what it did
+//     line breaks aside) in a _test.go file of this package (or of
+//     queenotel, for the README's queenotel line), where a test or an
+//     Example runs it against queentest and checks what it did
 //     (docs_blocks_test.go and the example files).
 //
 // The doc's broker URL "http://localhost:6632" matches the identifier
@@ -138,13 +139,20 @@ outer:
 	return false
 }
 
-// harnesses returns the tokens of each _test.go file of this package.
+// harnesses returns the tokens of each _test.go file of this package, and
+// of queenotel (a module of its own, which runs the README's queenotel
+// line).
 func harnesses(t *testing.T) map[string][]tok {
 	t.Helper()
 	files, err := filepath.Glob("*_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
+	otel, err := filepath.Glob(filepath.Join("queenotel", "*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, otel...)
 	out := map[string][]tok{}
 	for _, name := range files {
 		src, err := os.ReadFile(name)
