@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -219,6 +220,11 @@ func normalizeURL(raw string) (string, error) {
 	}
 	if u.User != nil {
 		return "", fmt.Errorf("%w: user info in the URL is not allowed; use WithBearerToken", ErrInvalidURL)
+	}
+	if p := strings.TrimSuffix(u.Path, "/"); p != "" && path.Clean(p) != p {
+		// A base path such as /a/../b or //b means another path once a
+		// server or proxy cleans it.
+		return "", fmt.Errorf("%w %q: the path has empty, \".\" or \"..\" segments", ErrInvalidURL, raw)
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }

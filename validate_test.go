@@ -123,7 +123,7 @@ func TestOtherOperationsIgnorePopOptions(t *testing.T) {
 func TestNewRefusesUncleanURLs(t *testing.T) {
 	for _, u := range []string{
 		" http://x", "http://x ", "\thttp://x", "http://x\n", "http://x/\x00", "http:x", "http:///x", "x:6632",
-		"ftp://x", "http://x?y=1", "http://x#f", "http://u:p@x", "",
+		"ftp://x", "http://x?y=1", "http://x#f", "http://u:p@x", "", "http://x/a/../b", "http://x/./b", "http://x//b",
 	} {
 		_, err := New(u)
 		assert.ErrorIs(t, err, ErrInvalidURL, "New(%q)", u)
