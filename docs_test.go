@@ -24,9 +24,9 @@ import (
 //   - a README.md block that is a whole program (package main) is built
 //     and run with `go run` against queentest, its broker URL replaced;
 //   - every other block, of README.md and of the doc comments of this
-//     package and of queentest, must appear token for token (comments and
-//     line breaks aside) in a _test.go file of this package (or of
-//     queenotel, for the README's queenotel line), where a test or an
+//     package, of queentest and of queenotel, must appear token for token
+//     (comments and line breaks aside) in a _test.go file of this package
+//     (or of queenotel, for the queenotel lines), where a test or an
 //     Example runs it against queentest and checks what it did
 //     (docs_blocks_test.go and the example files).
 //
@@ -171,6 +171,7 @@ func TestDocCodeBlocksRun(t *testing.T) {
 	}
 	blocks = append(blocks, commentBlocks(t, ".")...)
 	blocks = append(blocks, commentBlocks(t, "queentest")...)
+	blocks = append(blocks, commentBlocks(t, "queenotel")...)
 	tests := harnesses(t)
 	var programs int
 	for _, b := range blocks {

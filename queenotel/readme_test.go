@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -37,5 +39,41 @@ func TestREADMEGlobalProviders(t *testing.T) {
 	}
 	if len(spans.GetSpans()) == 0 {
 		t.Fatal("no span recorded through the global tracer provider")
+	}
+}
+
+// The package documentation's two lines (checked like the README's line):
+// hooks on otel's global providers measure a push.
+func TestDocGlobalProviders(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(mp)
+	t.Cleanup(func() {
+		otel.SetMeterProvider(prev)
+		_ = mp.Shutdown(context.Background())
+	})
+	url := queentest.Start(t).URL
+
+	hooks := queenotel.New() // the global TracerProvider and MeterProvider
+	client, err := queen.New(url, queen.WithHooks(hooks))
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(context.Background())
+	if _, err := client.Queue("orders").Push(1).Execute(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, sm := range rm.ScopeMetrics {
+		n += len(sm.Metrics)
+	}
+	if n == 0 {
+		t.Fatal("no metric recorded through the global meter provider")
 	}
 }
