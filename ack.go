@@ -91,8 +91,10 @@ func (e *AckError) Error() string {
 }
 
 // Ack settles one message: ok true acks it completed, false acks it failed
-// (one retry spent; it comes back after the queue's retryDelay). opts.Error
-// is stored as the failure reason. A refusal by the broker (a lost lease,
+// (one retry spent; it comes back after the queue's retryDelay, or is
+// dead-lettered if the partition's retries are spent: they are counted per
+// partition and group, not per message, see StatusFailed). opts.Error is
+// stored as the failure reason. A refusal by the broker (a lost lease,
 // say) is an *AckError; the result is returned either way.
 func (c *Client) Ack(ctx context.Context, msg *Message, ok bool, opts AckOptions) (AckResult, error) {
 	st := StatusCompleted

@@ -49,8 +49,9 @@ type QueueConfig struct {
 	RetentionSeconds          *int
 	CompletedRetentionSeconds *int
 	RetentionEnabled          *bool
-	// DeadLetterQueue keeps messages that ran out of retries (or were acked
-	// dlq) in the queue's dead-letter queue.
+	// DeadLetterQueue keeps messages whose failed ack found the retries
+	// spent (see RetryLimit: that may be a message's first failure), and
+	// those acked dlq, in the queue's dead-letter queue.
 	DeadLetterQueue *bool
 	// DLQAfterMaxRetries dead-letters a message whose failed ack finds
 	// the partition's RetryLimit spent (see RetryLimit for how the broker
