@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,8 +23,11 @@ const (
 	// StatusCompleted: done; the group's cursor moves past the message.
 	StatusCompleted AckStatus = "completed"
 	// StatusFailed: spend one retry; the message and what follows it in its
-	// partition come back after the queue's retryDelay, and after the last
-	// retry it is dead-lettered.
+	// partition come back after the queue's retryDelay. The retries are
+	// counted per partition and group, across the leases that did not
+	// finish, not per message (see QueueConfig.RetryLimit): the failed ack
+	// that finds them spent dead-letters its message, which may be that
+	// message's first failure.
 	StatusFailed AckStatus = "failed"
 	// StatusRetry: give the message back at once without spending a retry.
 	StatusRetry AckStatus = "retry"
@@ -89,8 +93,10 @@ func (e *AckError) Error() string {
 }
 
 // Ack settles one message: ok true acks it completed, false acks it failed
-// (one retry spent; it comes back after the queue's retryDelay). opts.Error
-// is stored as the failure reason. A refusal by the broker (a lost lease,
+// (one retry spent; it comes back after the queue's retryDelay, or is
+// dead-lettered if the partition's retries are spent: they are counted per
+// partition and group, not per message, see StatusFailed). opts.Error is
+// stored as the failure reason. A refusal by the broker (a lost lease,
 // say) is an *AckError; the result is returned either way.
 func (c *Client) Ack(ctx context.Context, msg *Message, ok bool, opts AckOptions) (AckResult, error) {
 	st := StatusCompleted
@@ -133,24 +139,39 @@ type Settlement struct {
 // after a failed that dead-letters, and messages left out of the ack would
 // wait for the lease to expire (PROTOCOL.md §16). The consume loop does so.
 func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOptions) ([]AckResult, error) {
-	if len(acks) == 0 {
-		return nil, ErrNoMessages
+	start := c.hooks.now()
+	res, group, sent, err := c.settleBatch(ctx, acks, opts)
+	if sent {
+		c.hooks.settled(ctx, group, acks, start, err)
 	}
-	group := opts.ConsumerGroup
+	return res, err
+}
+
+// settleBatch is SettleBatch without hooks; it also returns the group the
+// acks were sent for, and whether a request was sent (false: refused
+// before the wire).
+func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOptions) (res []AckResult, group string, sent bool, err error) {
+	if len(acks) == 0 {
+		return nil, "", false, ErrNoMessages
+	}
+	if err := checkOptionalName(groupName, opts.ConsumerGroup); err != nil {
+		return nil, "", false, err
+	}
+	group = opts.ConsumerGroup
 	items := make([]wire.AckItem, len(acks))
 	for i, a := range acks {
 		if a.Message == nil || a.Message.TransactionID == "" || a.Message.PartitionID == "" {
-			return nil, fmt.Errorf("ack %d: %w", i, ErrNotAckable)
+			return nil, "", false, fmt.Errorf("ack %d: %w", i, ErrNotAckable)
 		}
 		if !a.Status.valid() {
-			return nil, fmt.Errorf("ack %d: %w: %q", i, ErrUnknownStatus, a.Status)
+			return nil, "", false, fmt.Errorf("ack %d: %w: %q", i, ErrUnknownStatus, a.Status)
 		}
 		if opts.ConsumerGroup == "" {
 			switch g := messageGroup(a.Message); {
 			case i == 0:
 				group = g
 			case g != group:
-				return nil, fmt.Errorf("%w: one batch ack takes one consumer group; got %q and %q",
+				return nil, "", false, fmt.Errorf("%w: one batch ack takes one consumer group; got %q and %q",
 					ErrInvalidOption, group, g)
 			}
 		}
@@ -171,14 +192,15 @@ func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	}
 	raw, err := jsonv2.Marshal(body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidPayload, err)
+		return nil, group, false, fmt.Errorf("%w: %v", ErrInvalidPayload, err)
 	}
 	cl.raw = raw
 	resp, err := c.do(ctx, cl)
 	if err != nil {
-		return nil, err
+		return nil, group, true, err
 	}
-	return decodeAcks(resp.body, cl.path, items)
+	res, err = decodeAcks(resp.body, cl.path, items)
+	return res, group, true, err
 }
 
 // messageGroup is the group to send for a message: empty for queue mode.
@@ -306,7 +328,8 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	var out []RenewResult
 	var lost []string
 	for _, l := range leases {
-		r, err := c.renewLease(ctx, l, secs)
+		first := msgs[slices.IndexFunc(msgs, func(m *Message) bool { return m.LeaseID == l })]
+		r, err := c.renewLeaseOf(ctx, l, secs, first.Queue, messageGroup(first))
 		if err != nil {
 			return out, err
 		}
@@ -321,8 +344,24 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	return out, nil
 }
 
-// renewLease extends one lease id by secs seconds.
+// renewLease extends one lease id by secs seconds; hooks get no queue or
+// group (see renewLeaseOf).
 func (c *Client) renewLease(ctx context.Context, leaseID string, secs int) (RenewResult, error) {
+	return c.renewLeaseOf(ctx, leaseID, secs, "", "")
+}
+
+// renewLeaseOf extends one lease id, of queue and group, by secs seconds,
+// and tells the hooks (RenewHook, and LeaseLostHook when the lease is
+// lost).
+func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, queue, group string) (RenewResult, error) {
+	start := c.hooks.now()
+	res, err := c.sendRenew(ctx, leaseID, secs)
+	c.hooks.renewed(ctx, queue, group, leaseID, time.Duration(secs)*time.Second, start, res, err)
+	return res, err
+}
+
+// sendRenew sends the renewal of one lease id and reads its answer.
+func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int) (RenewResult, error) {
 	path := "/api/v1/lease/" + escape(leaseID) + "/extend"
 	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}})
 	if err != nil {

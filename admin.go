@@ -54,7 +54,10 @@ type SeekConsumerGroupOptions struct {
 	// Timestamp (RFC 3339, e.g. "2026-10-22T00:00:00Z") moves the group to
 	// just before the first message stored at or after that time, so it
 	// reads again everything from then on. An early time reads everything
-	// still kept.
+	// still kept. (A 0.15.1 broker places the cursor on the last message at
+	// or before the time; the client asks the broker's generation once, GET
+	// /health, and sends a time one microsecond earlier there, so that the
+	// messages stored at exactly that time are read again too.)
 	Timestamp string
 	// ToEnd moves the group past every message stored so far, so it reads
 	// only what is pushed later.
@@ -96,22 +99,28 @@ func (a *Admin) SeekConsumerGroup(ctx context.Context, group, queue string, opts
 // that for a Timestamp seek, the result is returned with an error matching
 // ErrNotSupported. An empty partition name fails with ErrEmptyPartition.
 func (a *Admin) SeekPartition(ctx context.Context, group, queue, partition string, opts SeekConsumerGroupOptions) (SeekResult, error) {
-	if partition == "" {
-		return SeekResult{}, ErrEmptyPartition
+	if err := checkName(partitionName, partition); err != nil {
+		return SeekResult{}, err
 	}
 	return a.seek(ctx, group, queue, partition, opts)
 }
 
 func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts SeekConsumerGroupOptions) (SeekResult, error) {
-	if group == "" {
-		return SeekResult{}, ErrEmptyGroup
+	if err := checkName(groupName, group); err != nil {
+		return SeekResult{}, err
 	}
-	if queue == "" {
-		return SeekResult{}, ErrEmptyQueue
+	if err := checkName(queueName, queue); err != nil {
+		return SeekResult{}, err
 	}
 	body, err := seekBody(opts)
 	if err != nil {
 		return SeekResult{}, err
+	}
+	asked := body.Timestamp
+	if asked != "" {
+		if body.Timestamp, err = a.c.seekTime(ctx, asked); err != nil {
+			return SeekResult{}, err
+		}
 	}
 	path := "/api/v1/consumer-groups/" + escape(group) + "/queues/" + escape(queue)
 	if partition != "" {
@@ -142,14 +151,15 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	if out.PartitionName != nil && *out.PartitionName != "" {
 		res.Partition = *out.PartitionName
 	}
-	if out.TargetTimestamp != nil {
+	switch {
+	case asked != "" && !out.SeekToEnd:
+		res.Timestamp = parseBrokerTime(asked)
+	case out.TargetTimestamp != nil:
 		res.Timestamp = parseBrokerTime(*out.TargetTimestamp)
-	} else if !out.SeekToEnd && body.Timestamp != "" {
-		res.Timestamp = parseBrokerTime(body.Timestamp)
 	}
-	if partition != "" && body.Timestamp != "" && out.SeekToEnd {
+	if partition != "" && asked != "" && out.SeekToEnd {
 		return res, fmt.Errorf("%w: the broker moved partition %q to its end instead of to %s (per-partition seek to a time)",
-			ErrNotSupported, partition, body.Timestamp)
+			ErrNotSupported, partition, asked)
 	}
 	return res, nil
 }
@@ -290,8 +300,8 @@ type GroupPartitionState struct {
 // position anywhere is a *BrokerError with Status 404; an empty name fails
 // with ErrEmptyGroup before any request.
 func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGroupDetail, error) {
-	if group == "" {
-		return ConsumerGroupDetail{}, ErrEmptyGroup
+	if err := checkName(groupName, group); err != nil {
+		return ConsumerGroupDetail{}, err
 	}
 	path := "/api/v1/consumer-groups/" + escape(group)
 	var out wire.GroupDetail
@@ -345,8 +355,11 @@ type DeleteGroupResult struct {
 // group that does not exist is not an error: DeletedPartitions is 0. An
 // empty name fails with ErrEmptyGroup before any request.
 func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts DeleteConsumerGroupOptions) (DeleteGroupResult, error) {
-	if group == "" {
-		return DeleteGroupResult{}, ErrEmptyGroup
+	if err := checkName(groupName, group); err != nil {
+		return DeleteGroupResult{}, err
+	}
+	if err := checkOptionalName(queueName, opts.Queue); err != nil {
+		return DeleteGroupResult{}, err
 	}
 	path := "/api/v1/consumer-groups/" + escape(group)
 	if opts.Queue != "" {
@@ -456,8 +469,8 @@ func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 // /api/v1/resources/queues/{queue}). A queue that does not exist is a
 // *BrokerError with Status 404.
 func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) {
-	if name == "" {
-		return QueueDetail{}, ErrEmptyQueue
+	if err := checkName(queueName, name); err != nil {
+		return QueueDetail{}, err
 	}
 	path := "/api/v1/resources/queues/" + escape(name)
 	var row wire.QueueRow
@@ -640,8 +653,14 @@ type DLQPage struct {
 // and group filters, the partition and time filters are also applied to
 // the page received, so a returned message always matches them.
 func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) (DLQPage, error) {
-	if queue == "" {
-		return DLQPage{}, ErrEmptyQueue
+	if err := checkName(queueName, queue); err != nil {
+		return DLQPage{}, err
+	}
+	if err := checkOptionalName(groupName, opts.ConsumerGroup); err != nil {
+		return DLQPage{}, err
+	}
+	if err := checkOptionalName(partitionName, opts.Partition); err != nil {
+		return DLQPage{}, err
 	}
 	if opts.Limit < 0 || opts.Offset < 0 {
 		return DLQPage{}, fmt.Errorf("%w: negative limit or offset", ErrInvalidOption)

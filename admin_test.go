@@ -1,6 +1,7 @@
 package queen_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -45,13 +46,13 @@ func TestSeekConsumerGroupSpecCalls(t *testing.T) {
 }
 
 func TestSeek2xAnswerAndEscaping(t *testing.T) {
-	stub, c := newWireStub(t, 200, `{"success":true,"consumerGroup":"a/b","queueName":"q 1","partitionName":null,"seekToEnd":false,"targetTimestamp":"2026-10-21T22:00:00.000000Z","partitionsUpdated":2,"updated":true,"futureField":{"x":1}}`)
-	res, err := c.Admin().SeekConsumerGroup(t.Context(), "a/b", "q 1", queen.SeekConsumerGroupOptions{Timestamp: "2026-10-22T00:00:00+02:00"})
+	stub, c := newWireStub(t, 200, `{"success":true,"consumerGroup":"a?b","queueName":"q 1","partitionName":null,"seekToEnd":false,"targetTimestamp":"2026-10-21T22:00:00.000000Z","partitionsUpdated":2,"updated":true,"futureField":{"x":1}}`)
+	res, err := c.Admin().SeekConsumerGroup(t.Context(), "a?b", "q 1", queen.SeekConsumerGroupOptions{Timestamp: "2026-10-22T00:00:00+02:00"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := stub.only()
-	wantRoute(t, r, http.MethodPost, "/api/v1/consumer-groups/a%2Fb/queues/q%201/seek")
+	wantRoute(t, r, http.MethodPost, "/api/v1/consumer-groups/a%3Fb/queues/q%201/seek")
 	jsonEqual(t, r.Body, `{"timestamp":"2026-10-21T22:00:00Z"}`) // sent in UTC
 	if res.PartitionsUpdated != 2 || !res.Timestamp.Equal(time.Date(2026, 10, 21, 22, 0, 0, 0, time.UTC)) {
 		t.Fatalf("result = %+v", res)
@@ -329,6 +330,7 @@ func TestHealth(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stub, c := newWireStub(t, tt.status, tt.body)
+			stub.passHealth()
 			h, err := c.Admin().Health(t.Context())
 			if err != nil {
 				t.Fatal(err)
@@ -339,7 +341,8 @@ func TestHealth(t *testing.T) {
 			}
 		})
 	}
-	_, c := newWireStub(t, 503, `<html>down</html>`)
+	stub, c := newWireStub(t, 503, `<html>down</html>`)
+	stub.passHealth()
 	if _, err := c.Admin().Health(t.Context()); err == nil {
 		t.Fatalf("a 503 that is not a health report must be an error")
 	}
@@ -524,6 +527,51 @@ func TestAdminReadsRefuseErrorObjectsIn200(t *testing.T) {
 			var be *queen.BrokerError
 			if !errors.As(err, &be) || be.Status != 200 || !strings.Contains(be.Message, `relation "queen.queues" does not exist`) || string(be.Body) != body {
 				t.Fatalf("err = %v, want a *BrokerError with the broker's message and body", err)
+			}
+		})
+	}
+}
+
+// A 0.15.1 broker puts a time seek's cursor ON the last message at or
+// before the time, so messages stored at exactly that time would be
+// skipped; the client asks the broker's generation once (GET /health) and
+// sends one microsecond less there, so that the group reads everything
+// stored at or after the time on both generations.
+func TestSeekTimeOnLegacyBroker(t *testing.T) {
+	for _, tt := range []struct {
+		name, health, asked, sent string
+	}{
+		{"0.15.1", `{"status":"healthy","database":"connected","version":"1.0.0"}`, "2026-10-22T00:00:00Z", "2026-10-21T23:59:59.999999Z"},
+		{"0.15.1, below a microsecond", `{"status":"healthy","database":"connected","version":"1.0.0"}`, "2026-10-22T00:00:00.0000005Z", "2026-10-22T00:00:00Z"},
+		{"0.15.1, other offset", `{"status":"healthy","database":"connected","version":"1.0.0"}`, "2026-10-22T02:00:00.000002+02:00", "2026-10-22T00:00:00.000001Z"},
+		{"2.x", `{"status":"healthy","engine":"raft","version":"2.7.1"}`, "2026-10-22T00:00:00Z", "2026-10-22T00:00:00Z"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			stub, c := newWireStubFunc(t, func(r stubReq) (int, string) {
+				if r.Path == "/health" {
+					return 200, tt.health
+				}
+				return 200, `{"success":true,"consumerGroup":"g","queueName":"q","seekToEnd":false,"partitionsUpdated":1}`
+			})
+			stub.passHealth()
+			for range 2 {
+				res, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{Timestamp: tt.asked})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want, _ := time.Parse(time.RFC3339Nano, tt.asked); !res.Timestamp.Equal(want) {
+					t.Fatalf("result time %v, want the time asked %v", res.Timestamp, want)
+				}
+			}
+			reqs := stub.requests()
+			if len(reqs) != 3 || reqs[0].Path != "/health" {
+				t.Fatalf("requests %+v: want one health probe, then the two seeks", reqs)
+			}
+			for _, r := range reqs[1:] {
+				var body map[string]any
+				if err := json.Unmarshal(r.Body, &body); err != nil || body["timestamp"] != tt.sent {
+					t.Fatalf("seek body %s (%v), want timestamp %s", r.Body, err, tt.sent)
+				}
 			}
 		})
 	}

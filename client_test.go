@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,4 +68,54 @@ func TestWithLogger(t *testing.T) {
 	_, err := c.Queue("q").Push(1).Execute(context.Background())
 	require.Error(t, err)
 	assert.NotEmpty(t, logs.String(), "retries are logged to the logger given")
+}
+
+// Close waits for the calls in flight, and stops waiting when its ctx
+// ends, with ctx.Err(). Calls after Close fail with ErrClosed.
+func TestCloseHonoursCtx(t *testing.T) {
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`[{"index":0,"status":"queued"}]`))
+	}))
+	defer srv.Close()
+	unblock := sync.OnceFunc(func() { close(release) })
+	defer unblock() // before srv.Close, should the test fail early
+	c, err := New(srv.URL, WithRetryPolicy(RetryPolicy{MaxAttempts: 1}))
+	require.NoError(t, err)
+
+	callErr := make(chan error, 1)
+	go func() {
+		_, err := c.Queue("q").Push(1).Execute(context.Background())
+		callErr <- err
+	}()
+	<-arrived
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = c.Close(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "a call is in flight")
+	assert.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "Close waited for the call")
+	_, err = c.Queue("q").Push(1).Execute(context.Background())
+	assert.ErrorIs(t, err, ErrClosed)
+
+	// Without a deadline, Close returns once the call in flight is done.
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close = %v while a call is in flight", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	unblock()
+	require.NoError(t, <-callErr, "the call in flight got its answer")
+	require.NoError(t, <-closed)
+
+	// Nothing in flight: at once, even with an ended ctx.
+	ended, cancelEnded := context.WithCancel(context.Background())
+	cancelEnded()
+	assert.NoError(t, c.Close(ended))
 }

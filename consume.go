@@ -11,16 +11,17 @@ import (
 const DefaultGracePeriod = 10 * time.Second
 
 // The consume loop's engine is a few parts, one file each, in the order a
-// message meets them (README "Architecture" draws them):
+// message meets them (README "Architecture: the consume loop" draws them):
 //
-//	consume_broker.go    the narrow interface the engine talks to, and the
-//	                     real one over the Client
-//	consume_fetch.go     fetcher: pops for free handlers, within the Limit
-//	consume_dispatch.go  dispatcher: hands messages to handlers, one
-//	                     partition at a time, in order
-//	consume_lease.go     lease keeper: renews what is in flight
-//	consume_settle.go    settler: one batch ack per pop
-//	consume_stop.go      the loop that runs them, and its one stop path
+//   - consume_broker.go: the narrow interface the engine talks to, and the
+//     real one over the Client;
+//   - consume_fetch.go: the fetcher, pops for free handlers, within the
+//     Limit;
+//   - consume_dispatch.go: the dispatcher, hands messages to handlers, one
+//     partition at a time, in order;
+//   - consume_lease.go: the lease keeper, renews what is in flight;
+//   - consume_settle.go: the settler, one batch ack per pop;
+//   - consume_stop.go: the loop that runs them, and its one stop path.
 //
 // This file is the public face: ConsumeBuilder, its options and Execute.
 
@@ -94,8 +95,17 @@ func Complete() Outcome { return Outcome{Status: StatusCompleted} }
 
 // Fail is the outcome of a message to try again: one retry is spent and the
 // message (with what follows it in its partition) comes back after the
-// queue's retryDelay; after the last retry it is dead-lettered. err's text
-// is stored as the reason.
+// queue's retryDelay. err's text is stored as the reason.
+//
+// The broker counts retries per partition and consumer group, not per
+// message: every Fail adds one, and the count goes back to zero only when
+// a leased batch of the partition is finished with no failure (see
+// QueueConfig.RetryLimit). A Fail that finds the count at RetryLimit
+// dead-letters its message, even on that message's first failure. An
+// Each() consumer with a Batch larger than one therefore dead-letters
+// messages that failed once when others of their partition failed just
+// before: return Retry() for a failure that should not count (a timeout of
+// a service the handler calls, say), and Fail for one that should.
 func Fail(err error) Outcome { return Outcome{Status: StatusFailed, Error: errText(err)} }
 
 // Retry is the outcome of a message given back at once without spending a
@@ -103,7 +113,8 @@ func Fail(err error) Outcome { return Outcome{Status: StatusFailed, Error: errTe
 func Retry() Outcome { return Outcome{Status: StatusRetry} }
 
 // DLQ is the outcome of a message that can never succeed: it goes to
-// the dead-letter queue at once, with err's text as the reason.
+// the dead-letter queue at once, with err's text as the reason, whatever
+// retries are left.
 func DLQ(err error) Outcome { return Outcome{Status: StatusDLQ, Error: errText(err)} }
 
 func errText(err error) string {
@@ -252,7 +263,8 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 //
 // Invalid options fail before any request with an error matching
 // ErrInvalidArgument: CommitOnDelivery(true) (ErrCommitOnDeliveryConsume),
-// conflation without a group, and the checks of Pop. Execute may be called
+// Concurrency below 1, a negative Limit or IdleMillis, a RenewLease
+// interval under MinRenewMillis (ErrInvalidOption), and the checks of Pop. Execute may be called
 // again after it returned.
 func (cb *ConsumeBuilder) Execute(ctx context.Context) error {
 	e, err := cb.newEngine(ctx)

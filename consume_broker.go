@@ -26,10 +26,10 @@ type consumeBroker interface {
 // the group is registered, a batch on a broker that does not size pops),
 // SettleBatch and the lease route.
 type clientBroker struct {
-	c          *Client
-	req        *popRequest
-	group      string
-	conflation bool
+	c                       *Client
+	req                     *popRequest
+	queue, partition, group string
+	conflation              bool
 }
 
 func newClientBroker(qb *QueueBuilder) (*clientBroker, error) {
@@ -40,10 +40,22 @@ func newClientBroker(qb *QueueBuilder) (*clientBroker, error) {
 	if _, err := qb.c.popValues(req, true, 0); err != nil {
 		return nil, err
 	}
-	return &clientBroker{c: qb.c, req: req, group: qb.group, conflation: qb.conflation}, nil
+	return &clientBroker{c: qb.c, req: req, queue: qb.queue, partition: qb.partition, group: qb.group, conflation: qb.conflation}, nil
 }
 
+// pop reports each pop to the Client's hooks (PopHook), as Pop does.
 func (b *clientBroker) pop(ctx context.Context, max int) (*popResult, error) {
+	start := b.c.hooks.now()
+	res, err := b.sendPop(ctx, max)
+	var msgs []*Message
+	if err == nil {
+		msgs = res.messages
+	}
+	b.c.hooks.popped(ctx, b.queue, b.partition, b.group, b.req.longPollWait(), start, msgs, err)
+	return res, err
+}
+
+func (b *clientBroker) sendPop(ctx context.Context, max int) (*popResult, error) {
 	withSub, err := b.c.withSubscription(ctx, b.req)
 	if err != nil {
 		return nil, err
@@ -60,13 +72,16 @@ func (b *clientBroker) pop(ctx context.Context, max int) (*popResult, error) {
 	return res, nil
 }
 
+// settle sends one ack request; the settler reports the whole settlement
+// (its retries included) to the hooks once.
 func (b *clientBroker) settle(ctx context.Context, acks []Settlement) error {
-	_, err := b.c.SettleBatch(ctx, acks, AckOptions{ConsumerGroup: b.group})
+	_, _, _, err := b.c.settleBatch(ctx, acks, AckOptions{ConsumerGroup: b.group})
 	return err
 }
 
+// renew reports each renewal, and a lost lease, to the Client's hooks.
 func (b *clientBroker) renew(ctx context.Context, leaseID string, secs int) (bool, error) {
-	res, err := b.c.renewLease(ctx, leaseID, secs)
+	res, err := b.c.renewLeaseOf(ctx, leaseID, secs, b.queue, b.group)
 	if err != nil {
 		return false, err
 	}

@@ -117,7 +117,6 @@ func (e *engine) runGroup(g *group) {
 		}
 		e.finished(d)
 	}()
-	// hook: handler start / end (WithHooks) go around the calls in handleEach and handleWhole.
 	if e.cfg.each {
 		e.handleEach(g)
 	} else {
@@ -142,19 +141,24 @@ func (e *engine) handleEach(g *group) {
 		}
 		g.handled++
 		var err error
+		hctx, turn := e.hooks.handlerStart(ctx, e.cfg.queue, e.cfg.group, g.msgs[i:i+1:i+1]) // HandlerHook
 		if e.handle != nil {
-			err = e.call(ctx, m)
+			err = e.call(hctx, m)
 		} else {
-			err = e.callBatch(ctx, g.msgs[i:i+1:i+1])
+			err = e.callBatch(hctx, g.msgs[i:i+1:i+1])
 		}
 		if leaseLost(ctx) {
+			e.hooks.handlerEnd(hctx, turn, err, nil, true)
 			g.lost = true
 			return
 		}
-		o, send := e.decide(ctx, m, err)
+		o, send := e.decide(hctx, m, err)
+		var outcome [1]Outcome
 		if send {
 			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
+			outcome[0] = o
 		}
+		e.hooks.handlerEnd(hctx, turn, err, outcome[:], false)
 		g.next = i + 1
 		if o.Status == StatusFailed || o.Status == StatusRetry {
 			return
@@ -172,29 +176,42 @@ func (e *engine) handleWhole(g *group) {
 		return
 	}
 	g.handled = len(g.msgs)
-	err := e.callBatch(ctx, g.msgs)
+	hctx, turn := e.hooks.handlerStart(ctx, e.cfg.queue, e.cfg.group, g.msgs) // HandlerHook
+	err := e.callBatch(hctx, g.msgs)
 	if leaseLost(ctx) {
+		e.hooks.handlerEnd(hctx, turn, err, nil, true)
 		g.lost = true
 		return
 	}
+	var outcomes []Outcome // for the hooks, only when there are some
+	if turn.active() {
+		outcomes = make([]Outcome, len(g.msgs))
+	}
 	var skip []*Message // a message of each partition whose rest goes back
-	for _, m := range g.msgs {
+	for i, m := range g.msgs {
 		given := false
 		for _, s := range skip {
 			given = given || samePartition(s, m)
 		}
 		if given {
 			g.acks = append(g.acks, Settlement{Message: m, Status: StatusRetry})
+			if outcomes != nil {
+				outcomes[i] = Retry()
+			}
 			continue
 		}
-		o, send := e.decide(ctx, m, err)
+		o, send := e.decide(hctx, m, err)
 		if send {
 			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
+			if outcomes != nil {
+				outcomes[i] = o
+			}
 		}
 		if o.Status == StatusFailed || o.Status == StatusRetry {
 			skip = append(skip, m)
 		}
 	}
+	e.hooks.handlerEnd(hctx, turn, err, outcomes, false)
 	g.next = len(g.msgs)
 }
 

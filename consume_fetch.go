@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net/http"
 	"time"
+
+	"github.com/queen-go/queen/internal/transport"
 )
 
 // The fetcher: what decides when a pop goes and how big it is. A fetcher
@@ -113,14 +114,12 @@ func fatalPopError(err error) bool {
 	if errors.As(err, &be) {
 		return be.Status >= 400 && !retryableStatus(be.Status)
 	}
-	return false
+	return !transport.RetryableErr(err) // e.g. an untrusted TLS certificate
 }
 
 // retryableStatus says whether a broker's answer of that status may change
-// if the request is sent again: 5xx, 408 and 429.
-func retryableStatus(status int) bool {
-	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
-}
+// if the request is sent again: the client's one rule, transport.Retryable.
+func retryableStatus(status int) bool { return transport.Retryable(status) }
 
 // outage follows a run of failed pops: the backoff before the next one,
 // and what to say about it. Loud but bounded: a Warn at the first failure,

@@ -112,7 +112,7 @@ func TestFetchFailuresLoudAndBounded(t *testing.T) {
 
 // A refusal that asking again cannot change ends the loop with it.
 func TestFetchRefusalEndsLoop(t *testing.T) {
-	for _, status := range []int{400, 401, 403, 404} {
+	for _, status := range []int{400, 401, 403, 404, 501} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			f := newFakeBroker(10)
 			refusal := &BrokerError{Status: status, Message: "no"}
@@ -129,7 +129,7 @@ func TestFetchRefusalEndsLoop(t *testing.T) {
 			}
 		})
 	}
-	for _, status := range []int{408, 429, 500, 501, 503} {
+	for _, status := range []int{408, 429, 500, 502, 503, 504} {
 		if fatalPopError(&BrokerError{Status: status}) {
 			t.Errorf("%d ends the loop; it is worth asking again", status)
 		}

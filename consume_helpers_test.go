@@ -86,6 +86,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	queen.SetMinRenewMillis(c, 1) // the tests renew every few ms
 	e.c = c
 	return e
 }

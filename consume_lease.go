@@ -52,7 +52,7 @@ func (e *engine) keepLease(b *batch) *leaseKeeper {
 			if ctx.Err() != nil {
 				return // settled meanwhile: the answer no longer matters
 			}
-			// hook: renew (WithHooks) goes here, with err and alive.
+			// RenewHook and LeaseLostHook: reported by the broker (clientBroker.renew).
 			switch {
 			case err != nil:
 				if !failing {
@@ -62,7 +62,6 @@ func (e *engine) keepLease(b *batch) *leaseKeeper {
 				failing = true
 				e.loopError(&LoopError{Op: LoopOpRenew, LeaseID: b.leaseID, Messages: len(b.msgs), Err: err})
 			case !alive:
-				// hook: lease lost (WithHooks) goes here.
 				e.log.Warn("queen: lease lost; cancelling its handlers, their outcomes are not acked",
 					"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(b.msgs))
 				b.cancel(errLeaseLostCause)

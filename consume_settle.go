@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/queen-go/queen/internal/transport"
 )
 
 // The settler: when the last group of a pop is done, the pop's outcomes go
@@ -67,9 +69,17 @@ func (e *engine) sendAcks(b *batch, acks []Settlement) {
 	ctx, cancel := context.WithTimeout(e.reqCtx, settleTimeout)
 	defer cancel()
 	backoff := newOutage(e.retry)
+	start := e.hooks.now()
+	var err error
+	defer func() {
+		group := e.cfg.group
+		if group == "" {
+			group = messageGroup(acks[0].Message)
+		}
+		e.hooks.settled(ctx, group, acks, start, err) // SettleHook: the settlement, its retries included
+	}()
 	for {
-		err := e.b.settle(ctx, acks)
-		// hook: settle (WithHooks) goes here, with acks and err.
+		err = e.b.settle(ctx, acks)
 		if err == nil {
 			return
 		}
@@ -109,5 +119,5 @@ func transientSettleError(err error) bool {
 	if errors.As(err, &be) {
 		return retryableStatus(be.Status)
 	}
-	return true
+	return transport.RetryableErr(err)
 }

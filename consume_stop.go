@@ -23,26 +23,23 @@ import (
 //
 // The states of a loop, and its one stop path:
 //
-//	running   pops go out for free handlers; groups start as workers and
-//	          their partitions free up; each pop is settled by the worker
-//	          that ends its last group.
-//	   │  stop (beginStop): a ctx ended, the Limit is reached, IdleMillis
-//	   │  passed, a pop was refused for good, or a handler ended its
-//	   │  goroutine
-//	   ▼
-//	draining  no pop and no group starts again. Groups waiting for a
-//	          handler are given back (never started). Pops in flight get
-//	          popDrain for an answer already on its way (its messages are
-//	          then given back, not left leased), and are then abandoned.
-//	          Handlers running go on for the grace period; then their ctx
-//	          is cancelled. Batch acks wait until no pop of the loop is
-//	          parked at the broker (quiet): a parked long poll would be
-//	          handed the messages given back, and lose them with it.
-//	   │  no pop in flight, no handler running, every pop settled
-//	   ▼
-//	done      the workers end (the fetchers ended at the stop); Execute returns: nil after a ctx, Limit or
-//	          idle stop, the error after a refusal or a Goexit. No
-//	          goroutine is left.
+//   - running: pops go out for free handlers; groups start as workers and
+//     their partitions free up; each pop is settled by the goroutine that
+//     ends its last group. A stop (stopLocked: a ctx ended, the Limit is
+//     reached, IdleMillis passed, a pop was refused for good, or a handler
+//     ended its goroutine) leads to draining.
+//   - draining: no pop and no group starts again. Groups waiting for a
+//     handler are given back (never started). Pops in flight get popDrain
+//     for an answer already on its way (its messages are then given back,
+//     not left leased), and are then abandoned. Handlers running go on for
+//     the grace period; then their ctx is cancelled. Batch acks wait until
+//     no pop of the loop is parked at the broker (quiet): a parked long
+//     poll would be handed the messages given back, and lose them with it.
+//     When no pop is in flight, no handler runs and every pop is settled,
+//     done.
+//   - done: the workers end (the fetchers ended at the stop); Execute
+//     returns nil after a ctx, Limit or idle stop, the error after a
+//     refusal or a Goexit. No goroutine is left.
 
 const (
 	popDrain      = 250 * time.Millisecond // what a stop gives a pop's answer on its way
@@ -74,6 +71,7 @@ type engineConfig struct {
 type engine struct {
 	b           consumeBroker
 	log         *slog.Logger
+	hooks       *hookSet // the Client's (nil: none)
 	retry       RetryPolicy
 	cfg         engineConfig
 	handle      func(ctx context.Context, msg *Message) error
@@ -120,8 +118,8 @@ func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 	if qb.c == nil {
 		return nil, fmt.Errorf("%w: builder has no client", ErrInvalidOption)
 	}
-	if qb.commitOnDelivery {
-		return nil, ErrCommitOnDeliveryConsume
+	if err := qb.checkConsume(); err != nil {
+		return nil, err
 	}
 	if cb.grace < 0 {
 		return nil, fmt.Errorf("%w: GracePeriod(%v) must not be negative", ErrInvalidOption, cb.grace)
@@ -147,7 +145,7 @@ func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 		cfg.renewSecs = renewSeconds(qb.renewMs)
 	}
 	e := newEngine(ctx, cb.ctx, b, cfg, qb.limit)
-	e.log, e.retry = qb.c.log, qb.c.cfg.retry
+	e.log, e.retry, e.hooks = qb.c.log, qb.c.cfg.retry, qb.c.hooks
 	e.handle, e.handleBatch = cb.handle, cb.handleBatch
 	e.onSuccess, e.onError, e.onLoopError = cb.onSuccess, cb.onError, cb.onLoopError
 	return e, nil

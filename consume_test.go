@@ -508,9 +508,10 @@ func TestConsumeTransientErrorsBackOff(t *testing.T) {
 	}
 }
 
-// A non-retryable broker refusal ends Execute with that error.
+// A non-retryable broker refusal ends Execute with that error (501: a
+// broker without the route; asking again cannot change it).
 func TestConsumeBrokerRefusalEndsExecute(t *testing.T) {
-	for _, status := range []int{400, 401, 403, 404} {
+	for _, status := range []int{400, 401, 403, 404, 501, 505} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			e := newEnv(t)
 			e.srv.FailNext(queentest.RoutePop, 1, status, 0)

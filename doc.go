@@ -17,11 +17,19 @@
 //
 //	_, err = client.Queue("orders").Push(map[string]any{"id": 1, "total": 30}).Execute(ctx)
 //
-//	msgs, err := client.Queue("orders").Group("billing").Batch(10).Pop(ctx)
+//	msgs, err := client.Queue("orders").Group("billing").
+//		SubscriptionMode(queen.SubscriptionModeAll). // a new group starts at the tail otherwise
+//		Batch(10).
+//		Pop(ctx)
 //	for _, msg := range msgs {
 //		ok := handle(msg.Data)
 //		_, err = client.Ack(ctx, msg, ok, queen.AckOptions{ConsumerGroup: "billing"})
 //	}
+//
+// A new consumer group starts after what the queue already holds unless
+// SubscriptionMode(queen.SubscriptionModeAll) says otherwise: without it
+// this pop would wait 30 s and return nothing, since the order was pushed
+// before the group's first pop.
 //
 // Tests need no broker: package queentest serves the same HTTP API from
 // memory, on a loopback port.
@@ -31,15 +39,17 @@
 // New takes the broker's base URL and options: WithURLs for more brokers of
 // the same cluster (the client fails over to the next one when a call finds
 // a broker down, and tries the failed one again after a pause),
-// WithBearerToken, WithHTTPClient, WithLogger (the client logs nothing by
-// default), WithRequestTimeout and WithRetryPolicy. Network errors, 5xx and
-// 429 answers are retried with capped exponential backoff and jitter,
-// honouring Retry-After; other 4xx answers are final. A waiting pop retries
-// until its context ends; every other call has a bounded number of
-// attempts. A transaction commit and a dead-letter replay, which are not
-// safe to apply twice, are sent again only when the broker surely did not
-// apply them (see TransactionBuilder.Commit). Close releases the
-// connections; the client runs no goroutine of its own.
+// WithBearerToken, WithHTTPClient, WithLogger (without it, Warn and Error
+// records go to slog.Default()), WithRequestTimeout and WithRetryPolicy.
+// Network errors and the answers BrokerError.Temporary accepts (408, 429,
+// most 5xx) are retried with capped exponential backoff and jitter,
+// honouring Retry-After; other answers are final. Every call, a waiting pop
+// included, has a bounded number of attempts (see RetryPolicy). A pop, a
+// transaction commit and a dead-letter replay, which must not be applied
+// twice, are sent again only when the broker surely did not get or serve
+// them; otherwise the error matches ErrOutcomeUnknown. Close releases the
+// connections once the calls in flight are done; the client runs no
+// goroutine of its own.
 //
 // # Queues
 //
@@ -106,8 +116,12 @@
 // # Acknowledging
 //
 // Client.Ack settles a message as completed (ok) or failed (one retry
-// spent; the message comes back after the queue's retry delay, and is
-// dead-lettered after the last retry). Client.Settle takes any of the four
+// spent; the message comes back after the queue's retry delay). Retries
+// are counted per partition and consumer group across the leases that did
+// not finish, not per message: the failed ack that finds the queue's
+// RetryLimit spent dead-letters its message, perhaps at its first failure
+// (see QueueConfig.RetryLimit; give a message back with StatusRetry for a
+// failure that should not count). Client.Settle takes any of the four
 // outcomes, StatusCompleted, StatusFailed, StatusRetry (give it back without
 // spending a retry) and StatusDLQ (dead-letter it at once), with an error
 // text. Client.SettleBatch settles many messages of one group in a single
@@ -126,7 +140,9 @@
 // loop until its context ends, Limit messages were handled, or IdleMillis
 // passed with nothing to do:
 //
-//	err := client.Queue("tasks").Group("workers").Concurrency(4).Each().
+//	err := client.Queue("tasks").Group("workers").
+//		SubscriptionMode(queen.SubscriptionModeAll). // read the tasks pushed before it started
+//		Concurrency(4).Each().
 //		Consume(ctx, func(ctx context.Context, m *queen.Message) error {
 //			return handle(m)
 //		}).
@@ -157,10 +173,15 @@
 // # Errors
 //
 // Invalid input is refused before anything is sent, with a sentinel error
-// (ErrEmptyQueue, ErrPartitionsOutOfRange, ErrInvalidTraceID, ...) that
-// also matches ErrInvalidArgument:
+// (ErrEmptyQueue, ErrInvalidName, ErrPartitionsOutOfRange,
+// ErrInvalidTraceID, ...) that also matches ErrInvalidArgument. Each
+// operation checks the options it uses when it runs (a later call of a
+// setter replaces an earlier one), and names that would not mean only
+// themselves in a URL path are refused (see ErrInvalidName):
 //
-//	if errors.Is(err, queen.ErrInvalidArgument) { ... } // a bug in the caller
+//	if errors.Is(err, queen.ErrInvalidArgument) {
+//		return fmt.Errorf("a bug in the caller: %w", err) // retrying cannot help
+//	}
 //
 // A refusal by the broker is a *BrokerError, found with errors.As through
 // any wrapping, with the HTTP status, the broker's code and message and its

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/queen-go/queen/internal/transport"
 )
 
 // ErrInvalidArgument is matched (errors.Is) by every error the client
@@ -85,8 +87,10 @@ var (
 	// answered without saying (a 5xx that may come after applying, a 503
 	// with code outcome_unknown, an answer that cannot be read). Calls
 	// that are not safe to repeat (TransactionBuilder.Commit,
-	// Admin.ReplayDLQ) are then not retried; check the broker's state
-	// before doing the request again. The error also carries the failure:
+	// Admin.ReplayDLQ, and Pop, whose claim leases messages) are then not
+	// retried; check the broker's state before doing the request again.
+	// After a pop, messages may be leased until the lease expires, and
+	// are delivered again then. The error also carries the failure:
 	// errors.As finds the *BrokerError of an answer, errors.Is the context
 	// error of a ctx that ended.
 	ErrOutcomeUnknown = errors.New("queen: outcome unknown")
@@ -120,6 +124,10 @@ type BrokerError struct {
 	Method, Path string
 	// Body is the raw response body.
 	Body []byte
+	// Attempts is how many times the request was sent, the answer's
+	// included, when the client retried it (for example 4 after four
+	// 503s with the default RetryPolicy); 0 or 1 when it was sent once.
+	Attempts int
 }
 
 // Error describes the refusal: status, method and path, code and message.
@@ -131,11 +139,16 @@ func (e *BrokerError) Error() string {
 	if e.Message != "" {
 		s += ": " + e.Message
 	}
+	if e.Attempts > 1 {
+		s += fmt.Sprintf(" (after %d attempts)", e.Attempts)
+	}
 	return s
 }
 
-// Temporary reports whether retrying the same request later may succeed
-// (5xx, 429).
+// Temporary reports whether retrying the same request later may succeed:
+// 408, 429 and every 5xx except 501 (no such route: an older broker), 505,
+// 506, 508, 510 and 511. The client's retries and its consume loop follow
+// the same rule.
 func (e *BrokerError) Temporary() bool {
-	return e.Status >= 500 || e.Status == 429
+	return transport.Retryable(e.Status)
 }

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/queen-go/queen/internal/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -104,7 +107,10 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"renew of nothing", func(c *Client) error { _, err := c.Renew(ctx); return err }, ErrNoMessages},
 		{"renew of a message without a lease", func(c *Client) error { _, err := c.Renew(ctx, popped("a", "g", "")); return err }, ErrNotAckable},
 		{"renew for zero", func(c *Client) error { _, err := c.RenewFor(ctx, 0, msg); return err }, ErrInvalidOption},
-		{"consume option out of range seen by Pop", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Concurrency(0) }), ErrInvalidOption},
+		{"consume option out of range", func(c *Client) error {
+			return c.Queue("q").Concurrency(0).Consume(ctx, func(context.Context, *Message) error { return nil }).Execute(ctx)
+		}, ErrInvalidOption},
+		{"name that escapes its path", pop(func(c *Client) *QueueBuilder { return c.Queue("..") }), ErrInvalidName},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,7 +131,7 @@ func TestSentinelsAreDistinct(t *testing.T) {
 	all := []error{ErrInvalidURL, ErrEmptyQueue, ErrConflationNeedsGroup, ErrConflationWithCommitOnDelivery,
 		ErrPartitionsOutOfRange, ErrNegativeBatch, ErrTimeoutOutOfRange, ErrInvalidSubscription, ErrInvalidTraceID,
 		ErrInvalidPayload, ErrNoMessages, ErrNotAckable, ErrUnknownStatus, ErrCommitOnDeliveryConsume, ErrInvalidOption,
-		ErrEmptyTransaction, ErrInvalidSeek, ErrEmptyGroup, ErrEmptyPartition, ErrNotReplayable}
+		ErrEmptyTransaction, ErrInvalidSeek, ErrEmptyGroup, ErrEmptyPartition, ErrNotReplayable, ErrInvalidName}
 	for i, a := range all {
 		assert.ErrorIs(t, a, ErrInvalidArgument)
 		for j, b := range all {
@@ -187,7 +193,7 @@ func TestNewRefusesBadURLs(t *testing.T) {
 func TestBrokerErrorThroughWrappers(t *testing.T) {
 	ctx := context.Background()
 	ops := map[string]func(c *Client) error{
-		// Wait(false): a waiting pop retries 5xx and 429 until its ctx ends.
+		// Wait(false): a short pop (a waiting one: TestWaitingPopIsBounded).
 		"pop":    func(c *Client) error { _, err := c.Queue("q").Wait(false).Pop(ctx); return err },
 		"push":   func(c *Client) error { _, err := c.Queue("q").Push(1).Execute(ctx); return err },
 		"ack":    func(c *Client) error { _, err := c.Ack(ctx, popped("a", "g", "L"), true, AckOptions{}); return err },
@@ -300,41 +306,75 @@ func TestContextCancelled(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
-// A waiting pop is a long poll: it retries transient answers past the
-// attempt budget of ordinary calls, until it gets an answer or ctx ends.
-func TestLongPollPopRetriesPastTheBudget(t *testing.T) {
+// A waiting pop has the attempt budget of every other call: on a broker
+// that answers 503 it gives up after MaxAttempts with the last answer, and
+// on a dead broker after MaxAttempts refused connections with the network
+// error, saying how many attempts it made.
+func TestWaitingPopIsBounded(t *testing.T) {
 	busy := answer{status: 503, body: golden(t, "broker-2.x/error_503_no_leader.json")}
-	rec, c := newRecorder(t, busy, busy, busy, ok200(t, "broker-0.15.1/pop_queue_mode_three.json"))
-	msgs, err := c.Queue("t1").Pop(context.Background()) // the policy allows 1 attempt
+	policy := WithRetryPolicy(RetryPolicy{MaxAttempts: 3, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
+	// The ctx only keeps a pop that never gives up from hanging the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, c := newRecorderOpts(t, []Option{policy}, busy)
+	_, err := c.Queue("t1").Wait(true).Pop(ctx)
+	var be *BrokerError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, 503, be.Status)
+	assert.Equal(t, 3, be.Attempts)
+	assert.Contains(t, err.Error(), "(after 3 attempts)")
+	assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a 503 was not served")
+	assert.Equal(t, 3, rec.hits())
+
+	// A retried 503 that then succeeds is the success.
+	rec2, c2 := newRecorderOpts(t, []Option{policy}, busy, busy, ok200(t, "broker-0.15.1/pop_queue_mode_three.json"))
+	msgs, err := c2.Queue("t1").Pop(context.Background())
 	require.NoError(t, err)
 	assert.Len(t, msgs, 3)
-	assert.Equal(t, 4, rec.hits())
+	assert.Equal(t, 3, rec2.hits())
 
-	// With a deadline, the pop keeps retrying until the deadline, then
-	// fails: with the last answer when the deadline fell between attempts,
-	// or with the deadline error when it fell during one (timing decides).
-	rec2, c2 := newRecorder(t, busy)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	_, err = c2.Queue("t1").Pop(ctx)
+	// Dead broker: a closed port.
+	dead, _ := newRecorder(t)
+	dead.srv.Close()
+	c3, err := New(dead.srv.URL, policy)
+	require.NoError(t, err)
+	defer c3.Close(context.Background())
+	start := time.Now()
+	_, err = c3.Queue("t1").Group("g").Wait(true).TimeoutMillis(30000).Pop(ctx)
 	require.Error(t, err)
-	var be *BrokerError
-	if errors.As(err, &be) {
-		assert.Equal(t, 503, be.Status)
-	} else {
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-	}
-	assert.Greater(t, rec2.hits(), 1)
+	assert.Less(t, time.Since(start), 5*time.Second, "bounded by the attempts, not by the wait or a ctx")
+	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+	var op *net.OpError
+	require.ErrorAs(t, err, &op)
+	assert.Equal(t, "dial", op.Op)
+	assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a refused connection sent nothing")
+	assert.Contains(t, err.Error(), "no answer after 3 attempt(s)")
 
 	// Cancelled while waiting between attempts: the ctx error.
-	rec3, c3 := newRecorder(t, answer{status: 503, body: "{}", header: map[string]string{"Retry-After": "30"}})
-	ctx3, cancel3 := context.WithCancel(context.Background())
+	rec4, c4 := newRecorderOpts(t, []Option{policy}, answer{status: 503, body: "{}", header: map[string]string{"Retry-After": "30"}})
+	ctx4, cancel4 := context.WithCancel(context.Background())
 	go func() {
-		for rec3.hits() == 0 {
+		for rec4.hits() == 0 {
 			time.Sleep(time.Millisecond)
 		}
-		cancel3()
+		cancel4()
 	}()
-	_, err = c3.Queue("t1").Pop(ctx3)
+	_, err = c4.Queue("t1").Pop(ctx4)
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// BrokerError.Temporary is the client's one retry rule (the transport's
+// retries and the consume loop follow it too).
+func TestTemporaryIsTheRetryRule(t *testing.T) {
+	want := map[int]bool{
+		400: false, 401: false, 403: false, 404: false, 409: false, 413: false,
+		408: true, 429: true, 500: true, 502: true, 503: true, 504: true, 507: true,
+		501: false, 505: false, 506: false, 508: false, 510: false, 511: false,
+	}
+	for status, temporary := range want {
+		assert.Equal(t, temporary, (&BrokerError{Status: status}).Temporary(), "Temporary of %d", status)
+	}
+	for status := 100; status < 600; status++ {
+		assert.Equal(t, transport.Retryable(status), (&BrokerError{Status: status}).Temporary(), "Temporary of %d", status)
+	}
 }

@@ -219,11 +219,11 @@ func (b *QueueBuilder) Fetch(ctx context.Context, partitions []string, opts ...F
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	if b.queue == "" {
-		return nil, ErrEmptyQueue
-	}
 	if len(partitions) == 0 && b.partition != "" {
 		partitions = []string{b.partition}
+	}
+	if err := b.checkFetch(partitions); err != nil {
+		return nil, err
 	}
 	if len(partitions) == 0 {
 		return nil, fmt.Errorf("%w: fetch needs at least one partition", ErrEmptyPartition)

@@ -28,7 +28,12 @@ type Message struct {
 	ConsumerGroup string
 	// CreatedAt is when the broker stored the message.
 	CreatedAt time.Time
-	// TraceID is the trace id given at push, if any.
+	// TraceID is the trace id given at push, if the broker kept it. A 2.x
+	// broker keeps it only for messages pushed in a transaction
+	// (TransactionPush.TraceID) and drops it on a plain push; a 0.15.1
+	// broker keeps it when it is a valid UUID, and does not store a
+	// message whose trace id is not one (its push answers "buffered"),
+	// which is why the client refuses such a trace id (ErrInvalidTraceID).
 	TraceID string
 	// ProducerSub is the authenticated producer, when the broker runs with auth.
 	ProducerSub string
@@ -39,6 +44,10 @@ type Message struct {
 	// does not report it (0.15.1).
 	Offset int64
 	// Data is the payload when it is a JSON object; nil otherwise (see Raw).
+	// Its numbers are float64, as encoding/json decodes them into an any, so
+	// an integer beyond 2^53 (9007199254740993, say) is not exact here:
+	// read exact integers with Decode[T] into an integer field (or a
+	// json.Number), or from Raw.
 	Data map[string]any
 	// Raw is the payload exactly as pushed: any JSON value. "null" when the
 	// message had no payload.

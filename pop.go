@@ -35,16 +35,65 @@ var emptyPopErrors = map[string]bool{
 // conflate fails with ErrConflationUnsupported and hands out nothing; a
 // namespace/task pop against a broker without that route (0.15.1) fails
 // with an error matching ErrNotSupported (and *BrokerError).
+//
+// A pop leases what it takes, so it is never sent twice once it may have
+// reached the broker. It is retried (within the RetryPolicy's attempts)
+// only when the broker surely did not serve it: a connection that could
+// not be made, a 429, a 503 (unless its code is outcome_unknown). When its
+// answer is lost (the connection failed, or ctx ended, after the request
+// may have been received) or the broker answered a 5xx that may follow a
+// claim (500, 502, 504), Pop returns an error matching ErrOutcomeUnknown
+// that wraps the cause (errors.As finds the *BrokerError or the network
+// error): messages may be leased to that lost claim until the lease
+// expires, and are delivered again then. Nothing is lost; pop again, and
+// expect them back after the lease time.
+//
+// A waiting pop (Wait(true), the default) is bounded like every other
+// call: on a dead broker it returns the network error after
+// RetryPolicy.MaxAttempts attempts. With the default policy (4 attempts,
+// backoff from 200 ms) a broker that refuses connections fails the pop
+// after 1.1 s to 1.7 s (measured 1.2 s to 1.6 s); a host that does not
+// answer at all takes at most 4 attempts of the wait plus 5 s each.
 func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 	r, err := b.popRequest()
 	if err != nil {
 		return nil, err
 	}
+	start := b.c.hooks.now()
 	res, err := b.c.pop(ctx, r, b.conflation)
+	var msgs []*Message
+	if err == nil {
+		msgs = res.messages
+	}
+	b.c.hooks.popped(ctx, b.queue, b.partition, r.query.ConsumerGroup, r.longPollWait(), start, msgs, err)
 	if err != nil {
 		return nil, err
 	}
-	return res.messages, nil
+	return msgs, nil
+}
+
+// longPollWait is how long the broker may hold the pop open: zero when it
+// does not wait.
+func (r *popRequest) longPollWait() time.Duration {
+	if !r.wait {
+		return 0
+	}
+	return time.Duration(r.waitMs) * time.Millisecond
+}
+
+// call is the request of a pop with the query vals. A pop leases what it
+// takes, so it is a once call: it is sent again only when it surely did
+// not reach the broker (a refused connection, a 429, a 503 that is not
+// outcome_unknown), and a failure after it may have reached the broker is
+// an error matching ErrOutcomeUnknown, never a second pop that would
+// answer "empty" while the first claim holds the messages (see Pop). A
+// waiting pop's attempts get its wait plus popMargin each.
+func (r *popRequest) call(vals url.Values) call {
+	cl := call{method: http.MethodGet, path: r.path, query: vals, once: true}
+	if r.wait && !r.discover {
+		cl.timeout = time.Duration(r.waitMs)*time.Millisecond + popMargin
+	}
+	return cl
 }
 
 // popResult is one decoded pop answer.
@@ -76,11 +125,8 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 // attempts, when positive, bounds the attempts (the consume loop retries
 // on its own, and so sees every failure).
 func (c *Client) popWith(ctx context.Context, r *popRequest, vals url.Values, conflation bool, attempts int) (*popResult, error) {
-	cl := call{method: http.MethodGet, path: r.path, query: vals, attempts: attempts}
-	if r.wait && !r.discover {
-		cl.longPoll = true
-		cl.timeout = time.Duration(r.waitMs)*time.Millisecond + popMargin
-	}
+	cl := r.call(vals)
+	cl.attempts = attempts
 	resp, err := c.do(ctx, cl)
 	if err != nil {
 		var be *BrokerError

@@ -121,7 +121,7 @@ func TestPopOptionsOnTheWire(t *testing.T) {
 		{"Conflation(false) sends nothing", func(c *Client) *QueueBuilder { return orders(c).Conflation(false) }, path, q(auto...)},
 		{"LeaseSeconds", func(c *Client) *QueueBuilder { return orders(c).LeaseSeconds(90) }, path,
 			q(with(auto, "leaseSeconds", "90")...)},
-		{"queue name is path-escaped", func(c *Client) *QueueBuilder { return c.Queue("a b/c") }, "/api/v1/pop/queue/a%20b%2Fc", q(auto...)},
+		{"queue name is path-escaped", func(c *Client) *QueueBuilder { return c.Queue("a b?c%d#e") }, "/api/v1/pop/queue/a%20b%3Fc%25d%23e", q(auto...)},
 		{"the spec page's consumer-group options", func(c *Client) *QueueBuilder {
 			return orders(c).Group("billing").SubscriptionMode(SubscriptionModeAll).Batch(100).Partitions(10)
 		}, path, q(with(waitDefaults, "consumerGroup", "billing", "subscriptionMode", "all", "batch", "100", "partitions", "10")...)},

@@ -73,7 +73,7 @@ func (e *PushError) Error() string {
 // Item is a message to push with its own ids. Pass it to Push in place of a
 // bare payload:
 //
-//	client.Queue("orders").Push(queen.Item{Payload: order, TransactionID: order.ID})
+//	_, err := client.Queue("orders").Push(queen.Item{Payload: order, TransactionID: order.ID}).Execute(ctx)
 type Item struct {
 	// Payload is the message: any value that encodes to JSON.
 	Payload any
@@ -81,7 +81,8 @@ type Item struct {
 	// second push of the same id in the same partition with duplicate.
 	// Empty means the client makes one.
 	TransactionID string
-	// TraceID must be a UUID when set.
+	// TraceID must be a UUID when set. Which brokers keep it: see
+	// Message.TraceID (a 2.x broker drops it on a plain push).
 	TraceID string
 }
 
@@ -103,7 +104,9 @@ func (b *QueueBuilder) Push(payloads ...any) *PushBuilder {
 }
 
 // TraceID sets the trace id (a UUID) of every message of the push that has
-// none of its own.
+// none of its own. A 2.x broker drops trace ids on a plain push (it keeps
+// them on a transaction's push); a 0.15.1 broker keeps them. See
+// Message.TraceID.
 func (p *PushBuilder) TraceID(id string) *PushBuilder { p.traceID = id; return p }
 
 // TransactionIDs sets the transaction ids of the messages, in order; an
@@ -117,8 +120,8 @@ func (p *PushBuilder) TransactionID(id string) *PushBuilder { p.txIDs = []string
 // transaction id, so that a retried request is deduplicated by the broker.
 func (p *PushBuilder) items() ([]wire.PushItem, error) {
 	b := p.qb
-	if b.queue == "" {
-		return nil, ErrEmptyQueue
+	if err := b.checkPush(); err != nil {
+		return nil, err
 	}
 	if len(p.payloads) == 0 {
 		return nil, fmt.Errorf("%w: push needs at least one payload", ErrNoMessages)
@@ -193,6 +196,15 @@ func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
 	for i := range items {
 		p.txIDs[i] = items[i].TransactionID
 	}
+	hooks := p.qb.c.hooks
+	start := hooks.now()
+	res, err := p.send(ctx, items)
+	hooks.pushed(ctx, p.qb.queue, p.qb.partition, len(items), start, res, err)
+	return res, err
+}
+
+// send sends the push request of items and reads its answer.
+func (p *PushBuilder) send(ctx context.Context, items []wire.PushItem) ([]PushResult, error) {
 	resp, err := p.qb.c.do(ctx, call{method: http.MethodPost, path: wire.RoutePush, body: wire.PushRequest{Items: items}})
 	if err != nil {
 		return nil, err

@@ -16,8 +16,19 @@ import (
 type QueueConfig struct {
 	// LeaseTime is how long a pop leases its messages, in seconds.
 	LeaseTime *int
-	// RetryLimit is how many failed acks a message may take before it is
-	// dead-lettered (or dropped when the queue has no dead-letter queue).
+	// RetryLimit is how many failed acks the broker takes for a partition
+	// and consumer group before a failed ack dead-letters its message (or
+	// drops it when the queue has no dead-letter queue). Both broker
+	// generations count per partition and group, not per message: each
+	// failed ack adds one, and the count goes back to zero only when a
+	// leased batch of that partition is finished (every message of the
+	// lease acked, none failed). A failed ack ends its lease unfinished, so
+	// failures of different messages add up across the leases that follow
+	// one another: with RetryLimit 2 and Batch(10), messages 1, 4 and 7 of
+	// one partition failing once each dead-letter message 7 at its first
+	// failure, with retryCount 2. Use Retry (StatusRetry) for a failure
+	// that should not count, or Batch(1), whose leases end with each
+	// message.
 	RetryLimit *int
 	// RetryDelay is how long a failed message waits before it comes back, in
 	// milliseconds.
@@ -38,10 +49,13 @@ type QueueConfig struct {
 	RetentionSeconds          *int
 	CompletedRetentionSeconds *int
 	RetentionEnabled          *bool
-	// DeadLetterQueue keeps messages that ran out of retries (or were acked
-	// dlq) in the queue's dead-letter queue.
+	// DeadLetterQueue keeps messages whose failed ack found the retries
+	// spent (see RetryLimit: that may be a message's first failure), and
+	// those acked dlq, in the queue's dead-letter queue.
 	DeadLetterQueue *bool
-	// DLQAfterMaxRetries dead-letters messages after RetryLimit failures.
+	// DLQAfterMaxRetries dead-letters a message whose failed ack finds
+	// the partition's RetryLimit spent (see RetryLimit for how the broker
+	// counts).
 	DLQAfterMaxRetries *bool
 	// EncryptionEnabled stores payloads encrypted.
 	EncryptionEnabled *bool
@@ -180,15 +194,12 @@ type QueueInfo struct {
 // request.
 func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
 	b := cb.qb
-	if b.queue == "" {
-		return QueueInfo{}, ErrEmptyQueue
+	if err := b.checkCreate(); err != nil {
+		return QueueInfo{}, err
 	}
 	req := configureBody{Queue: b.queue, Options: &wire.QueueOptions{}}
 	var ns string
 	if b.config != nil {
-		if err := b.config.validate(); err != nil {
-			return QueueInfo{}, err
-		}
 		req.Options = b.config.wire()
 		ns, req.Task = b.config.Namespace, b.config.Task
 	}
@@ -232,8 +243,8 @@ type DeleteResult struct {
 // Execute sends DELETE /api/v1/resources/queues/{queue}.
 func (d *DeleteBuilder) Execute(ctx context.Context) (DeleteResult, error) {
 	b := d.qb
-	if b.queue == "" {
-		return DeleteResult{}, ErrEmptyQueue
+	if err := checkName(queueName, b.queue); err != nil {
+		return DeleteResult{}, err
 	}
 	var out struct {
 		wire.DeleteQueueResponse

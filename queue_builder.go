@@ -1,11 +1,9 @@
 package queen
 
 import (
-	"fmt"
 	"net/url"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/queen-go/queen/internal/wire"
 )
@@ -36,7 +34,14 @@ const (
 // options of a pop or a consume loop. Its setters return the builder, so
 // calls chain:
 //
-//	msgs, err := client.Queue("orders").Group("billing").Batch(10).Pop(ctx)
+//	msgs, err := client.Queue("orders").Group("billing").SubscriptionMode(queen.SubscriptionModeAll).Batch(10).Pop(ctx)
+//
+// The setters only record a value: a later call of the same setter
+// replaces an earlier one, and each operation (Pop, Consume, Push, Create,
+// Fetch) checks the options it uses when it runs, so an option of one
+// operation never breaks another. Names are checked too (see
+// ErrInvalidName and MaxNameBytes). Every such error matches
+// ErrInvalidArgument and comes before any request.
 //
 // A builder is not safe for concurrent use while it is being configured;
 // Pop may be called again on the same builder.
@@ -65,14 +70,14 @@ type QueueBuilder struct {
 	leaseSeconds     int
 
 	// consume options
-	each        bool
-	autoAckOff  bool
-	renew       bool
-	renewMs     int
-	concurrency int
-	limit       int
-	idleMs      int
-	optErr      error
+	each           bool
+	autoAckOff     bool
+	renew          bool
+	renewMs        int
+	concurrency    int
+	concurrencySet bool
+	limit          int
+	idleMs         int
 }
 
 // Queue starts a builder for the queue name.
@@ -136,18 +141,18 @@ func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 // ErrInvalidSubscription.
 func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder { b.subFrom = ts; return b }
 
-// Batch sets the most messages one pop takes (the total across partitions).
-// Left unset, the broker sizes it (autopilot); on a broker that does not
-// (no autopilot echo on its answers, such as 0.15.1, which would hand out
-// one message a pop), the Client asks for LegacyBatch from then on. A Batch
-// set here is never changed. Batch(0) means unset.
+// Batch sets the most messages one pop takes (the total across partitions),
+// 1 to MaxBatch (10000). Left unset, the broker sizes it (autopilot); on a
+// broker that does not (no autopilot echo on its answers, such as 0.15.1,
+// which would hand out one message a pop), the Client asks for LegacyBatch
+// from then on. A Batch set here is never changed. Batch(0) means unset.
 func (b *QueueBuilder) Batch(n int) *QueueBuilder {
 	b.batch = n
 	return b
 }
 
-// Partitions lets one pop take messages from up to n partitions (1..64),
-// with Batch as the total. All of them share one lease.
+// Partitions lets one pop take messages from up to n partitions (1 to
+// MaxPartitions, 64), with Batch as the total. All of them share one lease.
 func (b *QueueBuilder) Partitions(n int) *QueueBuilder {
 	b.partitions, b.partitionsSet = n, true
 	return b
@@ -195,19 +200,18 @@ func (b *QueueBuilder) AutoAck(on bool) *QueueBuilder { b.autoAckOff = !on; retu
 
 // RenewLease(true, ms) renews the lease of a consume loop's pops every ms
 // milliseconds, from the pop's answer until its ack (the grace period
-// after a stop included). Each renewal extends the lease to about three
-// intervals from now (3·ms, rounded up to whole seconds; it never shortens
-// a lease): a live handler keeps its lease as long as it runs, even if two
-// renewals in a row fail, while the messages of a worker that died come
-// back about three intervals after its last renewal, or when the lease it
-// got at the pop runs out if that is later. Choose ms well below the
-// queue's lease time; RenewLease(true, 1000) on a queue with a 3 s lease
-// gets a dead worker's messages back within about 3 s.
+// after a stop included); ms must be at least MinRenewMillis (250), else
+// the consume loop fails with ErrInvalidOption. Each renewal extends the
+// lease to about three intervals from now (3·ms, rounded up to whole
+// seconds; it never shortens a lease): a live handler keeps its lease as
+// long as it runs, even if two renewals in a row fail, while the messages
+// of a worker that died come back about three intervals after its last
+// renewal, or when the lease it got at the pop runs out if that is later.
+// Choose ms well below the queue's lease time; RenewLease(true, 1000) on a
+// queue with a 3 s lease gets a dead worker's messages back within about
+// 3 s.
 func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 	b.renew, b.renewMs = on, everyMillis
-	if on && everyMillis <= 0 {
-		b.optErr = fmt.Errorf("%w: RenewLease interval %d ms must be positive", ErrInvalidOption, everyMillis)
-	}
 	return b
 }
 
@@ -216,31 +220,25 @@ func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 // are sized (the autopilot may give one pop every ready partition), the
 // partitions of a pop are handled side by side by free handlers; a new pop
 // is sent only for a free handler, so at most n pops are in flight or being
-// handled. Each pop is still settled with one batch ack.
+// handled. Each pop is still settled with one batch ack. n must be at
+// least 1, else the consume loop fails with ErrInvalidOption.
 func (b *QueueBuilder) Concurrency(n int) *QueueBuilder {
-	b.concurrency = n
-	if n < 1 {
-		b.optErr = fmt.Errorf("%w: Concurrency(%d) must be at least 1", ErrInvalidOption, n)
-	}
+	b.concurrency, b.concurrencySet = n, true
 	return b
 }
 
-// Limit stops a consume loop after n messages, counted across all slots.
+// Limit stops a consume loop after n messages, counted across all slots
+// (0, the default: no limit; negative fails the loop with ErrInvalidOption).
 func (b *QueueBuilder) Limit(n int) *QueueBuilder {
 	b.limit = n
-	if n < 0 {
-		b.optErr = fmt.Errorf("%w: Limit(%d) must not be negative", ErrInvalidOption, n)
-	}
 	return b
 }
 
 // IdleMillis stops a consume loop after ms milliseconds with nothing to do
-// (no message in any slot).
+// (no message in any slot); 0, the default, never. Negative fails the loop
+// with ErrInvalidOption.
 func (b *QueueBuilder) IdleMillis(ms int) *QueueBuilder {
 	b.idleMs = ms
-	if ms < 0 {
-		b.optErr = fmt.Errorf("%w: IdleMillis(%d) must not be negative", ErrInvalidOption, ms)
-	}
 	return b
 }
 
@@ -262,51 +260,10 @@ type popRequest struct {
 // popRequest validates the options and builds the wire request. It sends
 // nothing; every error matches ErrInvalidArgument.
 func (b *QueueBuilder) popRequest() (*popRequest, error) {
-	if b.optErr != nil {
-		return nil, b.optErr
+	if err := b.checkPop(); err != nil {
+		return nil, err
 	}
 	discover := b.queue == "" && (b.namespace != "" || b.task != "")
-	if b.queue == "" && !discover {
-		return nil, ErrEmptyQueue
-	}
-	if b.queue != "" && b.task != "" {
-		return nil, fmt.Errorf("%w: Task(%q) narrows a discovery pop (Client.Namespace or Client.Task), not a pop of queue %q",
-			ErrInvalidOption, b.task, b.queue)
-	}
-	if b.conflation && b.group == "" {
-		return nil, ErrConflationNeedsGroup
-	}
-	if b.conflation && b.commitOnDelivery {
-		return nil, ErrConflationWithCommitOnDelivery
-	}
-	if b.partitionsSet && (b.partitions < 1 || b.partitions > MaxPartitions) {
-		return nil, fmt.Errorf("%w: got %d", ErrPartitionsOutOfRange, b.partitions)
-	}
-	if b.batch < 0 {
-		return nil, fmt.Errorf("%w: got %d", ErrNegativeBatch, b.batch)
-	}
-	if b.timeoutSet && (b.timeoutMs < 0 || b.timeoutMs > MaxTimeoutMillis) {
-		return nil, fmt.Errorf("%w: got %d", ErrTimeoutOutOfRange, b.timeoutMs)
-	}
-	if b.leaseSeconds < 0 {
-		return nil, fmt.Errorf("%w: LeaseSeconds(%d) must not be negative", ErrInvalidOption, b.leaseSeconds)
-	}
-	switch b.subMode {
-	case "", SubscriptionModeNew, SubscriptionModeAll:
-	default:
-		return nil, fmt.Errorf("%w: mode %q", ErrInvalidSubscription, b.subMode)
-	}
-	if b.group == "" && (b.subMode == SubscriptionModeNew || b.subFrom != "") {
-		// Queue mode has one shared cursor that reads everything; a start
-		// point asked for there would be dropped without a word.
-		return nil, fmt.Errorf("%w: SubscriptionMode(new) and SubscriptionFrom apply to a consumer group; set Group", ErrInvalidSubscription)
-	}
-	if b.subFrom != "" && b.subFrom != "now" {
-		if _, err := time.Parse(time.RFC3339Nano, b.subFrom); err != nil {
-			return nil, fmt.Errorf("%w: SubscriptionFrom(%q) is not an RFC 3339 time", ErrInvalidSubscription, b.subFrom)
-		}
-	}
-
 	r := &popRequest{wait: true, waitMs: DefaultTimeoutMillis, discover: discover, queue: b.queue}
 	if b.waitSet {
 		r.wait = b.wait

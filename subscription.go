@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Where a consumer group starts (SubscriptionMode, SubscriptionFrom) is
@@ -49,6 +50,54 @@ type brokerMemory struct {
 	// noAutopilot is set once a pop that asked the broker to size it was
 	// answered with messages and no autopilot echo.
 	noAutopilot atomic.Bool
+	// generation is what GET /health said of the broker: 0 not asked yet,
+	// gen2 (it has an engine: 2.x), genLegacy (0.15.1 and older).
+	generation atomic.Int32
+}
+
+const (
+	gen2 int32 = 1 + iota
+	genLegacy
+)
+
+// legacyBroker says whether the broker is older than 2.x (its /health
+// answer names no engine). It asks once per Client.
+func (c *Client) legacyBroker(ctx context.Context) (bool, error) {
+	if g := c.mem.generation.Load(); g != 0 {
+		return g == genLegacy, nil
+	}
+	h, err := c.Admin().Health(ctx)
+	if err != nil {
+		return false, fmt.Errorf("queen: ask the broker's generation (GET /health): %w", err)
+	}
+	g := gen2
+	if h.Engine == "" {
+		g = genLegacy
+	}
+	c.mem.generation.Store(g)
+	return g == genLegacy, nil
+}
+
+// seekTime is the timestamp to send for a seek that must read everything
+// stored at or after ts (an RFC 3339 time, validated by the caller). A 2.x
+// broker places the cursor just before the first message at or after the
+// time; a 0.15.1 broker places it on the last message at or before it, so
+// that messages stored at exactly that time would be skipped: there the
+// time sent is one microsecond (the broker's precision) earlier.
+func (c *Client) seekTime(ctx context.Context, ts string) (string, error) {
+	legacy, err := c.legacyBroker(ctx)
+	if err != nil || !legacy {
+		return ts, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return ts, nil // seekBody validated it; nothing to adjust
+	}
+	us := t.Truncate(time.Microsecond)
+	if us.Before(t) {
+		us = us.Add(time.Microsecond) // the first instant a message can have at or after t
+	}
+	return us.Add(-time.Microsecond).UTC().Format(time.RFC3339Nano), nil
 }
 
 func (m *brokerMemory) known(k groupKey) bool {

@@ -113,7 +113,8 @@ type TransactionPush struct {
 func (p *TransactionPush) Partition(name string) *TransactionPush { p.partition = name; return p }
 
 // TraceID sets the trace id (a UUID) of the pushed messages that carry none
-// of their own.
+// of their own. Both broker generations keep a trace id pushed in a
+// transaction (see Message.TraceID).
 func (p *TransactionPush) TraceID(id string) *TransactionPush { p.traceID = id; return p }
 
 // Push adds one message per payload to the transaction and returns the
@@ -125,9 +126,13 @@ func (p *TransactionPush) TraceID(id string) *TransactionPush { p.traceID = id; 
 func (p *TransactionPush) Push(payloads ...any) *TransactionBuilder {
 	t := p.tx
 	n := len(t.ops)
+	nameErr := checkName(queueName, p.queue)
+	if nameErr == nil {
+		nameErr = checkOptionalName(partitionName, p.partition)
+	}
 	switch {
-	case p.queue == "":
-		t.fail(fmt.Errorf("transaction op %d: %w", n, ErrEmptyQueue))
+	case nameErr != nil:
+		t.fail(fmt.Errorf("transaction op %d: %w", n, nameErr))
 		return t
 	case len(payloads) == 0:
 		t.fail(fmt.Errorf("transaction op %d: %w: push needs at least one payload", n, ErrNoMessages))

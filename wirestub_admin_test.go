@@ -30,6 +30,17 @@ type wireStub struct {
 	mu     sync.Mutex
 	reqs   []stubReq
 	answer func(stubReq) (int, string)
+	// rawHealth passes GET /health to answer; by default the stub answers
+	// it as a 2.x broker and does not record it (a timestamp seek asks the
+	// broker's generation first).
+	rawHealth bool
+}
+
+// passHealth makes GET /health go to the stub's answer function.
+func (s *wireStub) passHealth() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rawHealth = true
 }
 
 // newWireStub starts a stub answering every request with status and body.
@@ -46,6 +57,11 @@ func newWireStubFunc(t *testing.T, fn func(stubReq) (int, string)) (*wireStub, *
 		b, _ := io.ReadAll(r.Body)
 		req := stubReq{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.Query(), Body: b, Header: r.Header.Clone()}
 		s.mu.Lock()
+		if r.URL.Path == "/health" && !s.rawHealth {
+			s.mu.Unlock()
+			_, _ = io.WriteString(w, `{"status":"healthy","engine":"raft","version":"2.0.1"}`)
+			return
+		}
 		s.reqs = append(s.reqs, req)
 		s.mu.Unlock()
 		status, body := s.answer(req)

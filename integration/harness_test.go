@@ -67,11 +67,21 @@ func clientOpts() []queen.Option {
 // aliasTransport).
 func newClientAt(t *testing.T, brokerURL string, aliases map[string]string) *queen.Client {
 	t.Helper()
+	return newClientVia(t, brokerURL, aliases, nil)
+}
+
+// newClientVia is newClientAt with wrap (when non-nil) around the
+// transport, to watch the requests.
+func newClientVia(t *testing.T, brokerURL string, aliases map[string]string, wrap func(http.RoundTripper) http.RoundTripper) *queen.Client {
+	t.Helper()
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = 64
 	var rt http.RoundTripper = base
 	if aliases != nil {
 		rt = newAliasTransport(base, aliases)
+	}
+	if wrap != nil {
+		rt = wrap(rt)
 	}
 	opts := append(clientOpts(), queen.WithHTTPClient(&http.Client{Transport: rt}))
 	c, err := queen.New(brokerURL, opts...)
@@ -283,7 +293,7 @@ func inProcess(t *testing.T, need string) *queentest.Server {
 func faultBroker(t *testing.T, need string) *queentest.Server {
 	t.Helper()
 	inProcess(t, need)
-	return queentest.Start(t)
+	return queentest.Start(t, queentest.WithProfile(be.profile))
 }
 
 // eventually polls cond every 20 ms until it holds or d passes.

@@ -40,6 +40,9 @@ type backend struct {
 	noContainer string
 	// version is what /health reported ("" when it did not say).
 	version string
+	// profile is the broker generation: the queentest profile in process,
+	// else read from /health (0.15.1 reports no engine).
+	profile queentest.Profile
 
 	srv *queentest.Server         // kindInProcess
 	ctr *queencontainer.Container // kindContainer
@@ -80,14 +83,43 @@ func chooseBackend(ctx context.Context) (*backend, error) {
 				queencontainer.ImageEnv, err)
 		}
 	}
-	srv := queentest.NewServer()
 	return &backend{
 		kind:        kindInProcess,
-		url:         srv.URL,
-		srv:         srv,
 		why:         "QUEEN_URL is unset and no broker container: " + noContainer,
 		noContainer: noContainer,
 	}, nil
+}
+
+// ProfilesEnv lists the queentest profiles the in-process backend runs the
+// suite with, comma-separated, in order (default: every profile, 2.x then
+// 0.15.1). Each profile is a complete run of the suite against a fresh
+// broker.
+const ProfilesEnv = "QUEEN_PROFILES"
+
+// inProcessProfiles reads ProfilesEnv.
+func inProcessProfiles() ([]queentest.Profile, error) {
+	v := strings.TrimSpace(os.Getenv(ProfilesEnv))
+	if v == "" {
+		return queentest.Profiles(), nil
+	}
+	var out []queentest.Profile
+	for _, f := range strings.Split(v, ",") {
+		p, err := queentest.ParseProfile(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ProfilesEnv, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// withProfile is the in-process backend b serving profile p.
+func (b *backend) withProfile(p queentest.Profile) *backend {
+	srv := queentest.NewServer(queentest.WithProfile(p))
+	n := *b
+	n.srv, n.url, n.profile = srv, srv.URL, p
+	n.why = b.why + "; queentest profile " + string(p)
+	return &n
 }
 
 // close releases the broker of the run.
@@ -128,6 +160,13 @@ func (b *backend) health(ctx context.Context) error {
 	}
 	if json.Unmarshal(body, &h) == nil {
 		b.version = strings.TrimSpace(h.Version + " " + h.Engine)
+		if b.profile == "" {
+			// 2.x reports its engine; 0.15.1 does not (PROTOCOL.md §11).
+			b.profile = queentest.Profile2x
+			if h.Engine == "" {
+				b.profile = queentest.Profile015
+			}
+		}
 	}
 	return nil
 }
@@ -138,13 +177,38 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "integration: no backend:", err)
 		os.Exit(1)
 	}
+	if b.kind != kindInProcess {
+		os.Exit(run(m, b))
+	}
+	// In process, the suite runs once per queentest profile.
+	profiles, err := inProcessProfiles()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		os.Exit(2)
+	}
+	code := 0
+	var failed []string
+	for _, p := range profiles {
+		if c := run(m, b.withProfile(p)); c != 0 {
+			code = c
+			failed = append(failed, string(p))
+		}
+	}
+	if len(failed) > 0 {
+		fmt.Fprintf(os.Stderr, "integration: the suite failed against queentest profile(s) %s\n", strings.Join(failed, ", "))
+	}
+	os.Exit(code)
+}
+
+// run runs the suite once against b and returns its exit code.
+func run(m *testing.M, b *backend) int {
 	be = b
 	if err := b.health(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		_ = b.close()
-		os.Exit(1)
+		return 1
 	}
-	fmt.Fprintf(os.Stderr, "integration: backend %s at %s (%s) [%s]\n", b.kind, b.url, b.version, b.why)
+	fmt.Fprintf(os.Stderr, "integration: backend %s at %s (%s, profile %s) [%s]\n", b.kind, b.url, b.version, b.profile, b.why)
 
 	// Goroutines that exist now (the in-process broker's, testcontainers'
 	// reaper and Docker connections) are not the scenarios' doing.
@@ -173,13 +237,13 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // TestBackend reports which broker the suite ran against, and skips with
 // the reason when the container path was not taken.
 func TestBackend(t *testing.T) {
-	t.Logf("backend %s at %s, version %q: %s", be.kind, be.url, be.version, be.why)
+	t.Logf("backend %s at %s, version %q, profile %s: %s", be.kind, be.url, be.version, be.profile, be.why)
 	t.Run("container", func(t *testing.T) {
 		if be.kind != kindContainer {
 			t.Skip("broker container not used: " + be.noContainer)

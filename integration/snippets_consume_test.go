@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,7 +79,9 @@ func TestSnippetBilling(t *testing.T) {
 
 func TestSnippetArchiveBatch(t *testing.T) {
 	t.Parallel()
-	c, _ := snippetClient(t, "events")
+	names := aliases("events")
+	acks := &ackCounter{}
+	c := newClientVia(t, be.url, names, acks.wrap)
 	newQueue(t, c, "events", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
 	const total = 1000 // the snippet's Limit: it stops once that many are handled
 	for p := range 4 {
@@ -99,6 +104,11 @@ func TestSnippetArchiveBatch(t *testing.T) {
 	}
 	if sum != total {
 		t.Errorf("the batches hold %d messages in all, want %d (Limit(1000))", sum, total)
+	}
+	// "all acked if it returns nil": one ack request per call, for the
+	// whole batch.
+	if n := acks.n.Load(); int(n) != len(out.Lines()) {
+		t.Errorf("%d ack requests for %d calls of the handler; want one batch ack per call", n, len(out.Lines()))
 	}
 	// All acked when the handler returned nil.
 	if rest := popNow(t, c.Queue("events").Group("archiver").Batch(100)); len(rest) != 0 {
@@ -157,6 +167,11 @@ func TestSnippetMailer(t *testing.T) {
 				want = 1
 			}
 			checkDLQ(t, newClient(t), names["emails"], want)
+			if be.srv != nil {
+				if n := be.srv.LeasedCount(names["emails"], "mailer"); n != 0 {
+					t.Errorf("queentest: %d emails still leased after the snippet settled them", n)
+				}
+			}
 		})
 	}
 }
@@ -251,3 +266,20 @@ func TestSnippetAudit(t *testing.T) {
 		t.Errorf("audit reads %v next, want [2]: Limit(1) handled the first order only", got)
 	}
 }
+
+// ackCounter counts the ack requests (single and batch routes) that go
+// through its transport.
+type ackCounter struct{ n atomic.Int32 }
+
+func (a *ackCounter) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(r.URL.Path, "/api/v1/ack") || strings.HasSuffix(r.URL.Path, "/api/v1/ack/batch") {
+			a.n.Add(1)
+		}
+		return next.RoundTrip(r)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -114,7 +114,7 @@ func (s *Server) handleAck(w *recorder, req *request) {
 		return
 	}
 	group := groupOrQueueMode(str(body.ConsumerGroup))
-	if nameTooLong(w, "", group) {
+	if nameTooLong(w, "", group, "") {
 		return
 	}
 	var items []ackIn

@@ -385,3 +385,49 @@ func TestLeaseLessAckAfterExpiryIsBoundByTheExpiredBatch(t *testing.T) {
 	p2 := h.popQ("q", vals("batch", "10"))
 	assert.Equal(t, []int{1, 2}, ns(t, p2.Messages))
 }
+
+// TestAckFailedThenRetriesInOneBatch: PROTOCOL.md §4.1 for a batch ack
+// [failed #0, retry #1, retry #2] under one lease: the failed charges the
+// batch's budget once, the retries spend none, the partition is released;
+// once the failed dead-letters, the retried messages after it are still
+// given back, at once.
+func TestAckFailedThenRetriesInOneBatch(t *testing.T) {
+	clock := NewFakeClock(t0)
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
+	configure(h, "q", item{"retryLimit": 2, "retryDelay": 1000, "deadLetterQueue": true})
+	h.pushN("q", "p", 3)
+	settle := func(p *tPop) []tAck {
+		var acks []item
+		for i, m := range p.Messages {
+			st := "retry"
+			if i == 0 {
+				st = "failed"
+			}
+			acks = append(acks, item{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": st})
+		}
+		out := h.ack("/api/v1/ack/batch", item{"acknowledgments": acks})
+		require.Len(t, out, len(acks))
+		for i, a := range out {
+			assert.Truef(t, a.Success, "item %d", i)
+			assert.Truef(t, a.LeaseReleased, "item %d: the partition is released", i)
+		}
+		return out
+	}
+	for round := range 2 { // the budget of 2 is spent once a round
+		p := h.popQ("q", vals("batch", "10"))
+		require.Equal(t, []int{0, 1, 2}, ns(t, p.Messages), "round %d", round)
+		out := settle(p)
+		assert.Falsef(t, out[0].DLQ, "round %d: budget left", round)
+		h.popEmpty("q", nil) // a failed release waits retryDelay
+		clock.Advance(time.Second)
+	}
+	p := h.popQ("q", vals("batch", "10"))
+	require.Equal(t, []int{0, 1, 2}, ns(t, p.Messages))
+	out := settle(p)
+	assert.True(t, out[0].DLQ, "the third failure dead-letters")
+	assert.False(t, out[1].DLQ)
+	p = h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{1, 2}, ns(t, p.Messages), "the retried rest comes back at once")
+	assert.Equal(t, 1, s.DLQCount("q"))
+}

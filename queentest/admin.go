@@ -45,7 +45,7 @@ func (s *Server) handleConfigure(w *recorder, req *request) {
 		w.error(http.StatusBadRequest, "bad_request", "queue is required")
 		return
 	}
-	if nameTooLong(w, name, "") {
+	if nameTooLong(w, name, "", "") {
 		return
 	}
 	replace := false
@@ -671,6 +671,12 @@ func (s *Server) handleDeleteGroup(w *recorder, req *request) {
 	for _, qn := range queues {
 		if deleteMeta {
 			delete(b.groups, groupKey{qn, group})
+			for k := range b.subs {
+				// 0.15.1's rows of every queue go with a group-wide delete.
+				if k.group == group && (k.queue == qn || only == nil) {
+					delete(b.subs, k)
+				}
+			}
 		}
 		if q := b.queues[qn]; q != nil {
 			for _, p := range q.parts {
@@ -715,6 +721,12 @@ func (s *Server) handleGroupSubscription(w *recorder, req *request) {
 	for k, m := range b.groups {
 		if k.group == group {
 			m.mode, m.subTS = "timestamp", ts
+			n++
+		}
+	}
+	for k, m := range b.subs {
+		if k.group == group {
+			m.subTS = ts // 0.15.1 moves the time and keeps the mode
 			n++
 		}
 	}

@@ -53,7 +53,20 @@ type broker struct {
 	applied uint64
 
 	ap autopilot
+
+	// legacy is the 0.15.1 profile (Broker015): partitions are named by
+	// UUIDs and subscriptions live in subs rather than groups.
+	legacy bool
+	// partsByUUID finds a partition by its 0.15.1 id.
+	partsByUUID map[string]*partition
+	// subs are 0.15.1's consumer_groups_metadata rows, by (queue, group,
+	// partition name or "" for the whole queue). Deleting a queue keeps
+	// them, as 0.15.1 does.
+	subs map[subKey]*groupMeta
 }
+
+// subKey is the key of a 0.15.1 subscription row.
+type subKey struct{ queue, group, partition string }
 
 type groupKey struct{ queue, group string }
 
@@ -70,6 +83,7 @@ type queue struct {
 
 type partition struct {
 	id        int64
+	uuid      string // the 0.15.1 partition id
 	name      string
 	q         *queue
 	createdAt time.Time
@@ -89,9 +103,13 @@ type message struct {
 	seq       int64 // broker-wide push order
 }
 
-// cursor is one consumer group's position on one partition.
+// cursor is one consumer group's position on one partition. On the 0.15.1
+// profile, committed -1 is the NULL cursor of a group that consumed nothing
+// there, and batchSize / ackedCount are partition_consumers' columns.
 type cursor struct {
 	committed  int64 // last consumed offset; -1 before the first
+	batchSize  int   // 0.15.1: the claim's size, for the release on the last ack
+	ackedCount int   // 0.15.1: completed acks counted against batchSize
 	lease      *lease
 	notBefore  time.Time // a `failed` release waits retryDelay
 	batchRetry int       // retries spent by the batch at the cursor
@@ -141,6 +159,7 @@ type dlqRow struct {
 	seq        int64
 	queue      string
 	pid        int64
+	wireID     string // the partitionId as the profile writes it
 	partition  string
 	group      string
 	offset     int64
@@ -152,16 +171,19 @@ type dlqRow struct {
 	failedAt   time.Time
 }
 
-func newBroker(clock Clock, defaults QueueConfig) *broker {
+func newBroker(clock Clock, defaults QueueConfig, legacy bool) *broker {
 	return &broker{
-		clock:    clock,
-		defaults: defaults,
-		queues:   map[string]*queue{},
-		parts:    map[int64]*partition{},
-		groups:   map[groupKey]*groupMeta{},
-		dlq:      map[string]*dlqRow{},
-		changed:  make(chan struct{}),
-		ap:       newAutopilot(),
+		legacy:      legacy,
+		partsByUUID: map[string]*partition{},
+		subs:        map[subKey]*groupMeta{},
+		clock:       clock,
+		defaults:    defaults,
+		queues:      map[string]*queue{},
+		parts:       map[int64]*partition{},
+		groups:      map[groupKey]*groupMeta{},
+		dlq:         map[string]*dlqRow{},
+		changed:     make(chan struct{}),
+		ap:          newAutopilot(),
 	}
 }
 
@@ -179,7 +201,15 @@ func (b *broker) wake() {
 	b.mu.Unlock()
 }
 
-func (b *broker) now() time.Time { return b.clock.Now() }
+// now is the broker's time. 0.15.1 keeps PostgreSQL's microseconds: a
+// message's createdAt is exactly what its pop shows, and every message of
+// one request shares it (the transaction's NOW()).
+func (b *broker) now() time.Time {
+	if b.legacy {
+		return b.clock.Now().Truncate(time.Microsecond)
+	}
+	return b.clock.Now()
+}
 
 // queueOf returns the queue named name, creating it with cfg when it does
 // not exist.
@@ -207,12 +237,13 @@ func (b *broker) partitionOf(q *queue, name string, now time.Time) *partition {
 	if p == nil {
 		b.nextPID++
 		p = &partition{
-			id: b.nextPID, name: name, q: q, createdAt: now,
+			id: b.nextPID, uuid: newUUID4(), name: name, q: q, createdAt: now,
 			byTxn: map[string]int64{}, cursors: map[string]*cursor{},
 		}
 		q.byName[name] = p
 		q.parts = append(q.parts, p)
 		b.parts[p.id] = p
+		b.partsByUUID[p.uuid] = p
 	}
 	return p
 }
@@ -220,6 +251,7 @@ func (b *broker) partitionOf(q *queue, name string, now time.Time) *partition {
 func (b *broker) deleteQueue(q *queue) {
 	for _, p := range q.parts {
 		delete(b.parts, p.id)
+		delete(b.partsByUUID, p.uuid)
 	}
 	delete(b.queues, q.name)
 	for k := range b.groups {
@@ -235,6 +267,15 @@ func (b *broker) deleteQueue(q *queue) {
 }
 
 func (p *partition) pid() string { return strconv.FormatInt(p.id, 10) }
+
+// wireID is p's partitionId as the served profile writes it: the decimal
+// pid on 2.x, a UUID on 0.15.1.
+func (b *broker) wireID(p *partition) string {
+	if b.legacy {
+		return p.uuid
+	}
+	return p.pid()
+}
 
 func (p *partition) lastOffset() int64 { return int64(len(p.msgs)) - 1 }
 
@@ -381,7 +422,7 @@ func (b *broker) fileDLQ(p *partition, group string, off int64, errMsg string, r
 	m := p.msgs[off]
 	b.dlqSeq++
 	r := &dlqRow{
-		id: newUUID(), seq: b.dlqSeq, queue: p.q.name, pid: p.id, partition: p.name,
+		id: newUUID(), seq: b.dlqSeq, queue: p.q.name, pid: p.id, wireID: b.wireID(p), partition: p.name,
 		group: group, offset: off, messageID: m.id, txn: m.txn, payload: m.payload,
 		errMsg: errMsg, retryCount: retryCount, failedAt: now,
 	}
@@ -438,6 +479,24 @@ func newUUID() string {
 	copy(b[0:6], t[2:8])
 	b[6] = 0x70 | byte(seq>>8)&0x0f
 	b[7] = byte(seq)
+	b[8] = 0x80 | b[8]&0x3f
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, v := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hex[v>>4], hex[v&0x0f])
+	}
+	return string(out)
+}
+
+// newUUID4 returns a random (version 4) UUID, like PostgreSQL's
+// gen_random_uuid, which names 0.15.1's partitions and queues.
+func newUUID4() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = 0x40 | b[6]&0x0f
 	b[8] = 0x80 | b[8]&0x3f
 	const hex = "0123456789abcdef"
 	out := make([]byte, 0, 36)

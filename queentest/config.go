@@ -252,3 +252,11 @@ func sinkHoldOK(s string) bool {
 	}
 	return true
 }
+
+// defaultQueueConfig015 is the configuration 0.15.1 gives a queue created by
+// a push (the column defaults of queen.queues): lease 300 s, retryLimit 3,
+// retryDelay 1000 ms (stored, never applied), ttl 3600 s, no dead-letter
+// queue flag (0.15.1 dead-letters whatever the flag says).
+func defaultQueueConfig015() QueueConfig {
+	return QueueConfig{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, TTL: 3600}
+}

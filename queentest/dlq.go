@@ -21,7 +21,7 @@ import (
 func (r *dlqRow) wire() wire.DLQMessage {
 	group, msg, off := r.group, r.errMsg, r.offset
 	return wire.DLQMessage{
-		ID: r.id, Queue: r.queue, Partition: r.partition, PartitionID: strconv.FormatInt(r.pid, 10),
+		ID: r.id, Queue: r.queue, Partition: r.partition, PartitionID: r.wireID,
 		CreatedAt: isoMicros(r.failedAt), ConsumerGroup: &group, Offset: &off, MessageID: r.messageID,
 		TransactionID: r.txn, Data: r.payload, Payload: r.payload, ErrorMessage: &msg,
 		RetryCount: r.retryCount, FailedAt: isoMicros(r.failedAt),
@@ -117,7 +117,7 @@ func (s *Server) replayDLQ(w *recorder, req *request, match func(*dlqRow) bool) 
 	if body.Partition != nil {
 		part = strings.TrimSpace(*body.Partition)
 	}
-	if nameTooLong(w, queue, part) {
+	if nameTooLong(w, queue, "", part) {
 		return
 	}
 	txn := "dlq:" + row.id

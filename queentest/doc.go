@@ -47,8 +47,16 @@
 // connection, RefuseConnections closes the port for a while. Requests counts
 // the calls a client made.
 //
+// Everything above is the default profile, Profile2x. NewServer(Broker015())
+// (WithProfile(Profile015)) serves a Queen 0.15.1 broker instead: its
+// routes, its HTTP 200 answers for every outcome, its empty-pop bodies, its
+// subscription cursors (including the cursor jump of a
+// subscriptionMode=new pop at a partition's start) and its ack, seek,
+// configure and transaction semantics; Broker015 lists them.
+//
 // cmd/queentest runs the same broker as a standalone program
-// (default address 127.0.0.1:6632) for development in any language.
+// (default address 127.0.0.1:6632, -profile 2.x or 0.15.1) for development
+// in any language.
 //
 // The broker keeps everything in memory and forgets it on Close. It does not
 // implement authentication, tenants, retention, encryption, streams, KV or

@@ -246,7 +246,7 @@ func (s *Server) handlePopQueue(w *recorder, req *request) {
 		queryRejected(w, err)
 		return
 	}
-	if conflationRefused(w, p) || nameTooLong(w, req.params[0], p.group) {
+	if conflationRefused(w, p) || nameTooLong(w, req.params[0], p.group, "") {
 		return
 	}
 	pr := p.base(s.b.now())
@@ -268,7 +268,7 @@ func (s *Server) handlePopPartition(w *recorder, req *request) {
 		queryRejected(w, err)
 		return
 	}
-	if conflationRefused(w, p) || nameTooLong(w, req.params[0], max(p.group, req.params[1])) {
+	if conflationRefused(w, p) || nameTooLong(w, req.params[0], p.group, req.params[1]) {
 		return
 	}
 	pr := p.base(s.b.now())
@@ -290,7 +290,7 @@ func (s *Server) handlePopDiscover(w *recorder, req *request) {
 		popRefusal(w, "namespace or task is required")
 		return
 	}
-	if conflationRefused(w, p) || nameTooLong(w, "", p.group) {
+	if conflationRefused(w, p) || nameTooLong(w, "", p.group, "") {
 		return
 	}
 	pr := p.base(s.b.now())

@@ -61,7 +61,7 @@ func (s *Server) handlePush(w *recorder, req *request) {
 			w.error(http.StatusBadRequest, "bad_request", "transactionId is longer than 65535 bytes")
 			return
 		}
-		if nameTooLong(w, it.Queue, partitionName(it.Partition)) {
+		if nameTooLong(w, it.Queue, "", partitionName(it.Partition)) {
 			return
 		}
 	}
@@ -111,7 +111,10 @@ func partitionName(p string) string {
 // pushes pass one. Callers hold mu.
 func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn string, traceID *string, now time.Time) (*message, bool) {
 	q := b.queueOf(queueName, b.implicitConfig(), now)
-	p := b.partitionOf(q, partitionName(part), now)
+	if !b.legacy {
+		part = partitionName(part) // 0.15.1 keeps an empty name as it is
+	}
+	p := b.partitionOf(q, part, now)
 	id := newUUID()
 	if txn == "" {
 		txn = id

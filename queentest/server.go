@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Version is what GET /health reports as the broker version.
@@ -37,6 +38,9 @@ type Server struct {
 	faults faults
 	log    *slog.Logger
 	hs     *http.Server
+	// profile is the broker generation served; legacy is profile == Profile015.
+	profile Profile
+	legacy  bool
 
 	lmu      sync.Mutex // guards ln, conns, refuseGen, closing, inflight
 	ln       net.Listener
@@ -60,6 +64,7 @@ type options struct {
 	addr     string
 	defaults *QueueConfig
 	log      *slog.Logger
+	profile  Profile
 }
 
 // WithClock makes the broker read time from c: lease expiry, retryDelay,
@@ -94,11 +99,15 @@ func NewServer(opts ...Option) *Server {
 
 // Listen is NewServer returning the listen error instead of panicking.
 func Listen(opts ...Option) (*Server, error) {
-	o := options{clock: systemClock{}, addr: "127.0.0.1:0"}
+	o := options{clock: systemClock{}, addr: "127.0.0.1:0", profile: Profile2x}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	legacy := o.profile == Profile015
 	defaults := DefaultQueueConfig()
+	if legacy {
+		defaults = defaultQueueConfig015()
+	}
 	if o.defaults != nil {
 		defaults = *o.defaults
 	}
@@ -113,12 +122,14 @@ func Listen(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		addr:   ln.Addr().String(),
-		b:      newBroker(o.clock, defaults),
-		log:    o.log,
-		ln:     ln,
-		conns:  map[net.Conn]struct{}{},
-		closed: make(chan struct{}),
+		addr:    ln.Addr().String(),
+		b:       newBroker(o.clock, defaults, legacy),
+		log:     o.log,
+		profile: o.profile,
+		legacy:  legacy,
+		ln:      ln,
+		conns:   map[net.Conn]struct{}{},
+		closed:  make(chan struct{}),
 	}
 	s.URL = "http://" + s.addr
 	s.idle = sync.NewCond(&s.lmu)
@@ -241,7 +252,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.leave()
 
-	route, h, params := match(r)
+	route, h, params := match(r, s.legacy)
 	s.faults.count(route)
 	s.log.Debug("queentest request", "method", r.Method, "path", r.URL.Path, "route", string(route))
 
@@ -293,13 +304,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // match finds the route of r: its fault-injection name, its handler and its
-// path parameters (unescaped).
-func match(r *http.Request) (Route, handler, []string) {
+// path parameters. The 2.x broker unescapes path parameters; 0.15.1
+// (uWebSockets) hands them to its routes raw, so legacy takes them as sent.
+// legacy also swaps in the 0.15.1 handlers and leaves out the routes 0.15.1
+// does not have (discovery pop, fetch, queue depth, DLQ replay and purge),
+// which then answer its 404.
+func match(r *http.Request, legacy bool) (Route, handler, []string) {
 	raw := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
 	seg := make([]string, len(raw))
 	for i, p := range raw {
 		u, err := url.PathUnescape(p)
-		if err != nil {
+		if err != nil || legacy {
 			u = p
 		}
 		seg[i] = u
@@ -317,41 +332,49 @@ func match(r *http.Request) (Route, handler, []string) {
 		}
 		return true
 	}
+	// by picks the handler of the served profile.
+	by := func(h2, h015 handler) handler {
+		if legacy {
+			return h015
+		}
+		return h2
+	}
+	notFound := by((*Server).handleNotFound, (*Server).handleNotFound015)
 	switch {
 	case is("GET", "health"):
-		return RouteHealth, (*Server).handleHealth, nil
+		return RouteHealth, by((*Server).handleHealth, (*Server).handleHealth015), nil
 	case n < 3 || seg[0] != "api" || seg[1] != "v1":
-		return "", (*Server).handleNotFound, nil
+		return "", notFound, nil
 	case is("POST", "api", "v1", "push"):
-		return RoutePush, (*Server).handlePush, nil
+		return RoutePush, by((*Server).handlePush, (*Server).handlePush015), nil
 	case is("GET", "api", "v1", "pop", "queue", "*"):
-		return RoutePop, (*Server).handlePopQueue, []string{seg[4]}
+		return RoutePop, by((*Server).handlePopQueue, (*Server).handlePop015), []string{seg[4]}
 	case is("GET", "api", "v1", "pop", "queue", "*", "partition", "*"):
-		return RoutePop, (*Server).handlePopPartition, []string{seg[4], seg[6]}
-	case is("GET", "api", "v1", "pop"):
+		return RoutePop, by((*Server).handlePopPartition, (*Server).handlePop015), []string{seg[4], seg[6]}
+	case is("GET", "api", "v1", "pop") && !legacy:
 		return RoutePop, (*Server).handlePopDiscover, nil
 	case is("POST", "api", "v1", "ack"):
-		return RouteAck, (*Server).handleAck, nil
+		return RouteAck, by((*Server).handleAck, (*Server).handleAck015), nil
 	case is("POST", "api", "v1", "ack", "batch"):
-		return RouteAckBatch, (*Server).handleAck, nil
+		return RouteAckBatch, by((*Server).handleAck, (*Server).handleAckBatch015), nil
 	case is("POST", "api", "v1", "lease", "*", "extend"):
-		return RouteRenew, (*Server).handleRenew, []string{seg[3]}
+		return RouteRenew, by((*Server).handleRenew, (*Server).handleRenew015), []string{seg[3]}
 	case is("POST", "api", "v1", "transaction"):
-		return RouteTransaction, (*Server).handleTransaction, nil
+		return RouteTransaction, by((*Server).handleTransaction, (*Server).handleTransaction015), nil
 	case is("POST", "api", "v1", "configure"):
-		return RouteConfigure, (*Server).handleConfigure, nil
+		return RouteConfigure, by((*Server).handleConfigure, (*Server).handleConfigure015), nil
 	case is("GET", "api", "v1", "resources", "queues"):
 		return RouteQueues, (*Server).handleListQueues, nil
 	case is("GET", "api", "v1", "resources", "queues", "*"):
 		return RouteQueues, (*Server).handleGetQueue, []string{seg[4]}
 	case is("DELETE", "api", "v1", "resources", "queues", "*"):
-		return RouteQueues, (*Server).handleDeleteQueue, []string{seg[4]}
-	case is("GET", "api", "v1", "resources", "queues", "*", "depth"):
+		return RouteQueues, by((*Server).handleDeleteQueue, (*Server).handleDeleteQueue015), []string{seg[4]}
+	case is("GET", "api", "v1", "resources", "queues", "*", "depth") && !legacy:
 		return RouteQueues, (*Server).handleQueueDepth, []string{seg[4]}
 	case is("POST", "api", "v1", "consumer-groups", "*", "queues", "*", "seek"):
-		return RouteSeek, (*Server).handleSeek, []string{seg[3], seg[5]}
+		return RouteSeek, by((*Server).handleSeek, (*Server).handleSeek015), []string{seg[3], seg[5]}
 	case is("POST", "api", "v1", "consumer-groups", "*", "queues", "*", "partitions", "*", "seek"):
-		return RouteSeek, (*Server).handleSeek, []string{seg[3], seg[5], seg[7]}
+		return RouteSeek, by((*Server).handleSeek, (*Server).handleSeekPartition015), []string{seg[3], seg[5], seg[7]}
 	case is("GET", "api", "v1", "consumer-groups"):
 		return RouteGroups, (*Server).handleListGroups, nil
 	case is("GET", "api", "v1", "consumer-groups", "lagging"):
@@ -366,18 +389,18 @@ func match(r *http.Request) (Route, handler, []string) {
 		return RouteGroups, (*Server).handleGroupSubscription, []string{seg[3]}
 	case is("GET", "api", "v1", "dlq"):
 		return RouteDLQ, (*Server).handleDLQList, nil
-	case is("DELETE", "api", "v1", "dlq"):
+	case is("DELETE", "api", "v1", "dlq") && !legacy:
 		return RouteDLQ, (*Server).handleDLQPurge, nil
-	case is("POST", "api", "v1", "dlq", "*", "replay"):
+	case is("POST", "api", "v1", "dlq", "*", "replay") && !legacy:
 		return RouteDLQ, (*Server).handleDLQReplay, []string{seg[3]}
-	case is("POST", "api", "v1", "messages", "*", "*", "retry"):
+	case is("POST", "api", "v1", "messages", "*", "*", "retry") && !legacy:
 		return RouteDLQ, (*Server).handleDLQRetryByAddress, []string{seg[3], seg[4]}
-	case is("POST", "api", "v1", "fetch"):
+	case is("POST", "api", "v1", "fetch") && !legacy:
 		return RouteFetch, (*Server).handleFetch, nil
 	case is("POST", "api", "v1", "stats", "refresh"):
 		return "", (*Server).handleStatsRefresh, nil
 	}
-	return "", (*Server).handleNotFound, nil
+	return "", notFound, nil
 }
 
 // handleNotFound answers an unknown route as the 2.x broker does:
@@ -473,16 +496,113 @@ func decodeJSONLenient(body []byte, v any) error {
 	return json.Unmarshal(body, v)
 }
 
-// nameTooLong checks the 2.x composite-name bound (413 name_too_long).
-func nameTooLong(w *recorder, queue, third string) bool {
-	if len(queue)+len(third) <= nameBudget {
+// nameTooLong checks the 2.x composite-name bound (413 name_too_long):
+// queue + the wider of group and partition, at most nameBudget bytes. The
+// error names the longest of the three, a tie going to the queue, as the
+// broker's check_message_key_names does.
+func nameTooLong(w *recorder, queue, group, partition string) bool {
+	if len(queue)+max(len(group), len(partition)) <= nameBudget {
 		return false
 	}
 	field, n := "queue", len(queue)
-	if len(third) > len(queue) {
-		field, n = "group or partition", len(third)
+	switch {
+	case len(queue) >= len(group) && len(queue) >= len(partition):
+	case len(group) >= len(partition):
+		field, n = "group", len(group)
+	default:
+		field, n = "partition", len(partition)
 	}
 	w.error(http.StatusRequestEntityTooLarge, "name_too_long",
 		fmt.Sprintf("%s name is %d bytes; the composite store key limit leaves %d bytes for names", field, n, nameBudget))
 	return true
+}
+
+// ------------------------------------------------------- 0.15.1 answers
+
+// The 0.15.1 broker answers input it refuses before the database with a
+// real status and {"error"}; everything that reached the database comes
+// back 200 (its headers are written before its status), a database error
+// as {"success":false,"error":"ERROR:  ..."}.
+
+// plainError answers status with the 0.15.1 envelope {"error": msg}.
+func (w *recorder) plainError(status int, msg string) {
+	w.json(status, map[string]string{"error": msg})
+}
+
+// dbError answers a 0.15.1 database error: 200 {"success":false,"error"},
+// the text as PostgreSQL words it.
+func (w *recorder) dbError(msg string) {
+	w.json(http.StatusOK, map[string]any{"success": false, "error": "ERROR:  " + msg + "\n"})
+}
+
+// readBody015 reads a JSON body as 0.15.1's read_json_body does: an empty
+// body is 400 "Empty request body", one that does not parse 400
+// "Invalid JSON: ...". It reports false after answering.
+func (w *recorder) readBody015(body []byte, v any) bool {
+	if len(bytes.TrimSpace(body)) == 0 {
+		w.plainError(http.StatusBadRequest, "Empty request body")
+		return false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) || json.Valid(body) {
+			// Valid JSON of another shape: the routes check what they need.
+			return true
+		}
+		w.plainError(http.StatusBadRequest, "Invalid JSON: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// jsonKind is the JSON type of raw: "string", "number", "bool", "null",
+// "object", "array", or "" when raw is absent.
+func jsonKind(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return ""
+	}
+	switch t[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// jsonString is raw as a string when it is one.
+func jsonString(raw json.RawMessage) (string, bool) {
+	if jsonKind(raw) != "string" {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// colLimit015 is 0.15.1's VARCHAR(255) bound on queue, partition,
+// consumer-group and transaction-id columns, in characters.
+const colLimit015 = 255
+
+// tooLong015 reports whether s overflows a 0.15.1 VARCHAR(255) column.
+func tooLong015(s string) bool { return utf8.RuneCountInString(s) > colLimit015 }
+
+// errTooLong015 is PostgreSQL's refusal of such a value.
+const errTooLong015 = "value too long for type character varying(255)"
+
+// handleNotFound015 answers an unknown route as 0.15.1's uWebSockets does.
+func (s *Server) handleNotFound015(w *recorder, _ *request) {
+	w.body.Reset()
+	w.header.Set("Content-Type", "text/html; charset=utf-8")
+	w.status = http.StatusNotFound
+	w.body.WriteString("<html><body><h1>File Not Found</h1><hr><i>uWebSockets/20 Server</i></body></html>")
 }

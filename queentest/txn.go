@@ -120,7 +120,7 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 	}
 	flat := 0
 	addPush := func(queue string, part *string, payload json.RawMessage, txn, trace *string) bool {
-		if nameTooLong(w, queue, partitionName(str(part))) {
+		if nameTooLong(w, queue, "", partitionName(str(part))) {
 			return false
 		}
 		var traceID *string

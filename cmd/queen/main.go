@@ -5,7 +5,7 @@
 //
 // Commands:
 //
-//	seek GROUP QUEUE (--to-end | --time RFC3339) [--partition P]
+//	seek GROUP QUEUE (--to-end | --time T) [--partition P] [--create]
 //	groups [GROUP]                      list groups, or one group's partitions
 //	groups delete GROUP [--queue Q] [--keep-metadata]
 //	push QUEUE [--partition P] [--txid ID] [JSON...]   (no JSON: one per line of stdin)
@@ -16,12 +16,56 @@
 //	dlq replay ID...
 //	health
 //
-// The broker URL comes from --url or QUEEN_URL (default
-// http://localhost:6632), the bearer token from --token or QUEEN_TOKEN.
-// Flags may come before or after the command's arguments. --json prints
-// JSON instead of text (time lags in seconds, times in RFC 3339). The exit
-// status is 0 on success, 1 when the broker or the network failed (with
-// the broker's message on stderr), and 2 for a usage error.
+// The broker URL comes from --url or QUEEN_URL; with neither, the command
+// says on stderr that it talks to http://localhost:6632. The bearer token
+// comes from --token or QUEEN_TOKEN. Flags may come before or after the
+// command's arguments.
+//
+// # Seek
+//
+// seek --time takes an RFC 3339 time (2026-10-22T00:00:00Z) or a duration
+// that means that long ago (1h, 30m, 90s, 1h30m). Before moving anything,
+// seek looks the group up (GET /api/v1/consumer-groups/GROUP) and refuses a
+// group that has no position on QUEUE, since a seek would create it: a
+// mistyped group name changes nothing. --create seeks all the same, for a
+// group that is to start at that position.
+//
+// # JSON output
+//
+// With --json every command prints one JSON value on stdout, with these
+// field names, which stay as they are (fields in brackets are left out
+// when the broker does not report them). Times are RFC 3339, time lags are
+// in seconds, payloads are the JSON that was pushed.
+//
+//	push           [{index, status, transactionId, queue, offset, [messageId, partitionId, error]}]
+//	               status: queued, duplicate or error; offset -1 when unknown
+//	pop            [{queue, partition, partitionId, transactionId, payload,
+//	                 [leaseId, consumerGroup, offset, deliveryAttempt, createdAt]}]
+//	fetch          {PARTITION: {records, highWatermark, logStartOffset, [error]}}
+//	               records: [{partition, offset, transactionId, payload, [timestamp]}]
+//	groups         [{name, queue, partitionCursors, partitionsWithLag, totalLag, maxTimeLag,
+//	                 state, conflation, [subscriptionMode, subscriptionTimestamp, subscriptionCreatedAt]}]
+//	groups GROUP   {name, queues: {QUEUE: {conflation, partitions: [{partition, totalConsumed,
+//	                 offsetLag, timeLag, leaseActive, [workerId, lastConsumedAt]}]}}}
+//	groups delete  {consumerGroup, deletedPartitions, metadataDeleted, [queue, queues]}
+//	seek           {consumerGroup, queue, toEnd, partitionsUpdated, [partition, timestamp]}
+//	dlq            {messages, total, limit, offset}
+//	               messages: [{id, queue, offset, transactionId, payload, retryCount,
+//	                 [partition, partitionId, consumerGroup, messageId, error, failedAt]}]
+//	dlq replay     [{moved, result, offset, [queue, partition, transactionId, messageId,
+//	                 originalTransactionId]}]
+//	health         {healthy, status, httpStatus, [engine, version, database]}
+//
+// Errors go to stderr as text, with or without --json.
+//
+// # Exit status
+//
+//	0  success
+//	1  the broker refused the request or could not be reached (its message
+//	   on stderr), an unhealthy broker for health, or seek of a group that
+//	   has no position on the queue (without --create)
+//	2  usage error: a bad command line, flag or value, or a name or option
+//	   the client refuses; nothing was sent
 package main
 
 import (

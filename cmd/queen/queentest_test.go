@@ -54,6 +54,10 @@ func TestScriptAgainstQueentest(t *testing.T) {
 		t.Fatalf("dlq: %q", r.stdout)
 	}
 	r = sh(exitFail, "", "seek", "audit", "nope", "--to-end")
+	if !strings.Contains(r.stderr, `group "audit" has no position on queue "nope"`) || !strings.Contains(r.stderr, "--create") {
+		t.Fatalf("seek of a queue the group does not read: %q", r.stderr)
+	}
+	r = sh(exitFail, "", "seek", "audit", "nope", "--to-end", "--create")
 	if !strings.Contains(r.stderr, "404") {
 		t.Fatalf("seek of a missing queue: %q", r.stderr)
 	}

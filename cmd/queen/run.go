@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -29,7 +30,9 @@ const defaultURL = "http://localhost:6632"
 const usageText = `usage: queen [--url URL] [--token TOKEN] [--json] COMMAND [flags] [args]
 
 commands:
-  seek GROUP QUEUE (--to-end | --time RFC3339) [--partition P]
+  seek GROUP QUEUE (--to-end | --time T) [--partition P] [--create]
+                                        T: RFC 3339, or a duration ago (1h, 30m);
+                                        --create: seek a group not yet on QUEUE
   groups [GROUP]                        list consumer groups, or one group's partitions
   groups delete GROUP [--queue Q] [--keep-metadata]
   push QUEUE [--partition P] [--txid ID] [JSON...]   no JSON args: one value per stdin line
@@ -40,8 +43,9 @@ commands:
   dlq replay ID...
   health
 
-The URL defaults to $QUEEN_URL, then ` + defaultURL + `; the token to $QUEEN_TOKEN.
-Exit status: 0 ok, 1 broker or network failure, 2 usage error.
+The URL defaults to $QUEEN_URL, then ` + defaultURL + ` (said on stderr); the token to $QUEEN_TOKEN.
+--json prints JSON with stable field names (go doc github.com/queen-go/queen/cmd/queen).
+Exit status: 0 ok, 1 broker refused or unreachable, 2 usage error (nothing sent).
 `
 
 // usageError is a bad command line.
@@ -55,7 +59,8 @@ func usagef(format string, args ...any) error { return usageError(fmt.Sprintf(fo
 // cli holds one run's settings and streams.
 type cli struct {
 	ctx    context.Context
-	url    string
+	now    func() time.Time // the clock of relative --time values
+	url    string           // "" until connect: --url, then $QUEEN_URL, then defaultURL
 	token  string
 	json   bool
 	stdin  io.Reader
@@ -67,10 +72,7 @@ type cli struct {
 // run executes one command line and returns the exit status. env reads the
 // environment (os.Getenv in main).
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, env func(string) string) int {
-	c := &cli{ctx: ctx, url: env("QUEEN_URL"), token: env("QUEEN_TOKEN"), stdin: stdin, stdout: stdout, stderr: stderr}
-	if c.url == "" {
-		c.url = defaultURL
-	}
+	c := &cli{ctx: ctx, now: time.Now, url: env("QUEEN_URL"), token: env("QUEEN_TOKEN"), stdin: stdin, stdout: stdout, stderr: stderr}
 	fs := c.flagSet("queen")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -157,7 +159,13 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // connect makes the client once the command line is known to be good.
+// With neither --url nor $QUEEN_URL it says on stderr which broker it
+// talks to.
 func (c *cli) connect() (*queen.Client, error) {
+	if c.url == "" {
+		c.url = defaultURL
+		fmt.Fprintf(c.stderr, "queen: no --url or QUEEN_URL given; using %s\n", defaultURL)
+	}
 	var opts []queen.Option
 	if c.token != "" {
 		opts = append(opts, queen.WithBearerToken(c.token))
@@ -189,8 +197,9 @@ func (c *cli) table(header ...string) *tabwriter.Writer {
 func (c *cli) seek(args []string) error {
 	fs := c.flagSet("seek")
 	toEnd := fs.Bool("to-end", false, "skip everything not read yet")
-	ts := fs.String("time", "", "read again from this RFC 3339 time")
+	ts := fs.String("time", "", "read again from this RFC 3339 time, or from this long ago (1h, 30m)")
 	partition := fs.String("partition", "", "seek one partition only")
+	create := fs.Bool("create", false, "seek even a group that has no position on the queue yet (creating it)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -201,16 +210,27 @@ func (c *cli) seek(args []string) error {
 	if *toEnd == (*ts != "") {
 		return usagef("seek needs exactly one of --to-end and --time")
 	}
+	opts := queen.SeekConsumerGroupOptions{ToEnd: *toEnd}
+	if *ts != "" {
+		if opts.Timestamp, err = seekTime(*ts, c.now()); err != nil {
+			return err
+		}
+	}
+	group, queue := pos[0], pos[1]
 	cl, err := c.connect()
 	if err != nil {
 		return err
 	}
-	opts := queen.SeekConsumerGroupOptions{Timestamp: *ts, ToEnd: *toEnd}
+	if !*create {
+		if err := groupExists(c.ctx, cl, group, queue); err != nil {
+			return err
+		}
+	}
 	var res queen.SeekResult
 	if *partition != "" {
-		res, err = cl.Admin().SeekPartition(c.ctx, pos[0], pos[1], *partition, opts)
+		res, err = cl.Admin().SeekPartition(c.ctx, group, queue, *partition, opts)
 	} else {
-		res, err = cl.Admin().SeekConsumerGroup(c.ctx, pos[0], pos[1], opts)
+		res, err = cl.Admin().SeekConsumerGroup(c.ctx, group, queue, opts)
 	}
 	if err != nil {
 		return err
@@ -228,6 +248,44 @@ func (c *cli) seek(args []string) error {
 	}
 	_, err = fmt.Fprintf(c.stdout, "%s on %s: %d partitions moved %s\n", res.ConsumerGroup, target, res.PartitionsUpdated, where)
 	return err
+}
+
+// seekTime reads the value of seek's --time: an RFC 3339 time, or a
+// duration (1h, 30m, 90s) meaning that long before now. It returns the
+// time in RFC 3339, UTC.
+func seekTime(v string, now time.Time) (string, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UTC().Format(time.RFC3339Nano), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return "", usagef("seek: --time %q is neither an RFC 3339 time (2026-10-22T00:00:00Z) nor a duration ago (1h, 30m, 90s)", v)
+	}
+	if d < 0 {
+		return "", usagef("seek: --time %q: a duration means that long ago and must not be negative", v)
+	}
+	return now.Add(-d).UTC().Format(time.RFC3339Nano), nil
+}
+
+// errNoSuchGroup is seek's refusal of a group that has no position on the
+// queue: a seek would create it, which a mistyped name should not do.
+var errNoSuchGroup = errors.New("no such consumer group on this queue")
+
+// groupExists looks the group up (GET /api/v1/consumer-groups/{group}) and
+// fails with errNoSuchGroup when it has no position on queue.
+func groupExists(ctx context.Context, cl *queen.Client, group, queue string) error {
+	d, err := cl.Admin().GetConsumerGroup(ctx, group)
+	var be *queen.BrokerError
+	if errors.As(err, &be) && be.Status == http.StatusNotFound {
+		err = nil // no position anywhere
+	} else if err != nil {
+		return fmt.Errorf("look up consumer group %q: %w", group, err)
+	}
+	if _, ok := d.Queues[queue]; !ok {
+		return fmt.Errorf("%w: group %q has no position on queue %q, and a seek would create it; check the names, or pass --create",
+			errNoSuchGroup, group, queue)
+	}
+	return nil
 }
 
 // ---------------------------------------------------------------- groups

@@ -25,15 +25,32 @@ type fakeBroker struct {
 	URL  string
 	mu   sync.Mutex
 	reqs []brokerReq
+	// health, when set, answers GET /health without recording it.
+	health string
+}
+
+// rawHealth lets GET /health reach the broker's function.
+func (b *fakeBroker) rawHealth() *fakeBroker {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.health = ""
+	return b
 }
 
 func newFakeBroker(t *testing.T, fn func(brokerReq) (int, string)) *fakeBroker {
 	t.Helper()
-	b := &fakeBroker{}
+	b := &fakeBroker{health: `{"status":"healthy","engine":"raft","version":"2.0.1"}`}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		req := brokerReq{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.Query(), Body: string(body), Auth: r.Header.Get("Authorization")}
 		b.mu.Lock()
+		if r.URL.Path == "/health" && b.health != "" {
+			// The generation probe of a time seek (not recorded).
+			h := b.health
+			b.mu.Unlock()
+			_, _ = io.WriteString(w, h)
+			return
+		}
 		b.reqs = append(b.reqs, req)
 		b.mu.Unlock()
 		status, out := fn(req)
@@ -85,23 +102,55 @@ func (r result) want(t *testing.T, code int) result {
 
 const seekAnswer = `{"consumerGroup":"archiver","partitionsUpdated":3,"queueName":"events","seekToEnd":true,"success":true,"targetTimestamp":null}`
 
+// seekBroker answers a seek with answer, and the lookup of the group that
+// comes before it with a group that has a position on each of queues.
+func seekBroker(t *testing.T, status int, answer string, queues ...string) *fakeBroker {
+	t.Helper()
+	detail := map[string]any{}
+	for _, q := range queues {
+		detail[q] = map[string]any{"conflation": false, "partitions": []any{}}
+	}
+	body, err := json.Marshal(detail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newFakeBroker(t, func(r brokerReq) (int, string) {
+		if r.Method == http.MethodGet && strings.HasPrefix(r.Path, "/api/v1/consumer-groups/") {
+			return 200, string(body)
+		}
+		return status, answer
+	})
+}
+
+// seekRequest is the one seek request the broker received, after the
+// lookup of the group.
+func seekRequest(t *testing.T, b *fakeBroker) brokerReq {
+	t.Helper()
+	reqs := b.requests()
+	if len(reqs) != 2 || reqs[0].Method != http.MethodGet {
+		t.Fatalf("requests = %+v, want the group's lookup and the seek", reqs)
+	}
+	return reqs[1]
+}
+
 func TestSeekToEnd(t *testing.T) {
-	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, seekAnswer })
+	b := seekBroker(t, 200, seekAnswer, "events")
 	// Flags after the arguments work as well as before them.
 	r := runCLI(t, b, "", "seek", "archiver", "events", "--to-end").want(t, exitOK)
 	if r.stdout != "archiver on events: 3 partitions moved to the end\n" || r.stderr != "" {
 		t.Fatalf("stdout %q stderr %q", r.stdout, r.stderr)
 	}
-	req := b.requests()[0]
+	if look := b.requests()[0]; look.Path != "/api/v1/consumer-groups/archiver" {
+		t.Fatalf("lookup = %+v", look)
+	}
+	req := seekRequest(t, b)
 	if req.Method != "POST" || req.Path != "/api/v1/consumer-groups/archiver/queues/events/seek" || req.Body != `{"toEnd":true}` {
 		t.Fatalf("request = %+v", req)
 	}
 }
 
 func TestSeekToTimeJSON(t *testing.T) {
-	b := newFakeBroker(t, func(brokerReq) (int, string) {
-		return 200, `{"consumerGroup":"archiver","partitionsUpdated":2,"queueName":"events","seekToEnd":false,"success":true,"targetTimestamp":"2026-10-22T00:00:00.000Z"}`
-	})
+	b := seekBroker(t, 200, `{"consumerGroup":"archiver","partitionsUpdated":2,"queueName":"events","seekToEnd":false,"success":true,"targetTimestamp":"2026-10-22T00:00:00.000Z"}`, "events")
 	r := runCLI(t, b, "", "--json", "seek", "--time", "2026-10-22T00:00:00Z", "archiver", "events").want(t, exitOK)
 	var got map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
@@ -110,20 +159,18 @@ func TestSeekToTimeJSON(t *testing.T) {
 	if got["partitionsUpdated"] != 2.0 || got["toEnd"] != false || got["timestamp"] != "2026-10-22T00:00:00Z" || got["consumerGroup"] != "archiver" {
 		t.Fatalf("json = %v", got)
 	}
-	if body := b.requests()[0].Body; body != `{"timestamp":"2026-10-22T00:00:00Z"}` {
+	if body := seekRequest(t, b).Body; body != `{"timestamp":"2026-10-22T00:00:00Z"}` {
 		t.Fatalf("body = %s", body)
 	}
 }
 
 func TestSeekPartitionText(t *testing.T) {
-	b := newFakeBroker(t, func(brokerReq) (int, string) {
-		return 200, `{"consumerGroup":"g","partitionsUpdated":1,"queueName":"q","partitionName":"p1","seekToEnd":true,"success":true}`
-	})
+	b := seekBroker(t, 200, `{"consumerGroup":"g","partitionsUpdated":1,"queueName":"q","partitionName":"p1","seekToEnd":true,"success":true}`, "q")
 	r := runCLI(t, b, "", "seek", "--partition", "p1", "--to-end", "g", "q").want(t, exitOK)
 	if r.stdout != "g on q/p1: 1 partitions moved to the end\n" {
 		t.Fatalf("stdout %q", r.stdout)
 	}
-	if p := b.requests()[0].Path; p != "/api/v1/consumer-groups/g/queues/q/partitions/p1/seek" {
+	if p := seekRequest(t, b).Path; p != "/api/v1/consumer-groups/g/queues/q/partitions/p1/seek" {
 		t.Fatalf("path %s", p)
 	}
 }
@@ -169,9 +216,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestBrokerErrorExitsOneWithItsMessage(t *testing.T) {
-	b := newFakeBroker(t, func(brokerReq) (int, string) {
-		return 404, `{"success":false,"error":"Queue not found or has no partitions","consumerGroup":"g","queueName":"nope","partitionsUpdated":0}`
-	})
+	b := seekBroker(t, 404, `{"success":false,"error":"Queue not found or has no partitions","consumerGroup":"g","queueName":"nope","partitionsUpdated":0}`, "nope")
 	r := runCLI(t, b, "", "seek", "g", "nope", "--to-end").want(t, exitFail)
 	if !strings.Contains(r.stderr, "Queue not found or has no partitions") || !strings.HasPrefix(r.stderr, "queen seek: ") || r.stdout != "" {
 		t.Fatalf("stderr %q stdout %q", r.stderr, r.stdout)
@@ -190,7 +235,7 @@ func TestNoBrokerExitsOne(t *testing.T) {
 }
 
 func TestURLAndTokenFromEnvAndFlags(t *testing.T) {
-	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, `{"status":"healthy","engine":"raft","version":"2.7.1"}` })
+	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, `{"status":"healthy","engine":"raft","version":"2.7.1"}` }).rawHealth()
 	runEnv(t, map[string]string{"QUEEN_URL": b.URL, "QUEEN_TOKEN": "from-env"}, "", "health").want(t, exitOK)
 	runEnv(t, map[string]string{"QUEEN_URL": "http://127.0.0.1:1", "QUEEN_TOKEN": "from-env"}, "", "health", "--url", b.URL, "--token", "from-flag").want(t, exitOK)
 	reqs := b.requests()
@@ -201,12 +246,12 @@ func TestURLAndTokenFromEnvAndFlags(t *testing.T) {
 
 func TestHealth(t *testing.T) {
 	t.Parallel() // the transport retries (about 1.5 s)
-	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, `{"status":"healthy","engine":"raft","version":"2.7.1"}` })
+	b := newFakeBroker(t, func(brokerReq) (int, string) { return 200, `{"status":"healthy","engine":"raft","version":"2.7.1"}` }).rawHealth()
 	r := runCLI(t, b, "", "health").want(t, exitOK)
 	if r.stdout != "healthy\traft\t2.7.1\n" {
 		t.Fatalf("stdout %q", r.stdout)
 	}
-	b = newFakeBroker(t, func(brokerReq) (int, string) { return 503, `{"status":"settling","engine":"raft"}` })
+	b = newFakeBroker(t, func(brokerReq) (int, string) { return 503, `{"status":"settling","engine":"raft"}` }).rawHealth()
 	r = runCLI(t, b, "", "health").want(t, exitFail)
 	if !strings.Contains(r.stderr, "settling") {
 		t.Fatalf("stderr %q", r.stderr)

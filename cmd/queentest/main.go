@@ -2,9 +2,11 @@
 // a standalone program, so that a service in any language can use it during
 // development:
 //
-//	queentest -addr 127.0.0.1:6632
+//	queentest -addr 127.0.0.1:6632 [-profile 2.x|0.15.1]
 //
-// It serves the Queen 2.x HTTP API until interrupted (SIGINT or SIGTERM).
+// It serves the Queen 2.x HTTP API, or with -profile 0.15.1 that of a Queen
+// 0.15.1 broker (see queentest.Broker015), until interrupted (SIGINT or
+// SIGTERM).
 // Everything is kept in memory and lost on exit.
 package main
 
@@ -23,7 +25,13 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6632", "listen address")
 	verbose := flag.Bool("v", false, "log every request to stderr")
+	profileName := flag.String("profile", string(queentest.Profile2x), "broker generation to imitate: 2.x or 0.15.1")
 	flag.Parse()
+	profile, err := queentest.ParseProfile(*profileName)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 
 	level := slog.LevelInfo
 	if *verbose {
@@ -36,13 +44,17 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	srv, err := queentest.Listen(queentest.WithAddr(*addr), queentest.WithLogger(logger))
+	srv, err := queentest.Listen(queentest.WithAddr(*addr), queentest.WithLogger(logger), queentest.WithProfile(profile))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "queentest:", err)
 		stop()
 		os.Exit(1)
 	}
-	fmt.Printf("queentest broker (Queen %s API, in memory) listening on %s\n", queentest.Version, srv.URL)
+	api := queentest.Version
+	if profile == queentest.Profile015 {
+		api = string(queentest.Profile015)
+	}
+	fmt.Printf("queentest broker (Queen %s API, in memory) listening on %s\n", api, srv.URL)
 
 	<-ctx.Done()
 	srv.Close()

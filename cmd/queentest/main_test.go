@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,8 +14,9 @@ import (
 	"time"
 )
 
-// TestBinaryServesAndStops builds the command, runs it on a free port and
-// checks /health, then stops it with SIGTERM.
+// TestBinaryServesAndStops builds the command, runs it on a free port with
+// each profile and checks /health, then stops it with SIGTERM; an unknown
+// profile is a usage error.
 func TestBinaryServesAndStops(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a binary")
@@ -24,7 +27,30 @@ func TestBinaryServesAndStops(t *testing.T) {
 	if err := build.Run(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")
+	for _, tc := range []struct {
+		args        []string
+		wantVersion string
+		wantEngine  bool
+	}{
+		{nil, "2.0.1-queentest", true},
+		{[]string{"-profile", "2.x"}, "2.0.1-queentest", true},
+		{[]string{"-profile", "0.15.1"}, "1.0.0", false},
+	} {
+		t.Run(strings.Join(append([]string{"args"}, tc.args...), " "), func(t *testing.T) {
+			runBinary(t, bin, tc.args, tc.wantVersion, tc.wantEngine)
+		})
+	}
+	t.Run("unknown profile", func(t *testing.T) {
+		err := exec.Command(bin, "-addr", "127.0.0.1:0", "-profile", "1.9").Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Fatalf("-profile 1.9: %v, want exit status 2", err)
+		}
+	})
+}
+
+func runBinary(t *testing.T, bin string, args []string, wantVersion string, wantEngine bool) {
+	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -46,9 +72,17 @@ func TestBinaryServesAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var health struct {
+		Version string  `json:"version"`
+		Engine  *string `json:"engine"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&health)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("health: %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("health: %d %v", resp.StatusCode, err)
+	}
+	if health.Version != wantVersion || (health.Engine != nil) != wantEngine {
+		t.Errorf("health version %q, engine present %v; want %q, %v", health.Version, health.Engine != nil, wantVersion, wantEngine)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -79,6 +79,29 @@ type Config struct {
 	// Rand returns a number in [0, 1) used for jitter. It must be safe for
 	// concurrent use. Nil selects math/rand/v2.
 	Rand func() float64
+
+	// OnAttempt, when set, is called after every attempt (every HTTP
+	// exchange, redirect hops included), on the goroutine of the call,
+	// with the call's ctx. Nil costs nothing.
+	OnAttempt func(ctx context.Context, a Attempt)
+}
+
+// Attempt describes one HTTP exchange of a call, for Config.OnAttempt.
+type Attempt struct {
+	Method string
+	// Path is the request's escaped path.
+	Path string
+	// URL is the base URL the attempt went to.
+	URL string
+	// Number counts the attempts of the call, from 1.
+	Number int
+	// Status is the HTTP status of the answer, 0 when there was none.
+	Status int
+	// Duration is from handing the request to the connection pool to the
+	// last byte of the answer (or the failure).
+	Duration time.Duration
+	// Err is the attempt's network failure, nil when an answer came.
+	Err error
 }
 
 // RetryPolicy says how often and how patiently a call is retried and how
@@ -90,9 +113,8 @@ type Config struct {
 // to 20 % jitter (never less than what the broker asked), capped at
 // MaxRetryAfter.
 type RetryPolicy struct {
-	// MaxAttempts is the total number of attempts of an ordinary call,
-	// the first included. Default DefaultMaxAttempts. Long-poll calls
-	// ignore it and retry until their ctx ends.
+	// MaxAttempts is the total number of attempts of a call, the first
+	// included, long polls included. Default DefaultMaxAttempts.
 	MaxAttempts int
 
 	// MinBackoff is the wait before the first retry. Default

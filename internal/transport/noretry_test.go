@@ -303,3 +303,39 @@ func TestNoRetryAfterSendCtx(t *testing.T) {
 		}
 	})
 }
+
+// net/http sends a GET again by itself when a reused connection closes
+// after the request was written: a pop (NoRetryAfterSend) must not be
+// resent that way either, since its first claim may hold messages.
+func TestNoRetryAfterSendStopsNetHTTPResend(t *testing.T) {
+	for _, once := range []bool{false, true} {
+		t.Run("once="+strconv.FormatBool(once), func(t *testing.T) {
+			srv := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+				if n == 1 { // the second request, on the kept-alive connection
+					hangUp(t, w)
+					return
+				}
+				assert.Empty(t, r.Header.Get("Content-Length"), "no body announced")
+				assert.Empty(t, r.TransferEncoding, "no body sent")
+				_, _ = io.WriteString(w, okBody)
+			})
+			tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, Retry: RetryPolicy{MaxAttempts: 3}})
+			pop := Request{Method: http.MethodGet, Path: "/api/v1/pop/queue/q", NoRetryAfterSend: once}
+			_, err := tr.Do(context.Background(), pop) // opens the connection
+			require.NoError(t, err)
+			resp, err := tr.Do(context.Background(), pop)
+			if !once {
+				require.NoError(t, err) // resent, by net/http or by the retry
+				assert.Equal(t, http.StatusOK, resp.Status)
+				assert.Equal(t, 3, srv.Hits())
+				return
+			}
+			require.ErrorIs(t, err, ErrOutcomeUnknown)
+			assert.Nil(t, resp)
+			assert.Equal(t, 2, srv.Hits(), "the pop was not sent again")
+			for _, r := range srv.Requests() {
+				assert.Empty(t, r.Body)
+			}
+		})
+	}
+}

@@ -48,7 +48,7 @@ type callState struct {
 	body   []byte         // body of bodyOf, read by RoundTrip
 	bodyOf *http.Response // the last response RoundTrip got
 
-	max      int           // attempt budget; 0 = until ctx ends (long poll)
+	max      int           // attempt budget (RetryPolicy.MaxAttempts)
 	attempts int           // attempts made so far
 	wait     time.Duration // wait before the next attempt
 	lastErr  error         // network error of the last attempt, if any
@@ -78,6 +78,33 @@ func newSendProbe() *sendProbe {
 		GotConn: func(httptrace.GotConnInfo) { p.gotConn.Store(true) },
 	}
 	return p
+}
+
+// noResend is the body a NoRetryAfterSend request without a body of its
+// own is sent with. net/http sends a request again by itself, on a new
+// connection, when a reused connection closes after the request was
+// written and before any answer (a broker's keep-alive timeout, or a
+// broker that applied a pop and then lost the connection), if the request
+// is one it deems safe to repeat: an idempotent method (GET) with no body
+// or a body it can rewind. For a pop that resend is what must not happen
+// (the first claim may hold messages). A body net/http cannot rewind
+// makes the request not repeatable; being empty, it sends nothing: for
+// GET, net/http reads it once before writing, finds it empty and sends no
+// body and no Content-Length.
+type noResend struct{}
+
+func (noResend) Read([]byte) (int, error) { return 0, io.EOF }
+func (noResend) Close() error             { return nil }
+
+// resendable reports whether net/http may send req again by itself and
+// noResend stops it: GET, HEAD or OPTIONS without a body (the methods
+// net/http both repeats and sends an empty body with as no body at all).
+func resendable(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return req.Body == nil || req.Body == http.NoBody
+	}
+	return false
 }
 
 // mayHaveSent reports whether the attempt that probe watched and that
@@ -128,7 +155,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		// Keep the answer: if later attempts get none, it is still what Do
 		// returns.
 		if body, bodyOK = c.takeBody(resp); bodyOK {
-			c.answer = &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, URL: c.base}
+			c.answer = &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, URL: c.base, Attempts: c.attempts}
 		}
 	}
 	if once && err != nil && probe.mayHaveSent(err) {
@@ -140,13 +167,16 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		}
 		return false, ctxErr
 	}
-	// retryablehttp's classification: network errors (except redirect
-	// loops, bad scheme, bad header, untrusted certificate), 429 and 5xx
-	// except 501 are worth another attempt.
-	retry, classErr := retryablehttp.ErrorPropagatedRetryPolicy(ctx, resp, err)
+	// The client's one rule (see Retryable and RetryableErr).
+	var retry bool
+	if err != nil {
+		retry = RetryableErr(err)
+	} else {
+		retry = Retryable(resp.StatusCode)
+	}
 
 	c.lastErr = err
-	if err != nil || (resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented) {
+	if err != nil || (resp.StatusCode >= 500 && Retryable(resp.StatusCode)) {
 		if c.t.eps.markDown(c.ep) && len(c.t.eps.urls) > 1 {
 			c.event(slog.LevelWarn, "queen transport: broker URL failing, using the next one", resp, err)
 		}
@@ -163,11 +193,11 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	}
 	if !retry {
 		if err != nil {
-			return false, classErr // not worth retrying; giveUp reports it
+			return false, err // not worth retrying; giveUp reports it
 		}
 		return false, nil // a final answer
 	}
-	if c.max > 0 && c.attempts >= c.max {
+	if c.attempts >= c.max {
 		// Budget spent: retryablehttp stops here and giveUp hands over the
 		// last answer (or error).
 		c.event(slog.LevelDebug, "queen transport: attempts spent", resp, err)

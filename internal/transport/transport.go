@@ -16,8 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -37,18 +37,20 @@ type Request struct {
 	// Body is the JSON body, or nil for none. It is sent byte for byte on
 	// every attempt and must not be modified while Do runs.
 	Body []byte
-	// LongPoll marks a call that may retry without a count limit until its
-	// ctx ends (a waiting pop); other calls are bounded by the policy.
-	LongPoll bool
 	// Timeout overrides the per-request timeout (a long poll needs more
-	// than the broker's wait). Zero uses the configured one.
+	// than the broker's wait). Zero uses the configured one. Every call,
+	// a long poll included, makes at most RetryPolicy.MaxAttempts
+	// attempts.
 	Timeout time.Duration
-	// Attempts, when positive, overrides the attempt budget (LongPoll
-	// included): a caller that retries on its own (the consume loop) asks
-	// for one attempt and sees every failure.
+	// Attempts, when positive, overrides MaxAttempts for this call: a
+	// caller that retries on its own (the consume loop) asks for one
+	// attempt and sees every failure.
 	Attempts int
 	// NoRetryAfterSend marks a call the broker does not apply
-	// idempotently (a transaction, a dead-letter replay): it is retried
+	// idempotently (a transaction, a dead-letter replay) or that must not
+	// be repeated once it may have been applied (a pop, whose claim would
+	// keep its messages leased while a second pop answers "empty"; net/http's
+	// own resend of a GET is stopped too, see noResend): it is retried
 	// only when the broker surely did not apply it. That is a failure
 	// before the request could be written (no connection was got: a
 	// refused or timed out dial, a DNS or TLS handshake failure), retried
@@ -86,6 +88,9 @@ type Response struct {
 	Body   []byte
 	// URL is the base URL that answered.
 	URL string
+	// Attempts is the number of attempts the call made, this one
+	// included (1 when it was not retried).
+	Attempts int
 }
 
 // Transport sends requests to the broker with retries, Retry-After, bearer
@@ -149,13 +154,44 @@ func New(cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// newPool returns a keep-alive transport with the standard one's settings
-// that keeps up to idle idle connections per host.
+// newPool returns a keep-alive transport with the standard settings that
+// keeps up to idle idle connections per host: a clone of
+// http.DefaultTransport when it is an *http.Transport, otherwise (a
+// program or a test that wrapped it, for instrumentation or a mock) a new
+// one with net/http's default settings. The pool never sends through a
+// replaced http.DefaultTransport; WithHTTPClient is the way to that.
 func newPool(idle, hosts int) *http.Transport {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return poolFrom(http.DefaultTransport, idle, hosts)
+}
+
+// poolFrom is newPool with the default transport given.
+func poolFrom(def http.RoundTripper, idle, hosts int) *http.Transport {
+	tr, ok := def.(*http.Transport)
+	if ok && tr != nil {
+		tr = tr.Clone()
+	} else {
+		tr = standardTransport()
+	}
 	tr.MaxIdleConnsPerHost = idle
 	tr.MaxIdleConns = max(tr.MaxIdleConns, idle*hosts)
 	return tr
+}
+
+// standardTransport returns a new transport with the settings of
+// net/http's DefaultTransport: the proxy from the environment, 30 s dial
+// timeout and keep-alive, an HTTP/2 attempt, 100 idle connections kept
+// 90 s, 10 s TLS handshake and 1 s Expect: 100-continue timeouts.
+func standardTransport() *http.Transport {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+	}
 }
 
 // Close closes the idle connections of the pool New built. The user's own
@@ -166,9 +202,9 @@ func (t *Transport) Close() {
 	}
 }
 
-// Do sends r and returns the broker's answer, retrying network errors,
-// 5xx (except 501) and 429 as the policy says, on the next healthy URL
-// after a network error or 5xx. Every HTTP status is returned as a
+// Do sends r and returns the broker's answer, retrying what RetryableErr
+// and Retryable accept, at most RetryPolicy.MaxAttempts attempts in all,
+// on the next healthy URL after a network error or 5xx. Every HTTP status is returned as a
 // *Response; an error means no answer at all: ctx ended (the error wraps
 // ctx.Err()), attempts ran out without any answer, or the request could
 // not be built or sent (e.g. a TLS certificate error, not retried).
@@ -197,9 +233,7 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	if len(r.Query) > 0 {
 		c.query = r.Query.Encode()
 	}
-	if !r.LongPoll {
-		c.max = c.t.cfg.Retry.MaxAttempts
-	}
+	c.max = c.t.cfg.Retry.MaxAttempts
 	if r.Attempts > 0 {
 		c.max = r.Attempts
 	}
@@ -289,10 +323,7 @@ func (c *call) retryClient() *retryablehttp.Client {
 	if c.rc.HTTPClient == nil { // a call not made by newCall
 		c.init()
 	}
-	c.rc.RetryMax = math.MaxInt // long poll: until ctx ends
-	if c.max > 0 {
-		c.rc.RetryMax = c.max - 1
-	}
+	c.rc.RetryMax = max(c.max-1, 0)
 	return &c.rc
 }
 
@@ -355,21 +386,46 @@ func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := actx.Err(); err != nil {
 			return nil, c.attemptError(err, ctx, actx) // ended before anything was sent
 		}
+		if resendable(req) {
+			if actx == ctx {
+				req = req.WithContext(actx) // a copy to change
+			}
+			req.Body, req.GetBody, req.ContentLength = noResend{}, nil, 0 // see noResend
+		}
 		c.probe.sending = true
+	}
+	var began time.Time
+	if c.t.cfg.OnAttempt != nil {
+		began = time.Now()
 	}
 	resp, err := c.t.next.RoundTrip(req)
 	if err != nil {
-		return nil, c.attemptError(err, ctx, actx)
+		err = c.attemptError(err, ctx, actx)
+		c.observe(ctx, began, 0, err)
+		return nil, err
 	}
 	body, err := readBody(resp.Body, resp.ContentLength)
 	resp.Body.Close()
 	if err != nil {
-		return nil, c.attemptError(fmt.Errorf("reading response body: %w", err), ctx, actx)
+		err = c.attemptError(fmt.Errorf("reading response body: %w", err), ctx, actx)
+		c.observe(ctx, began, resp.StatusCode, err)
+		return nil, err
 	}
+	c.observe(ctx, began, resp.StatusCode, nil)
 	c.body, c.bodyOf = body, resp
 	resp.Body = http.NoBody
 	resp.ContentLength = int64(len(body))
 	return resp, nil
+}
+
+// observe reports one attempt to Config.OnAttempt, if set.
+func (c *call) observe(ctx context.Context, began time.Time, status int, err error) {
+	f := c.t.cfg.OnAttempt
+	if f == nil {
+		return
+	}
+	f(ctx, Attempt{Method: c.req.Method, Path: c.req.Path, URL: c.base, Number: c.attempts + 1,
+		Status: status, Duration: time.Since(began), Err: err})
 }
 
 // attemptError marks err as a timeout of the attempt when the attempt's

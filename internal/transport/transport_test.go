@@ -321,14 +321,14 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func TestClientErrorsAreNotRetried(t *testing.T) {
-	for _, status := range []int{400, 401, 403, 404, 409, 413, 501} {
+	for _, status := range []int{400, 401, 403, 404, 409, 413, 501, 505, 511} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 				reply(w, status, "Retry-After", "1")
 			})
 			tr, sl, _ := newTransport(t, Config{URLs: []string{srv.URL}})
-			for _, longPoll := range []bool{false, true} {
-				resp, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x", LongPoll: longPoll})
+			for _, once := range []bool{false, true} {
+				resp, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x", NoRetryAfterSend: once})
 				require.NoError(t, err, "a status is an answer, not an error")
 				assert.Equal(t, status, resp.Status)
 				assert.JSONEq(t, `{"status":`+strconv.Itoa(status)+`}`, string(resp.Body))
@@ -388,40 +388,32 @@ func TestOrdinaryCallsAreBounded(t *testing.T) {
 	})
 }
 
-func TestLongPollRetriesUntilCtxEnds(t *testing.T) {
-	tests := []struct {
-		name string
-		url  func(t *testing.T) (string, func() int)
-	}{
-		{"503", func(t *testing.T) (string, func() int) {
-			srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusServiceUnavailable) })
-			return srv.URL, srv.Hits
-		}},
-		{"refused", func(t *testing.T) (string, func() int) { return refusingURL(t), nil }},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			u, hits := tc.url(t)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			tr, sl, _ := newTransport(t, Config{URLs: []string{u}, Retry: RetryPolicy{MaxAttempts: 2}})
-			sl.onSleep = func(n int) {
-				if n == 12 {
-					cancel()
-				}
-			}
-			resp, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/api/v1/pop/queue/q", LongPoll: true})
-			require.Error(t, err)
-			assert.Nil(t, resp)
-			assert.ErrorIs(t, err, context.Canceled)
-			assert.Len(t, sl.Waits(), 12, "far beyond MaxAttempts")
-			if hits != nil {
-				assert.Equal(t, 12, hits())
-			}
-			// The backoff keeps growing up to the cap.
-			assert.Equal(t, DefaultMaxBackoff, sl.Waits()[11])
-		})
-	}
+// A long poll (a waiting pop: a GET with its own timeout, not resent once
+// it may have reached the broker) has the attempt budget of every other
+// call: a broker that refuses connections or answers 503 ends it after
+// MaxAttempts attempts, with the error or the last answer.
+func TestLongPollIsBounded(t *testing.T) {
+	pop := Request{Method: http.MethodGet, Path: "/api/v1/pop/queue/q", Timeout: 35 * time.Second, NoRetryAfterSend: true}
+	t.Run("refused", func(t *testing.T) {
+		tr, sl, _ := newTransport(t, Config{URLs: []string{refusingURL(t)}, Retry: RetryPolicy{MaxAttempts: 3}})
+		resp, err := tr.Do(context.Background(), pop)
+		require.Error(t, err)
+		assert.Nil(t, resp)
+		assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+		assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a refused connection sent nothing")
+		assert.Contains(t, err.Error(), "GET /api/v1/pop/queue/q: no answer after 3 attempt(s)")
+		assert.Len(t, sl.Waits(), 2)
+	})
+	t.Run("503", func(t *testing.T) {
+		srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusServiceUnavailable) })
+		tr, sl, _ := newTransport(t, Config{URLs: []string{srv.URL}, Retry: RetryPolicy{MaxAttempts: 2}})
+		resp, err := tr.Do(context.Background(), pop)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusServiceUnavailable, resp.Status)
+		assert.Equal(t, 2, resp.Attempts)
+		assert.Equal(t, 2, srv.Hits())
+		assert.Len(t, sl.Waits(), 1)
+	})
 }
 
 func TestFailover(t *testing.T) {
@@ -533,7 +525,7 @@ func TestFailover(t *testing.T) {
 		tr, _, _ := newTransport(t, Config{URLs: []string{a.URL, b.URL}})
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
-		_, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/pop", LongPoll: true})
+		_, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/pop"})
 		require.ErrorIs(t, err, context.Canceled)
 
 		resp, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x"})
@@ -707,7 +699,7 @@ func TestCtxEndsDuringBackoff(t *testing.T) {
 			ctx, cancel := tc.ctx()
 			defer cancel()
 			start := time.Now()
-			resp, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x", LongPoll: true})
+			resp, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x"})
 			elapsed := time.Since(start)
 			assert.Nil(t, resp)
 			assert.ErrorIs(t, err, tc.wantErr)
@@ -821,7 +813,7 @@ func TestPoolKeepsIdleConns(t *testing.T) {
 			var wg sync.WaitGroup
 			for range n {
 				wg.Go(func() {
-					resp, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x", LongPoll: true})
+					resp, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x"})
 					if assert.NoError(t, err) {
 						assert.Equal(t, http.StatusOK, resp.Status)
 					}

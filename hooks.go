@@ -1,0 +1,539 @@
+package queen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/queen-go/queen/internal/transport"
+	"github.com/queen-go/queen/internal/wire"
+)
+
+// Hook is a value given to WithHooks. On its own it is nothing: the client
+// calls a hook at the events whose interface it implements (PushHook,
+// PopHook, HandlerHook, SettleHook, RenewHook, LeaseLostHook, RequestHook),
+// and ignores it elsewhere. One value may implement several of them.
+//
+// What the client guarantees:
+//
+//   - A hook is called synchronously, on the goroutine of the event, after
+//     the event (a HandlerHook's OnHandlerStart before the handler). A hook
+//     that blocks blocks that goroutine: the caller of Push or Pop, the
+//     consume loop's poller, handler slot, settle or renewal. There is no
+//     timeout: a hook that has slow work to do (export, network) hands it
+//     to a goroutine or a buffer of its own.
+//   - Hooks of one event run in the order given to WithHooks, each with the
+//     same event value.
+//   - Hooks are called concurrently from many goroutines (concurrent pushes,
+//     consume slots): they must be safe for concurrent use.
+//   - A hook that panics is recovered: the panic is logged at Error level
+//     (with its stack) the first time for each hook and event kind, and the
+//     event goes on as if the hook had returned; the other hooks still run.
+//     A panicking OnHandlerStart leaves the handler's ctx as it was.
+//   - Event values and the slices in them belong to the client: a hook
+//     that keeps anything past its return copies it. Messages are shared
+//     with the caller and the handler, and must not be modified.
+//   - Without WithHooks, no event value is built and no clock is read for
+//     hooks: the cost is one nil check per event.
+type Hook any
+
+// PushHook is called after every PushBuilder.Execute that sent a request
+// (not after one refused before the wire).
+type PushHook interface {
+	OnPush(ctx context.Context, e PushEvent)
+}
+
+// PushEvent describes one push request.
+type PushEvent struct {
+	// Queue and Partition are the builder's ("" partition: the broker's
+	// default one).
+	Queue, Partition string
+	// Count is how many messages the request carried.
+	Count int
+	// Results are the broker's per-message results, nil when it gave
+	// none (Err is then set).
+	Results []PushResult
+	// Duration is from sending the request to reading its answer,
+	// retries included.
+	Duration time.Duration
+	// Err is what Execute returned (a *PushError when some messages were
+	// not stored).
+	Err error
+}
+
+// PopHook is called after every pop request: QueueBuilder.Pop and each pop
+// of a consume loop.
+type PopHook interface {
+	OnPop(ctx context.Context, e PopEvent)
+}
+
+// PopEvent describes one pop request.
+type PopEvent struct {
+	// Queue, Partition and Group are the pop's ("" group: queue mode; ""
+	// queue: a namespace/task discovery pop).
+	Queue, Partition, Group string
+	// Messages are what the pop delivered (none on an empty pop).
+	Messages []*Message
+	// Wait is how long the broker may hold the pop open waiting for
+	// messages (a long poll); zero when the pop does not wait.
+	Wait time.Duration
+	// Duration is from sending the request to its decoded answer, long
+	// poll and retries included.
+	Duration time.Duration
+	// Err is the pop's failure, nil for a pop that succeeded (empty or not).
+	Err error
+}
+
+// HandlerHook is called around every handler call of a consume loop.
+// OnHandlerStart runs right before the handler, on the handler's
+// goroutine; the ctx it returns is the one the handler (and OnSuccess and
+// OnError) receives, so that a hook can put a span in it for the handler's
+// own spans to nest under. It must return ctx or a context derived from
+// it. OnHandlerEnd runs after the handler's result was turned into
+// outcomes, with the ctx OnHandlerStart returned.
+type HandlerHook interface {
+	OnHandlerStart(ctx context.Context, e HandlerStart) context.Context
+	OnHandlerEnd(ctx context.Context, e HandlerEnd)
+}
+
+// HandlerStart describes a handler call about to start.
+type HandlerStart struct {
+	// Queue and Group are the consume loop's.
+	Queue, Group string
+	// Messages are what the handler gets: one message for Consume (and an
+	// Each batch handler), the whole pop for a ConsumeBatch handler.
+	Messages []*Message
+}
+
+// HandlerEnd describes a finished handler call.
+type HandlerEnd struct {
+	// Queue and Group are the consume loop's.
+	Queue, Group string
+	// Messages are those of HandlerStart.
+	Messages []*Message
+	// Duration is the handler's own run time.
+	Duration time.Duration
+	// Err is what the handler returned (ErrHandlerPanic when it panicked).
+	Err error
+	// Outcomes holds the outcome decided for each of Messages, in order.
+	// A message of a batch handler that follows a failed or retried one of
+	// its partition is given back: Retry. A zero Outcome (empty Status)
+	// means the loop sends none for that message: AutoAck(false) after a
+	// success, or a lost lease (LeaseLost).
+	Outcomes []Outcome
+	// LeaseLost is true when the pop's lease was lost while the handler
+	// ran: its outcomes are not sent.
+	LeaseLost bool
+}
+
+// SettleHook is called after every ack request that settles messages:
+// Client.Ack, Settle and SettleBatch, and each pop a consume loop settles
+// (once, with the final result of its sends).
+type SettleHook interface {
+	OnSettle(ctx context.Context, e SettleEvent)
+}
+
+// SettleEvent describes one settlement of messages.
+type SettleEvent struct {
+	// Group is the consumer group the acks were sent for ("": queue mode).
+	Group string
+	// Settlements are the outcomes sent, in order.
+	Settlements []Settlement
+	// Refused counts the settlements the broker refused (see AckError).
+	Refused int
+	// Duration is from the first send to the final answer.
+	Duration time.Duration
+	// Err is the settlement's failure (an *AckError when the broker
+	// refused some), nil when every outcome was applied.
+	Err error
+}
+
+// Count returns how many of the settlements have status s.
+func (e SettleEvent) Count(s AckStatus) int {
+	n := 0
+	for _, st := range e.Settlements {
+		if st.Status == s {
+			n++
+		}
+	}
+	return n
+}
+
+// RenewHook is called after every lease renewal request: Client.Renew,
+// RenewFor, and the renewals of a consume loop.
+type RenewHook interface {
+	OnRenew(ctx context.Context, e RenewEvent)
+}
+
+// RenewEvent describes one lease renewal.
+type RenewEvent struct {
+	// Queue and Group are the renewing consume loop's; for Client.Renew
+	// they are those of the first message of the lease.
+	Queue, Group string
+	// LeaseID is the renewed lease.
+	LeaseID string
+	// Extension is how far the renewal asked to extend the lease.
+	Extension time.Duration
+	// Result is the broker's verdict (Success false: the lease is lost).
+	Result RenewResult
+	// Duration is the request's, retries included.
+	Duration time.Duration
+	// Err is the request's failure, which says nothing about the lease.
+	Err error
+}
+
+// LeaseLostHook is called when a renewal finds a lease lost: it had
+// expired or been released, and its messages may be with another worker.
+// A consume loop cancels the ctx of the handlers of that lease at once.
+type LeaseLostHook interface {
+	OnLeaseLost(ctx context.Context, e LeaseLost)
+}
+
+// LeaseLost describes a lost lease.
+type LeaseLost struct {
+	// Queue and Group are as in RenewEvent.
+	Queue, Group string
+	// LeaseID is the lost lease.
+	LeaseID string
+	// Reason is the broker's.
+	Reason string
+}
+
+// RequestHook is called after every HTTP exchange with the broker: each
+// attempt of every call (a retried call reports each attempt).
+type RequestHook interface {
+	OnRequest(ctx context.Context, e RequestEvent)
+}
+
+// RequestEvent describes one HTTP exchange with the broker.
+type RequestEvent struct {
+	// Method is the HTTP method.
+	Method string
+	// Route is the path template, such as "/api/v1/pop/queue/{queue}":
+	// few distinct values, fit for a metric label. An unknown path is
+	// reported as "other".
+	Route string
+	// Path is the escaped path as sent.
+	Path string
+	// URL is the base URL of the broker that was asked.
+	URL string
+	// Attempt counts the attempts of the call, from 1.
+	Attempt int
+	// Status is the answer's HTTP status; 0 when none came (see Err).
+	Status int
+	// Duration is the exchange's, from sending to the answer's last byte.
+	Duration time.Duration
+	// Err is the network failure of an attempt without an answer.
+	Err error
+}
+
+// WithHooks adds hooks (see Hook): each must implement at least one of the
+// hook interfaces, or New fails with an error matching ErrInvalidOption.
+// Hooks given in several WithHooks options are all called, in order.
+func WithHooks(hooks ...Hook) Option {
+	return func(c *config) { c.hooks = append(c.hooks, hooks...) }
+}
+
+// hookKind indexes the hook interfaces, for the panic log.
+type hookKind int
+
+const (
+	kindPush hookKind = iota
+	kindPop
+	kindHandlerStart
+	kindHandlerEnd
+	kindSettle
+	kindRenew
+	kindLeaseLost
+	kindRequest
+	numHookKinds
+)
+
+var hookKindNames = [numHookKinds]string{"OnPush", "OnPop", "OnHandlerStart", "OnHandlerEnd", "OnSettle", "OnRenew", "OnLeaseLost", "OnRequest"}
+
+// hookSet holds a client's hooks sorted by interface. A nil *hookSet (no
+// WithHooks) is valid: every method then returns at once.
+type hookSet struct {
+	log       *slog.Logger
+	push      []hookOf[PushHook]
+	pop       []hookOf[PopHook]
+	handler   []hookOf[HandlerHook]
+	settle    []hookOf[SettleHook]
+	renew     []hookOf[RenewHook]
+	leaseLost []hookOf[LeaseLostHook]
+	request   []hookOf[RequestHook]
+}
+
+// hookOf is one hook with its panic bookkeeping.
+type hookOf[T any] struct {
+	h   T
+	pos int // position among the hooks given, for the log
+	// logged says, per kind, whether a panic of this hook was logged.
+	logged *[numHookKinds]atomic.Bool
+}
+
+// newHookSet sorts hooks by interface; nil when there are none. A hook
+// that implements none of the interfaces is an error.
+func newHookSet(hooks []Hook, log *slog.Logger) (*hookSet, error) {
+	if len(hooks) == 0 {
+		return nil, nil
+	}
+	hs := &hookSet{log: log}
+	for i, h := range hooks {
+		logged := new([numHookKinds]atomic.Bool)
+		matched := false
+		if x, ok := h.(PushHook); ok {
+			hs.push, matched = append(hs.push, hookOf[PushHook]{x, i, logged}), true
+		}
+		if x, ok := h.(PopHook); ok {
+			hs.pop, matched = append(hs.pop, hookOf[PopHook]{x, i, logged}), true
+		}
+		if x, ok := h.(HandlerHook); ok {
+			hs.handler, matched = append(hs.handler, hookOf[HandlerHook]{x, i, logged}), true
+		}
+		if x, ok := h.(SettleHook); ok {
+			hs.settle, matched = append(hs.settle, hookOf[SettleHook]{x, i, logged}), true
+		}
+		if x, ok := h.(RenewHook); ok {
+			hs.renew, matched = append(hs.renew, hookOf[RenewHook]{x, i, logged}), true
+		}
+		if x, ok := h.(LeaseLostHook); ok {
+			hs.leaseLost, matched = append(hs.leaseLost, hookOf[LeaseLostHook]{x, i, logged}), true
+		}
+		if x, ok := h.(RequestHook); ok {
+			hs.request, matched = append(hs.request, hookOf[RequestHook]{x, i, logged}), true
+		}
+		if !matched {
+			return nil, fmt.Errorf("%w: hook %d (%T) implements none of the hook interfaces", ErrInvalidOption, i, h)
+		}
+	}
+	return hs, nil
+}
+
+// run calls f (one hook's method), recovering a panic and logging the
+// first one of each hook and kind.
+func run[T any](hs *hookSet, h hookOf[T], kind hookKind, f func(T)) {
+	defer func() {
+		if v := recover(); v != nil {
+			if h.logged[kind].CompareAndSwap(false, true) {
+				hs.log.Error("queen: a hook panicked; the panic is recovered and further panics of this hook's "+
+					hookKindNames[kind]+" are not logged",
+					"hook", fmt.Sprintf("%d (%T)", h.pos, h.h), "method", hookKindNames[kind],
+					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+		}
+	}()
+	f(h.h)
+}
+
+// now returns the time an event starts when some hook may want it, and
+// the zero time without hooks (no clock read).
+func (hs *hookSet) now() time.Time {
+	if hs == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// Each event has a small method that the compiler inlines at the call
+// site (a nil check, so that a client without hooks pays only that) and
+// one that does the work.
+
+// pushed reports a push request.
+func (hs *hookSet) pushed(ctx context.Context, queue, partition string, count int, start time.Time, res []PushResult, err error) {
+	if hs != nil {
+		hs.reportPush(ctx, queue, partition, count, start, res, err)
+	}
+}
+
+func (hs *hookSet) reportPush(ctx context.Context, queue, partition string, count int, start time.Time, res []PushResult, err error) {
+	if len(hs.push) == 0 {
+		return
+	}
+	e := PushEvent{Queue: queue, Partition: partition, Count: count, Results: res, Duration: time.Since(start), Err: err}
+	for _, h := range hs.push {
+		run(hs, h, kindPush, func(x PushHook) { x.OnPush(ctx, e) })
+	}
+}
+
+// popped reports a pop request. wait is the long poll's wait, 0 for none.
+func (hs *hookSet) popped(ctx context.Context, queue, partition, group string, wait time.Duration, start time.Time, msgs []*Message, err error) {
+	if hs != nil {
+		hs.reportPop(ctx, queue, partition, group, wait, start, msgs, err)
+	}
+}
+
+func (hs *hookSet) reportPop(ctx context.Context, queue, partition, group string, wait time.Duration, start time.Time, msgs []*Message, err error) {
+	if len(hs.pop) == 0 {
+		return
+	}
+	e := PopEvent{Queue: queue, Partition: partition, Group: group, Messages: msgs, Wait: wait, Duration: time.Since(start), Err: err}
+	for _, h := range hs.pop {
+		run(hs, h, kindPop, func(x PopHook) { x.OnPop(ctx, e) })
+	}
+}
+
+// handlerTurn is one handler call between handlerStart and handlerEnd.
+type handlerTurn struct {
+	queue, group string
+	msgs         []*Message
+	start        time.Time
+}
+
+// active reports whether t is reported to hooks (false without handler
+// hooks), for a caller that would build something only for them.
+func (t handlerTurn) active() bool { return t.msgs != nil }
+
+// handlerStart reports a handler call about to start and returns the ctx
+// to give the handler (ctx itself without handler hooks).
+func (hs *hookSet) handlerStart(ctx context.Context, queue, group string, msgs []*Message) (context.Context, handlerTurn) {
+	if hs == nil {
+		return ctx, handlerTurn{}
+	}
+	return hs.reportHandlerStart(ctx, queue, group, msgs)
+}
+
+func (hs *hookSet) reportHandlerStart(ctx context.Context, queue, group string, msgs []*Message) (context.Context, handlerTurn) {
+	if len(hs.handler) == 0 {
+		return ctx, handlerTurn{}
+	}
+	e := HandlerStart{Queue: queue, Group: group, Messages: msgs}
+	for _, h := range hs.handler {
+		run(hs, h, kindHandlerStart, func(x HandlerHook) {
+			if next := x.OnHandlerStart(ctx, e); next != nil {
+				ctx = next
+			}
+		})
+	}
+	return ctx, handlerTurn{queue: queue, group: group, msgs: msgs, start: time.Now()}
+}
+
+// handlerEnd reports the end of the handler call t, started with
+// handlerStart (ctx is the one it returned); outcomes are the decided
+// outcomes of t's messages, in order (copied: the caller may reuse them).
+func (hs *hookSet) handlerEnd(ctx context.Context, t handlerTurn, err error, outcomes []Outcome, leaseLost bool) {
+	if hs != nil {
+		hs.reportHandlerEnd(ctx, t, err, outcomes, leaseLost)
+	}
+}
+
+func (hs *hookSet) reportHandlerEnd(ctx context.Context, t handlerTurn, err error, outcomes []Outcome, leaseLost bool) {
+	if len(hs.handler) == 0 {
+		return
+	}
+	e := HandlerEnd{Queue: t.queue, Group: t.group, Messages: t.msgs, Duration: time.Since(t.start), Err: err,
+		Outcomes: make([]Outcome, len(t.msgs)), LeaseLost: leaseLost}
+	copy(e.Outcomes, outcomes)
+	for _, h := range hs.handler {
+		run(hs, h, kindHandlerEnd, func(x HandlerHook) { x.OnHandlerEnd(ctx, e) })
+	}
+}
+
+// settled reports a settlement: acks sent for group since start, with
+// the final error err.
+func (hs *hookSet) settled(ctx context.Context, group string, acks []Settlement, start time.Time, err error) {
+	if hs != nil {
+		hs.reportSettle(ctx, group, acks, start, err)
+	}
+}
+
+func (hs *hookSet) reportSettle(ctx context.Context, group string, acks []Settlement, start time.Time, err error) {
+	if len(hs.settle) == 0 {
+		return
+	}
+	e := SettleEvent{Group: group, Settlements: acks, Duration: time.Since(start), Err: err}
+	if ae, ok := errors.AsType[*AckError](err); ok {
+		for _, r := range ae.Results {
+			if !r.Success {
+				e.Refused++
+			}
+		}
+	}
+	for _, h := range hs.settle {
+		run(hs, h, kindSettle, func(x SettleHook) { x.OnSettle(ctx, e) })
+	}
+}
+
+// renewed reports a renewal of lease by ext, and a lost lease.
+func (hs *hookSet) renewed(ctx context.Context, queue, group, lease string, ext time.Duration, start time.Time, res RenewResult, err error) {
+	if hs != nil {
+		hs.reportRenew(ctx, queue, group, lease, ext, start, res, err)
+	}
+}
+
+func (hs *hookSet) reportRenew(ctx context.Context, queue, group, lease string, ext time.Duration, start time.Time, res RenewResult, err error) {
+	if len(hs.renew) > 0 {
+		e := RenewEvent{Queue: queue, Group: group, LeaseID: lease, Extension: ext, Result: res, Duration: time.Since(start), Err: err}
+		for _, h := range hs.renew {
+			run(hs, h, kindRenew, func(x RenewHook) { x.OnRenew(ctx, e) })
+		}
+	}
+	if err == nil && !res.Success && len(hs.leaseLost) > 0 {
+		e := LeaseLost{Queue: queue, Group: group, LeaseID: lease, Reason: res.Error}
+		for _, h := range hs.leaseLost {
+			run(hs, h, kindLeaseLost, func(x LeaseLostHook) { x.OnLeaseLost(ctx, e) })
+		}
+	}
+}
+
+// onAttempt is the transport's attempt observer when request hooks are
+// set, nil otherwise (the transport then measures nothing).
+func (hs *hookSet) onAttempt() func(context.Context, transport.Attempt) {
+	if hs == nil || len(hs.request) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, a transport.Attempt) {
+		e := RequestEvent{Method: a.Method, Route: routeOf(a.Path), Path: a.Path, URL: a.URL, Attempt: a.Number,
+			Status: a.Status, Duration: a.Duration, Err: a.Err}
+		for _, h := range hs.request {
+			run(hs, h, kindRequest, func(x RequestHook) { x.OnRequest(ctx, e) })
+		}
+	}
+}
+
+// route is a path template, whole and split into segments.
+type route struct {
+	template string
+	segs     []string
+}
+
+// routes are the path templates routeOf knows.
+var routes = func() []route {
+	all := []string{
+		wire.RoutePush, wire.RoutePopQueue, wire.RoutePopPartition, wire.RoutePopDiscover, wire.RouteAck,
+		wire.RouteAckBatch, wire.RouteLeaseExtend, wire.RouteTransaction, wire.RouteConfigure, wire.RouteQueue,
+		wire.RouteQueues, wire.RouteSeekGroup, wire.RouteSeekPartition, wire.RouteGroups, wire.RouteGroup,
+		wire.RouteGroupQueue, wire.RouteDLQ, wire.RouteDLQReplay, wire.RouteFetch, wire.RouteHealth,
+		wire.RouteMessageRetry,
+	}
+	out := make([]route, len(all))
+	for i, r := range all {
+		out[i] = route{template: r, segs: strings.Split(r, "/")}
+	}
+	return out
+}()
+
+// routeOf returns the template of an escaped request path: literal
+// segments equal, a "{name}" segment matching any one segment (a name in a
+// path is escaped, so it is one segment). "other" when none matches.
+func routeOf(path string) string {
+	segs := strings.Split(path, "/")
+next:
+	for _, r := range routes {
+		if len(r.segs) != len(segs) {
+			continue
+		}
+		for i, s := range r.segs {
+			if s != segs[i] && !strings.HasPrefix(s, "{") {
+				continue next
+			}
+		}
+		return r.template
+	}
+	return "other"
+}

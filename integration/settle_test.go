@@ -1,0 +1,107 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
+)
+
+// TestDeadLetterInABatchLeavesTheRestFree: the retry budget is the
+// partition consumer's (PROTOCOL.md §16), so with retryLimit 2 and ten
+// messages popped together, failures of messages 1, 4 and 7 (once each)
+// dead-letter 7 on its first failure. The messages after it in the same pop
+// (8 and 9) must still come at once: on 0.15.1 a dead-lettering failed
+// keeps the lease, so they come only if the loop gives them back in the same
+// ack.
+func TestDeadLetterInABatchLeavesTheRestFree(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	q := unique("budget")
+	newQueue(t, c, q, queen.QueueConfig{
+		LeaseTime: queen.Ptr(30), RetryLimit: queen.Ptr(2), RetryDelay: queen.Ptr(100), DeadLetterQueue: queen.Ptr(true),
+	})
+	push(t, c, q, "p", numbered(0, 10, nil)...)
+	errOnce := errors.New("fails once")
+
+	ctx, cancel := context.WithTimeout(testCtx(t), redeliveryWithin)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		failed = map[int]bool{}
+		done   []int
+	)
+	err := c.Queue(q).Group("g").SubscriptionMode(queen.SubscriptionModeAll).Batch(10).Each().
+		Consume(ctx, func(_ context.Context, m *queen.Message) error {
+			n := num(t, m)
+			mu.Lock()
+			defer mu.Unlock()
+			if (n == 1 || n == 4 || n == 7) && !failed[n] {
+				failed[n] = true
+				return errOnce
+			}
+			done = append(done, n)
+			if len(done) == 9 { // all but 7, which is dead-lettered
+				cancel()
+			}
+			return nil
+		}).
+		Execute(ctx)
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Execute: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(done)
+	if want := []int{0, 1, 2, 3, 4, 5, 6, 8, 9}; !slices.Equal(done, want) {
+		t.Errorf("within %v the loop completed %v, want %v (7 dead-lettered on its first failure, the rest of its pop given back)",
+			redeliveryWithin, done, want)
+	}
+	checkDLQ(t, c, q, 1)
+}
+
+// TestLoopSizesItsPops: a consume loop left to size its own pops takes many
+// messages a request on every broker, also on one that ignores autopilot
+// (0.15.1 answers one message to a pop without a batch).
+func TestLoopSizesItsPops(t *testing.T) {
+	t.Parallel()
+	broker := faultBroker(t, "counting pop requests") // private: its counts are this test's
+	c := newClientAt(t, broker.URL, nil)
+	q := unique("sizing")
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	const total = 200
+	push(t, c, q, "p", numbered(0, total, nil)...)
+
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	seen := 0
+	err := c.Queue(q).Group("g").SubscriptionMode(queen.SubscriptionModeAll).
+		Consume(ctx, func(_ context.Context, _ *queen.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if seen++; seen == total {
+				cancel()
+			}
+			return nil
+		}).
+		Execute(ctx)
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Execute: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen != total {
+		t.Fatalf("handled %d of %d messages", seen, total)
+	}
+	// At least ten messages a pop on average (the empty pops that end the
+	// run included).
+	if pops := broker.Requests(queentest.RoutePop); pops > total/10 {
+		t.Errorf("%d pop requests for %d messages: the loop does not size its pops", pops, total)
+	}
+}

@@ -1,0 +1,267 @@
+package queen_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
+)
+
+// No sequence of pops, failed and retry acks, acks left out (lease
+// expiry), restarted workers (a new Client, which knows nothing of the
+// group) and seeks back in time makes a consumer group skip a message, on
+// either broker profile (PROTOCOL.md §16: on 0.15.1 a subscriptionMode=new
+// sent for a group whose cursor is back at a partition's start would move
+// the cursor to the end). Each seeded run ends with a drain; every message
+// the group owes must have been acked completed by then.
+func TestNoSequenceSkipsAMessage(t *testing.T) {
+	for _, p := range queentest.Profiles() {
+		for seed := range 24 {
+			t.Run(fmt.Sprintf("%s/seed=%d", p, seed), func(t *testing.T) {
+				t.Parallel()
+				noSkipRun(t, p, uint64(seed))
+			})
+		}
+	}
+}
+
+type noSkip struct {
+	t     *testing.T
+	rnd   *rand.Rand
+	clk   *queentest.FakeClock
+	srv   *queentest.Server
+	c     *queen.Client
+	mode  queen.SubscriptionMode // of the registering pop
+	pops  int
+	owed  map[string]bool      // transaction id -> the group must still complete it
+	at    map[string]time.Time // transaction id -> when it was pushed
+	seq   int
+	steps []string
+}
+
+const (
+	noSkipQueue = "noskip"
+	noSkipGroup = "g"
+	noSkipLease = 10 // seconds
+)
+
+func noSkipRun(t *testing.T, p queentest.Profile, seed uint64) {
+	ctx := context.Background()
+	clk := queentest.NewFakeClock(time.Date(2026, 10, 22, 8, 0, 0, 0, time.UTC))
+	s := &noSkip{
+		t: t, rnd: rand.New(rand.NewPCG(seed, 9)), clk: clk,
+		srv:  queentest.Start(t, queentest.WithProfile(p), queentest.WithClock(clk)),
+		owed: map[string]bool{}, at: map[string]time.Time{},
+	}
+	s.c = s.client()
+	lease, retries, delay := noSkipLease, 1000, 0
+	if _, err := s.c.Admin().ConfigureQueue(ctx, noSkipQueue, queen.QueueConfig{LeaseTime: &lease, RetryLimit: &retries, RetryDelay: &delay}); err != nil {
+		t.Fatal(err)
+	}
+	// The group registers after a backlog, either with "all" (it owes the
+	// backlog) or with "new" (it owes only what comes later). Later pops
+	// name any mode, or none: it must not matter once the group exists (as
+	// when several programs read with one group). (The registering pop
+	// claims a partition: a 0.15.1 broker records a group only then.)
+	s.push(1 + s.rnd.IntN(4))
+	if s.rnd.IntN(2) == 0 {
+		s.mode = queen.SubscriptionModeAll
+	} else {
+		s.mode = queen.SubscriptionModeNew
+		for id := range s.owed {
+			s.owed[id] = false
+		}
+	}
+	s.pop(1 + s.rnd.IntN(5))
+	for range 40 {
+		switch r := s.rnd.IntN(20); {
+		case r < 6:
+			s.push(1 + s.rnd.IntN(3))
+		case r < 15:
+			s.pop(1 + s.rnd.IntN(5))
+		case r < 17:
+			s.step("lease expiry")
+			clk.Advance((noSkipLease + 1) * time.Second)
+		case r < 19:
+			s.step("new client")
+			s.c = s.client()
+		default:
+			s.seekBack()
+		}
+		clk.Advance(time.Second)
+	}
+	s.drain()
+	var left []string
+	for id, owed := range s.owed {
+		if owed {
+			left = append(left, id)
+		}
+	}
+	if len(left) > 0 {
+		slices.Sort(left)
+		t.Fatalf("the group skipped %d message(s) %v\nsteps: %v", len(left), left, s.steps)
+	}
+}
+
+func (s *noSkip) client() *queen.Client {
+	c, err := queen.New(s.srv.URL, queen.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// builder names the group with the registering mode on the first pop and
+// any mode, or none, on the later ones.
+func (s *noSkip) builder() *queen.QueueBuilder {
+	b := s.c.Queue(noSkipQueue).Group(noSkipGroup)
+	mode := s.mode
+	if s.pops++; s.pops > 1 {
+		mode = []queen.SubscriptionMode{"", queen.SubscriptionModeNew, queen.SubscriptionModeAll}[s.rnd.IntN(3)]
+	}
+	if mode != "" {
+		b = b.SubscriptionMode(mode)
+	}
+	return b
+}
+
+func (s *noSkip) step(what string) { s.steps = append(s.steps, what) }
+
+func (s *noSkip) push(n int) {
+	part := fmt.Sprintf("p%d", s.rnd.IntN(3))
+	var ids []string
+	var items []any
+	for range n {
+		s.seq++
+		id := fmt.Sprintf("m%03d", s.seq)
+		ids = append(ids, id)
+		items = append(items, queen.Item{Payload: map[string]any{"id": id}, TransactionID: id})
+	}
+	if _, err := s.c.Queue(noSkipQueue).Partition(part).Push(items...).Execute(context.Background()); err != nil {
+		s.t.Fatal(err)
+	}
+	for _, id := range ids {
+		s.owed[id] = true
+		s.at[id] = s.clk.Now()
+	}
+	s.step(fmt.Sprintf("push %v to %s", ids, part))
+}
+
+// pop takes up to batch messages and settles them at random: each
+// partition's messages in order, completed until one is failed or retried;
+// the rest of that partition is given back (retry) or left to its lease.
+func (s *noSkip) pop(batch int) {
+	ctx := context.Background()
+	msgs, err := s.builder().Batch(batch).Partitions(1 + s.rnd.IntN(3)).Wait(false).Pop(ctx)
+	if err != nil {
+		s.t.Fatalf("pop: %v", err)
+	}
+	var acks []queen.Settlement
+	broken := map[string]string{} // partition -> what happened to its rest
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.TransactionID)
+		switch broken[m.PartitionID] {
+		case "retry":
+			acks = append(acks, queen.Settlement{Message: m, Status: queen.StatusRetry})
+			continue
+		case "leave":
+			continue
+		}
+		switch r := s.rnd.IntN(10); {
+		case r < 6:
+			acks = append(acks, queen.Settlement{Message: m, Status: queen.StatusCompleted})
+		case r < 9:
+			st := queen.StatusFailed
+			if r == 8 {
+				st = queen.StatusRetry
+			}
+			acks = append(acks, queen.Settlement{Message: m, Status: st, Error: "boom"})
+			broken[m.PartitionID] = []string{"retry", "leave"}[s.rnd.IntN(2)]
+		default:
+			broken[m.PartitionID] = "leave" // this one and the rest: left to the lease
+		}
+	}
+	s.step(fmt.Sprintf("pop %d: %v", batch, got))
+	s.settle(acks)
+}
+
+func (s *noSkip) settle(acks []queen.Settlement) {
+	if len(acks) == 0 {
+		return
+	}
+	res, err := s.c.SettleBatch(context.Background(), acks, queen.AckOptions{ConsumerGroup: noSkipGroup})
+	if len(res) != len(acks) {
+		s.t.Fatalf("settle: %d results for %d acks (%v)", len(res), len(acks), err)
+	}
+	var said []string
+	for i, r := range res {
+		said = append(said, fmt.Sprintf("%s=%s:%v", acks[i].Message.TransactionID, acks[i].Status, r.Success))
+	}
+	s.step(fmt.Sprintf("ack %v", said))
+	for i, r := range res {
+		if r.Success && acks[i].Status == queen.StatusCompleted {
+			s.owed[acks[i].Message.TransactionID] = false
+		}
+		if r.DLQ {
+			s.t.Fatalf("%s dead-lettered (retry limit 1000)", acks[i].Message.TransactionID)
+		}
+	}
+}
+
+// seekBack moves the group to the time of a message pushed earlier: every
+// message pushed at or after that time is owed again, and none before it
+// (a seek forward skips them on purpose).
+func (s *noSkip) seekBack() {
+	if len(s.at) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(s.at))
+	for id := range s.at {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	to := s.at[ids[s.rnd.IntN(len(ids))]]
+	if _, err := s.c.Admin().SeekConsumerGroup(context.Background(), noSkipGroup, noSkipQueue,
+		queen.SeekConsumerGroupOptions{Timestamp: to.Format(time.RFC3339Nano)}); err != nil {
+		s.t.Fatalf("seek: %v", err)
+	}
+	for id, at := range s.at {
+		s.owed[id] = !at.Before(to)
+	}
+	s.step("seek to " + to.Format(time.TimeOnly))
+}
+
+// drain pops and completes everything, letting leases run out, until the
+// broker has nothing more for the group.
+func (s *noSkip) drain() {
+	s.step("drain")
+	empty := 0
+	for range 200 {
+		msgs, err := s.builder().Batch(50).Partitions(3).Wait(false).Pop(context.Background())
+		if err != nil {
+			s.t.Fatalf("drain pop: %v", err)
+		}
+		if len(msgs) == 0 {
+			if empty++; empty == 3 {
+				return
+			}
+			s.clk.Advance((noSkipLease + 1) * time.Second)
+			continue
+		}
+		empty = 0
+		acks := make([]queen.Settlement, len(msgs))
+		for i, m := range msgs {
+			acks[i] = queen.Settlement{Message: m, Status: queen.StatusCompleted}
+		}
+		s.settle(acks)
+	}
+	s.t.Fatal("drain did not end")
+}

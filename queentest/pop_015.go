@@ -1,0 +1,412 @@
+package queentest
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The two pop routes of the 0.15.1 profile (server/src/routes/pop.cpp and
+// the stored procedure pop_unified_batch_v4 of 002d_pop_unified_v4.sql).
+
+// Pop defaults of 0.15.1 (server/include/queen/config.hpp).
+const (
+	defaultPopBatch015   = 1
+	defaultPopTimeout015 = 30 * time.Second
+)
+
+// pop015Params is a 0.15.1 pop query, read as the broker's query helpers
+// read it: a number that does not parse is the default, a boolean is true
+// only for "true" or "1", and an empty value is the default.
+type pop015Params struct {
+	group    string // queueModeGroup when absent, as sent (even "") otherwise
+	wait     bool
+	timeout  time.Duration
+	batch    int // as sent; the wildcard route takes at least one message
+	maxParts int
+	autoAck  bool
+	subMode  string // "" = the broker default, which is all
+	subFrom  string
+}
+
+func parsePop015(q url.Values) pop015Params {
+	intOf := func(k string, def int) int {
+		v := q.Get(k)
+		if v == "" {
+			return def
+		}
+		// std::stoi: optional sign and the leading digits; nothing else.
+		v = strings.TrimLeft(v, " \t")
+		end := 0
+		if end < len(v) && (v[end] == '-' || v[end] == '+') {
+			end++
+		}
+		for end < len(v) && v[end] >= '0' && v[end] <= '9' {
+			end++
+		}
+		n, err := strconv.Atoi(v[:end])
+		if err != nil {
+			return def
+		}
+		return n
+	}
+	boolOf := func(k string) bool {
+		v := q.Get(k)
+		return v == "true" || v == "1"
+	}
+	group := queueModeGroup
+	if v, ok := q["consumerGroup"]; ok {
+		group = v[0] // present, even empty: that is the group
+	}
+	return pop015Params{
+		group:    group,
+		wait:     boolOf("wait"),
+		timeout:  time.Duration(intOf("timeout", int(defaultPopTimeout015/time.Millisecond))) * time.Millisecond,
+		batch:    intOf("batch", defaultPopBatch015),
+		maxParts: max(intOf("partitions", 1), 1),
+		autoAck:  boolOf("autoAck"),
+		subMode:  q.Get("subscriptionMode"),
+		subFrom:  q.Get("subscriptionFrom"),
+	}
+}
+
+// pop015Message is one message of a 0.15.1 pop: no deliveryAttempt, no
+// offset, a UUID partitionId.
+type pop015Message struct {
+	ID            string          `json:"id"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       *string         `json:"traceId"`
+	Data          json.RawMessage `json:"data"`
+	ProducerSub   *string         `json:"producerSub"`
+	CreatedAt     string          `json:"createdAt"`
+	PartitionID   string          `json:"partitionId"`
+	Partition     string          `json:"partition"`
+	LeaseID       string          `json:"leaseId"`
+	ConsumerGroup string          `json:"consumerGroup"`
+}
+
+// pop015Body is a 0.15.1 pop that claimed at least one partition.
+type pop015Body struct {
+	Success           bool            `json:"success"`
+	Queue             string          `json:"queue"`
+	Partition         string          `json:"partition"`
+	PartitionID       string          `json:"partitionId"`
+	LeaseID           string          `json:"leaseId"`
+	ConsumerGroup     string          `json:"consumerGroup"`
+	Messages          []pop015Message `json:"messages"`
+	PartitionsClaimed int             `json:"partitionsClaimed"`
+}
+
+// emptyPop015 is the answer of a pop that claimed nothing: code is
+// no_available_partition, partition_not_found or lease_held.
+func emptyPop015(code string) map[string]any {
+	return map[string]any{"error": code, "messages": []any{}, "success": false}
+}
+
+// dbErrorBody is the body of a 0.15.1 database error (see dbError).
+func dbErrorBody(msg string) map[string]any {
+	return map[string]any{"success": false, "error": "ERROR:  " + msg + "\n"}
+}
+
+// handlePop015 is GET /api/v1/pop/queue/{queue} and
+// GET /api/v1/pop/queue/{queue}/partition/{partition} on the 0.15.1
+// profile. Every answer is 200. With wait=true, an answer without messages
+// (whatever it says) is not sent: the pop runs again on every change until
+// it has messages or the timeout passes, and then answers success:true,
+// messages:[], leaseId:null.
+func (s *Server) handlePop015(w *recorder, req *request) {
+	p := parsePop015(req.query)
+	queue, part, pinned := req.params[0], "", len(req.params) > 1
+	if pinned {
+		part = req.params[1]
+	}
+	b := s.b
+	leaseID := newUUID()
+	deadline := time.Now().Add(p.timeout)
+	for {
+		b.mu.Lock()
+		body, got, next := b.pop015(queue, part, pinned, p, leaseID, b.now())
+		ch := b.changed
+		b.mu.Unlock()
+		if got || !p.wait {
+			w.json(http.StatusOK, body)
+			return
+		}
+		if !s.park(req.ctx, ch, deadline, next) {
+			w.json(http.StatusOK, map[string]any{
+				"success": true, "queue": queue, "partition": part, "partitionId": nil,
+				"leaseId": nil, "consumerGroup": p.group, "messages": []any{},
+			})
+			return
+		}
+	}
+}
+
+// pop015 is one run of pop_unified_batch_v4. It reports the body, whether
+// it holds messages, and when a lease it met expires. Callers hold mu.
+func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, leaseID string, now time.Time) (any, bool, time.Time) {
+	var next time.Time
+	at := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	note := func(l *lease) { at(l.expires.Add(time.Nanosecond)) }
+	q := b.queues[queue]
+	if pinned {
+		var part *partition
+		if q != nil {
+			part = q.byName[partName]
+		}
+		switch {
+		case part == nil:
+			return emptyPop015("partition_not_found"), false, next
+		case tooLong015(p.group):
+			return dbErrorBody(errTooLong015), false, next
+		case p.batch < 0:
+			return dbErrorBody("LIMIT must not be negative"), false, next
+		}
+		c := part.cursors[p.group]
+		if c == nil {
+			c = &cursor{committed: -1, attemptOff: -1}
+			part.cursors[p.group] = c
+		}
+		if l := c.liveLease(now); l != nil {
+			note(l)
+			return emptyPop015("lease_held"), false, next
+		}
+		msgs, changed, vis := b.claim015(part, c, p, leaseID, p.batch, partName, now)
+		at(vis)
+		if changed {
+			b.bump()
+		}
+		return b.popBody015(p, leaseID, part, msgs, 1), len(msgs) > 0, next
+	}
+
+	// Wildcard. A name longer than the column fails the broker's bookkeeping
+	// insert (consumer_watermarks) before anything else is seen.
+	if tooLong015(queue) || tooLong015(p.group) {
+		return dbErrorBody(errTooLong015), false, next
+	}
+	if q == nil {
+		return emptyPop015("no_available_partition"), false, next
+	}
+	// The candidates: partitions with messages, no live lease of the group,
+	// and a message past its cursor (a NULL cursor always qualifies).
+	var cands []candidate
+	for _, part := range q.parts {
+		if len(part.msgs) == 0 {
+			continue
+		}
+		from := int64(0)
+		if c := part.cursors[p.group]; c != nil {
+			if l := c.liveLease(now); l != nil {
+				note(l)
+				continue
+			}
+			if c.committed >= part.lastOffset() {
+				continue
+			}
+			from = c.committed + 1
+		}
+		cands = append(cands, candidate{p: part, next: part.msgs[from]})
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, c := cands[i], cands[j]
+		if !a.next.createdAt.Equal(c.next.createdAt) {
+			return a.next.createdAt.Before(c.next.createdAt)
+		}
+		return a.p.id < c.p.id
+	})
+	remaining, claimed := max(p.batch, 1), 0
+	var first *partition
+	var all []pop015Message
+	changed := false
+	for _, cd := range cands {
+		if remaining <= 0 || claimed >= p.maxParts {
+			break
+		}
+		c := cd.p.cursors[p.group]
+		if c == nil {
+			c = &cursor{committed: -1, attemptOff: -1}
+			cd.p.cursors[p.group] = c
+		}
+		msgs, ch, vis := b.claim015(cd.p, c, p, leaseID, remaining, "", now)
+		changed = changed || ch
+		at(vis)
+		if first == nil {
+			first = cd.p
+		}
+		all = append(all, msgs...)
+		remaining -= len(msgs)
+		claimed++
+	}
+	if claimed == 0 {
+		return emptyPop015("no_available_partition"), false, next
+	}
+	if changed {
+		b.bump() // a claim that found nothing and moved nothing wakes no one
+	}
+	return b.popBody015(p, leaseID, first, all, claimed), len(all) > 0, next
+}
+
+func (b *broker) popBody015(p pop015Params, leaseID string, first *partition, msgs []pop015Message, claimed int) pop015Body {
+	if p.autoAck {
+		leaseID = ""
+	}
+	if msgs == nil {
+		msgs = []pop015Message{}
+	}
+	return pop015Body{
+		Success: true, Queue: first.q.name, Partition: first.name, PartitionID: first.uuid,
+		LeaseID: leaseID, ConsumerGroup: p.group, Messages: msgs, PartitionsClaimed: claimed,
+	}
+}
+
+// claim015 leases part for the pop's group and reads up to limit messages
+// past its cursor, as the claim of pop_unified_batch_v4 does:
+//
+//   - The lease: leaseTime of the queue (60 s when 0), batch size = the
+//     request's batch, acked count 0, the retry budget kept.
+//   - A NULL cursor of a named group starts at its subscription row (the
+//     partition's own, else the queue's): messages created at or after its
+//     time. Without one, subscriptionFrom (a timestamp) or
+//     subscriptionMode=new / subscriptionFrom=now write one (dated by the
+//     timestamp, or now) and start there; the first row of a group on a
+//     queue also creates the group's (NULL) cursors on every partition that
+//     has messages. Otherwise a NULL cursor reads from the start.
+//   - No message: the lease is dropped, and a cursor that started at a
+//     subscription time moves to the partition's last message created at or
+//     before that time: the backlog is skipped for good. Commit on delivery
+//     moves the cursor over what it hands out and drops the lease.
+//
+// subPart is the partition name a written subscription row carries ("" on
+// the wildcard route). Callers hold mu.
+//
+// It also reports whether it changed anything a parked pop could care
+// about (messages handed out, a cursor moved, a subscription written), and
+// when the first message it left for delayedProcessing becomes visible.
+func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID string, limit int, subPart string, now time.Time) ([]pop015Message, bool, time.Time) {
+	secs := part.q.cfg.LeaseTime
+	if secs == 0 {
+		secs = 60
+	}
+	c.lease = &lease{id: leaseID, acquired: now, expires: now.Add(time.Duration(secs) * time.Second), end: -1}
+	c.batchSize, c.ackedCount = p.batch, 0
+
+	changed := false
+	var visibleAt time.Time
+	var since *time.Time
+	if c.committed < 0 && p.group != queueModeGroup {
+		if m := b.subOf(part.q.name, p.group, part.name); m != nil {
+			ts := m.subTS
+			since = &ts
+		} else if p.subFrom != "" && p.subFrom != "now" {
+			if ts, ok := parseTime(p.subFrom); ok {
+				since = &ts
+				changed = b.addSub015(part.q, p.group, subPart, "timestamp", ts, now)
+			}
+		} else if p.subFrom == "now" || p.subMode == "new" {
+			t := now
+			since = &t
+			changed = b.addSub015(part.q, p.group, subPart, "new", now, now)
+		}
+	}
+
+	var offs []int64
+	for o := c.committed + 1; o <= part.lastOffset() && len(offs) < limit; o++ {
+		m := part.msgs[o]
+		if since != nil && m.createdAt.Before(*since) {
+			continue
+		}
+		if !part.visible(m, now) {
+			visibleAt = part.visibleAt(m)
+			break
+		}
+		offs = append(offs, o)
+	}
+	n := len(offs)
+	changed = changed || n > 0
+	switch {
+	case p.autoAck && n > 0:
+		c.setCommitted(offs[n-1], now)
+		c.lease = nil
+		c.batchSize, c.ackedCount = 0, 0
+	case n == 0:
+		if since != nil {
+			if o := part.lastAtOrBefore(*since); o >= 0 {
+				c.setCommitted(o, now)
+				c.lastConsumedAt = now
+				changed = true
+			}
+		}
+		c.lease = nil
+	default:
+		c.lease.end, c.lease.delivered = offs[n-1], offs
+		if n != p.batch {
+			c.batchSize = n
+		}
+	}
+
+	wireLease := leaseID
+	if p.autoAck {
+		wireLease = ""
+	}
+	out := make([]pop015Message, n)
+	for i, off := range offs {
+		m := part.msgs[off]
+		out[i] = pop015Message{
+			ID: m.id, TransactionID: m.txn, TraceID: m.traceID, Data: m.payload,
+			CreatedAt: isoMicros(m.createdAt), PartitionID: part.uuid, Partition: part.name,
+			LeaseID: wireLease, ConsumerGroup: p.group,
+		}
+	}
+	return out, changed, visibleAt
+}
+
+// subOf is the 0.15.1 subscription row that starts group's NULL cursor on
+// partition part of queue: the partition's own, else the queue's. Callers
+// hold mu.
+func (b *broker) subOf(queue, group, part string) *groupMeta {
+	if m := b.subs[subKey{queue, group, part}]; m != nil && part != "" {
+		return m
+	}
+	return b.subs[subKey{queue, group, ""}]
+}
+
+// addSub015 writes a subscription row unless one exists under the same key
+// (it reports whether it wrote one); the first row written also creates the
+// group's cursors (NULL) on every partition of q that has messages. Callers
+// hold mu.
+func (b *broker) addSub015(q *queue, group, part, mode string, ts, now time.Time) bool {
+	k := subKey{q.name, group, part}
+	if b.subs[k] != nil {
+		return false
+	}
+	b.subs[k] = &groupMeta{mode: mode, subTS: ts, registeredAt: now}
+	for _, p := range q.parts {
+		if len(p.msgs) > 0 && p.cursors[group] == nil {
+			p.cursors[group] = &cursor{committed: -1, attemptOff: -1, lastConsumedAt: now}
+		}
+	}
+	return true
+}
+
+// lastAtOrBefore is the offset of p's newest message created at or before
+// ts (the latest created, the latest stored among equals), or -1.
+func (p *partition) lastAtOrBefore(ts time.Time) int64 {
+	best := int64(-1)
+	for _, m := range p.msgs {
+		if m.createdAt.After(ts) {
+			continue
+		}
+		if best < 0 || !m.createdAt.Before(p.msgs[best].createdAt) {
+			best = m.offset
+		}
+	}
+	return best
+}

@@ -1,0 +1,100 @@
+package queentest
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Profile names the broker generation a Server imitates: its routes, its
+// answers (status codes and bodies) and its semantics.
+type Profile string
+
+const (
+	// Profile2x is the Queen 2.x broker (Rust, replicated log): the default.
+	Profile2x Profile = "2.x"
+	// Profile015 is the Queen 0.15.1 broker (C++ over PostgreSQL), as its
+	// routes (server/src/routes) and stored procedures
+	// (lib/schema/procedures) at upstream commit ab232125 define it, and as
+	// PROTOCOL.md §11, §13, §15 and §16 record it. See Broker015.
+	Profile015 Profile = "0.15.1"
+)
+
+// Profiles lists the profiles a Server can take, default first.
+func Profiles() []Profile { return []Profile{Profile2x, Profile015} }
+
+// ParseProfile reads a profile name as cmd/queentest's -profile flag takes
+// it: "2.x" (also "2", "default" or "") or "0.15.1" (also "0.15").
+func ParseProfile(s string) (Profile, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "2", "2.x", "default":
+		return Profile2x, nil
+	case "0.15", "0.15.1":
+		return Profile015, nil
+	}
+	return "", fmt.Errorf("queentest: unknown broker profile %q (want %q or %q)", s, Profile2x, Profile015)
+}
+
+// WithProfile makes the Server imitate the broker generation p. An unknown
+// profile is the default, Profile2x.
+func WithProfile(p Profile) Option {
+	return func(o *options) {
+		if p == Profile015 {
+			o.profile = Profile015
+			return
+		}
+		o.profile = Profile2x
+	}
+}
+
+// Broker015 makes the Server imitate a Queen 0.15.1 broker instead of a 2.x
+// one (it is WithProfile(Profile015)):
+//
+//   - Every route that reaches the database answers HTTP 200 whatever the
+//     outcome (the real broker writes its headers before its status): empty
+//     pops are {"error":"no_available_partition","messages":[],"success":false}
+//     (partition_not_found or lease_held on the pinned route), refused acks
+//     are per-item success:false, broker errors are {"success":false,"error"}.
+//     Real 400s {"error"} only for input refused before the database, 201 []
+//     for a push of no items, 404 with an HTML body for an unknown route.
+//   - Pops: default batch 1; autopilot, conflation and leaseSeconds are
+//     ignored (the route always passes lease_seconds 0), partitions is
+//     honoured on the wildcard route; no deliveryAttempt or offset on
+//     messages; partitionId is a UUID; a long poll that times out answers
+//     success:true, messages:[], leaseId:null. GET /api/v1/pop (discovery)
+//     and POST /api/v1/fetch do not exist (404).
+//   - Subscriptions follow pop_unified_batch_v4: a group's cursor on a
+//     partition is NULL until it consumes something there; a NULL cursor
+//     starts at the group's subscription row (consumer_groups_metadata,
+//     written by a pop with subscriptionMode=new, subscriptionFrom=now or a
+//     timestamp; a group registered with `all`, or with no mode, the
+//     default, has none) or else at the start. A pop with
+//     subscriptionMode=new on a NULL cursor with no subscription row writes
+//     one dated now, finds nothing newer, and moves the cursor to the
+//     partition's last message: success:true, messages:[], a leaseId,
+//     partitionsClaimed:1 (PROTOCOL.md §16).
+//   - Acks follow ack_messages_v2: a per-partition-consumer retry budget
+//     (batch_retry_count, retryLimit default 3); failed and dlq share one
+//     branch that always dead-letters once the budget is spent (dlq at
+//     once), and a dead-lettering ack keeps the lease (leaseReleased:false)
+//     until the whole leased batch is acked; a failed that does not
+//     dead-letter and a retry release it; the lease is checked against the
+//     state before the request, so a single ack after a release is refused
+//     "Invalid or expired lease". retryDelay is not applied (0.15.1 stores
+//     it and never reads it).
+//   - Seek, configure (replace semantics; no recognised option errors yet
+//     creates the queue), transactions (execute_transaction_v2), lease
+//     renewal (an array answer), push (partition_id and trace_id, no
+//     offset; a non-UUID traceId, or a name longer than the 255-character
+//     columns, makes the whole push answer "buffered" and store nothing)
+//     and /health (version "1.0.0", a database field, no engine) are the
+//     0.15.1 ones.
+//   - Path parameters are taken raw, as uWebSockets hands them to the
+//     routes: a name that needs percent-escaping in a path never matches
+//     the stored name.
+//
+// The admin views (queue list and detail, consumer-group list and detail,
+// DLQ list) keep their 2.x shapes; they were not checked against 0.15.1.
+func Broker015() Option { return WithProfile(Profile015) }
+
+// Profile reports the broker generation the Server imitates.
+func (s *Server) Profile() Profile { return s.profile }
