@@ -17,7 +17,8 @@ import (
 // itself: a pop of one partition goes from answer to ack on one goroutine. They take their
 // next task with next; the state they share is in this file, under e.mu,
 // and only the functions below touch it; who has nothing to do waits on
-// e.kick, a channel closed (and replaced) when the state changes.
+// a channel (e.kickPop for fetchers, e.kickWork for workers) that changed
+// closes, and replaces, when the state may have work for them.
 // Execute's own goroutine (run) turns the ctxs and the timers into the
 // steps of the stop path.
 //
@@ -93,7 +94,10 @@ type engine struct {
 
 	// Under mu: the state the slots share.
 	mu        sync.Mutex
-	kick      chan struct{} // closed and replaced when the state changes
+	kickPop   chan struct{} // closed and replaced when a pop may go
+	kickWork  chan struct{} // closed and replaced when a group or a settle may start
+	idlePop   int           // fetchers waiting on kickPop
+	idleWork  int           // workers waiting on kickWork
 	phase     phase
 	fatal     error
 	inflight  int      // pops in flight
@@ -167,7 +171,8 @@ func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineC
 		reqCtx:   context.WithoutCancel(execCtx),
 		stopCh:   make(chan struct{}),
 		doneCh:   make(chan struct{}),
-		kick:     make(chan struct{}),
+		kickPop:  make(chan struct{}),
+		kickWork: make(chan struct{}),
 		limit:    limiter{on: limit > 0, left: limit},
 		lastBusy: time.Now(),
 	}
@@ -333,7 +338,12 @@ func (e *engine) next(fetcher bool) (task, bool) {
 			e.mu.Unlock()
 			return task{}, false
 		}
-		kick := e.kick
+		kick := e.kickWork
+		idle := &e.idleWork
+		if fetcher {
+			kick, idle = e.kickPop, &e.idlePop
+		}
+		*idle++
 		var wake <-chan time.Time
 		if wait := time.Until(e.pauseTill); fetcher && wait > 0 {
 			if pause == nil {
@@ -348,6 +358,9 @@ func (e *engine) next(fetcher bool) (task, bool) {
 		case <-kick:
 		case <-wake:
 		}
+		e.mu.Lock()
+		*idle--
+		e.mu.Unlock()
 	}
 }
 
@@ -408,14 +421,24 @@ func (e *engine) pause(t time.Time) {
 	e.changed()
 }
 
-// changed wakes who waits for a task (e.mu held), and ends the stop path
-// when nothing is left to do.
+// changed wakes who waits for a task and may now have one (e.mu held),
+// and ends the stop path when nothing is left to do. (Waking only those
+// spares a fetcher that handles its own pop a wake-up of every idle
+// worker at each step.)
 func (e *engine) changed() {
-	close(e.kick)
-	e.kick = make(chan struct{})
 	if e.phase == draining && e.inflight == 0 && len(e.running) == 0 && e.settling == 0 && len(e.pending) == 0 {
 		e.phase = done
 		close(e.doneCh)
+	}
+	work := e.phase != running || len(e.queued) > 0
+	pop := e.phase != running || e.inflight+len(e.queued)+len(e.running)+e.settling < e.cfg.slots
+	if work && e.idleWork > 0 {
+		close(e.kickWork)
+		e.kickWork = make(chan struct{})
+	}
+	if pop && e.idlePop > 0 {
+		close(e.kickPop)
+		e.kickPop = make(chan struct{})
 	}
 }
 
