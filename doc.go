@@ -155,9 +155,12 @@
 // itself, and a handler error is still nacked. OnSuccess and OnError hand
 // the decision to the caller, who returns an Outcome (Complete, Fail, Retry
 // or DLQ). Concurrency(n) runs up to n handlers at once, never two on one
-// partition; RenewLease renews the leases while handlers run. On a stop,
-// running handlers get a grace period, and the messages popped but not
-// started are given back with a retry ack, which spends no retry.
+// partition; RenewLease renews the leases while handlers run, each time by
+// about three intervals (so that a crashed worker's messages come back
+// soon). On a stop, running handlers get a grace period, and the messages
+// popped but not started are given back with a retry ack, which spends no
+// retry. The loop's own failures (pops, acks, renewals, a lost lease) are
+// logged and handed to ConsumeBuilder.OnLoopError as a *LoopError.
 // CommitOnDelivery is refused by Consume: it is for Pop only.
 //
 // # Transactions, admin and reads by offset
