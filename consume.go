@@ -21,7 +21,10 @@ const DefaultGracePeriod = 10 * time.Second
 //     partition at a time, in order;
 //   - consume_lease.go: the lease keeper, renews what is in flight;
 //   - consume_settle.go: the settler, one batch ack per pop;
-//   - consume_stop.go: the loop that runs them, and its one stop path.
+//   - consume_engine.go: the engine of one Execute, the state the parts
+//     share;
+//   - consume_loop.go: how the fetchers and workers take their tasks;
+//   - consume_stop.go: the states of a loop and its one stop path.
 //
 // This file is the public face: ConsumeBuilder, its options and Execute.
 

@@ -9,7 +9,7 @@ import (
 )
 
 // The dispatcher: a pop's messages become groups, and each group is
-// handled by one worker (consume_stop.go), in order:
+// handled by one worker (consume_loop.go), in order:
 //
 //   - per message (Consume, or Each()): one group per partition of the
 //     pop; the loop starts a group only when no other group of its

@@ -10,11 +10,11 @@ import (
 )
 
 // The fetcher: what decides when a pop goes and how big it is. A fetcher
-// goroutine of the loop (consume_stop.go) sends a pop when a handler is free for it
-// (fewer pops in flight, groups waiting or running and pops being settled
-// than slots), when no pause runs (after an empty answer or a failure),
-// and when the Limit has some left; the answer goes back to the loop as a
-// popDone.
+// goroutine of the loop (consume_loop.go) sends a pop when a handler is
+// free for it (fewer pops in flight, groups waiting or running and pops
+// being settled than slots), when no pause runs (after an empty answer or
+// a failure), and when the Limit has some left; the answer goes back to
+// the loop as a popDone.
 
 const (
 	autopilotMaxBatch = 1000                   // the most messages a broker hands out when it sizes a pop
