@@ -19,8 +19,12 @@ import (
 type QueueConfig struct {
 	// LeaseTime is how long a pop leases its partition, in seconds.
 	LeaseTime int
-	// RetryLimit is how many `failed` acks a leased batch may spend before
-	// its failed message is dead-lettered (or dropped without a DLQ).
+	// RetryLimit is how many `failed` acks a partition's consumer (group and
+	// partition) may spend before a failed message is dead-lettered (or
+	// dropped without a DLQ). As on the real brokers, the count goes on
+	// across leases that end unfinished (a failed ack ends its lease
+	// unfinished) and goes back to zero only when a lease of the partition
+	// is finished, so failures of different messages add up.
 	RetryLimit int
 	// RetryDelay is how long a batch released by a `failed` ack waits before
 	// it is delivered again, in milliseconds.
