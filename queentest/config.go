@@ -24,7 +24,8 @@ type QueueConfig struct {
 	// dropped without a DLQ). As on the real brokers, the count goes on
 	// across leases that end unfinished (a failed ack ends its lease
 	// unfinished) and goes back to zero only when a lease of the partition
-	// is finished, so failures of different messages add up.
+	// is finished or a message is dead-lettered, so failures of different
+	// messages add up.
 	RetryLimit int
 	// RetryDelay is how long a batch released by a `failed` ack waits before
 	// it is delivered again, in milliseconds.
