@@ -315,6 +315,7 @@ func (c *call) init() {
 	rc.Backoff = c.backoff
 	rc.PrepareRetry = c.prepareRetry
 	rc.ErrorHandler = c.giveUp
+	c.identity[0] = "identity"
 }
 
 // retryClient returns the retryablehttp client running this call's loop,
@@ -391,6 +392,7 @@ func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 				req = req.WithContext(actx) // a copy to change
 			}
 			req.Body, req.GetBody, req.ContentLength = noResend{}, nil, 0 // see noResend
+			req.TransferEncoding = c.identity[:]
 		}
 		c.probe.sending = true
 	}
