@@ -40,7 +40,7 @@ type call struct {
 // callState is the state of one Do.
 type callState struct {
 	req   Request
-	query string // encoded query, "" without one
+	query string // encoded query, "" without one (Query or RawQuery)
 
 	ep   int    // index of the URL of the current attempt
 	base string // its base URL

@@ -34,6 +34,9 @@ type Request struct {
 	// Path is the escaped path, starting with "/", e.g. "/api/v1/pop/queue/orders".
 	Path  string
 	Query url.Values
+	// RawQuery is the query already encoded (url.Values.Encode), for a
+	// caller that sends the same one many times; used when Query is empty.
+	RawQuery string
 	// Body is the JSON body, or nil for none. It is sent byte for byte on
 	// every attempt and must not be modified while Do runs.
 	Body []byte
@@ -230,6 +233,7 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	if r.Timeout > 0 {
 		c.timeout = r.Timeout
 	}
+	c.query = r.RawQuery
 	if len(r.Query) > 0 {
 		c.query = r.Query.Encode()
 	}
