@@ -72,15 +72,13 @@ type callState struct {
 type sendProbe struct {
 	sending          bool // RoundTrip handed the request to the pool
 	getConn, gotConn atomic.Bool
-	trace            *httptrace.ClientTrace
+	trace            httptrace.ClientTrace // its hooks set getConn and gotConn
 }
 
 func newSendProbe() *sendProbe {
 	p := &sendProbe{}
-	p.trace = &httptrace.ClientTrace{
-		GetConn: func(string) { p.getConn.Store(true) },
-		GotConn: func(httptrace.GotConnInfo) { p.gotConn.Store(true) },
-	}
+	p.trace.GetConn = func(string) { p.getConn.Store(true) }
+	p.trace.GotConn = func(httptrace.GotConnInfo) { p.gotConn.Store(true) }
 	return p
 }
 

@@ -377,7 +377,7 @@ func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	actx := ctx
 	if c.probe != nil {
-		actx = httptrace.WithClientTrace(actx, c.probe.trace)
+		actx = httptrace.WithClientTrace(actx, &c.probe.trace)
 	}
 	if dl, ok := ctx.Deadline(); !ok || c.deadline.Before(dl) {
 		var cancel context.CancelFunc
