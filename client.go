@@ -298,8 +298,11 @@ type call struct {
 	method string
 	path   string // escaped path
 	query  url.Values
-	body   any // marshalled to JSON when non-nil
-	raw    []byte
+	// rawQuery is the query already encoded, used when query is empty (a
+	// pop's, encoded once per popRequest).
+	rawQuery string
+	body     any // marshalled to JSON when non-nil
+	raw      []byte
 	// timeout overrides the attempt timeout (a long poll's wait plus a
 	// margin).
 	timeout time.Duration
@@ -348,6 +351,7 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 		Method:   r.method,
 		Path:     r.path,
 		Query:    r.query,
+		RawQuery: r.rawQuery,
 		Body:     body,
 		Timeout:  r.timeout,
 		Attempts: r.attempts,

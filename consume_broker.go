@@ -37,7 +37,7 @@ func newClientBroker(qb *QueueBuilder) (*clientBroker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := qb.c.popValues(req, true, 0); err != nil {
+	if _, err := qb.c.popQuery(req, true, 0); err != nil {
 		return nil, err
 	}
 	return &clientBroker{c: qb.c, req: req, queue: qb.queue, partition: qb.partition, group: qb.group, conflation: qb.conflation}, nil
@@ -60,11 +60,11 @@ func (b *clientBroker) sendPop(ctx context.Context, max int) (*popResult, error)
 	if err != nil {
 		return nil, err
 	}
-	vals, err := b.c.popValues(b.req, withSub, max)
+	query, err := b.c.popQuery(b.req, withSub, max)
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.c.popWith(ctx, b.req, vals, b.conflation, 1)
+	res, err := b.c.popWith(ctx, b.req, query, b.conflation, 1)
 	if err != nil {
 		return nil, err
 	}

@@ -67,18 +67,26 @@ func (e *engine) newBatch(res *popResult, reserved int) *batch {
 // splitPartitions cuts msgs into partitions, in the order the partitions
 // first appear, each partition's messages in their order. (A broker lists
 // a pop partition after partition; a partition in several runs is put
-// together all the same.)
+// together all the same.) A partition in one run is a slice of msgs
+// itself, capped so that nothing appends into msgs.
 func splitPartitions(msgs []*Message) [][]*Message {
 	var parts [][]*Message
-	for _, m := range msgs {
+	for start := 0; start < len(msgs); {
+		end := start + 1
+		for end < len(msgs) && samePartition(msgs[end], msgs[start]) {
+			end++
+		}
+		run := msgs[start:end:end]
 		i := 0
-		for i < len(parts) && !samePartition(parts[i][0], m) {
+		for i < len(parts) && !samePartition(parts[i][0], run[0]) {
 			i++
 		}
 		if i == len(parts) {
-			parts = append(parts, nil)
+			parts = append(parts, run)
+		} else {
+			parts[i] = append(parts[i], run...) // a copy: run is capped
 		}
-		parts[i] = append(parts[i], m)
+		start = end
 	}
 	return parts
 }

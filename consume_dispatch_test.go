@@ -28,6 +28,13 @@ func TestSplitPartitions(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("split %v, want %v", got, want)
 	}
+	var order []string
+	for _, x := range msgs {
+		order = append(order, x.TransactionID)
+	}
+	if want := []string{"a/0", "a/1", "b/0", "a/2", "c/0", "b/1"}; !reflect.DeepEqual(order, want) {
+		t.Fatalf("the pop's messages became %v, want them untouched: %v", order, want)
+	}
 }
 
 // Concurrency(2) over one pop of three partitions: two handlers at once,

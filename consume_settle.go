@@ -23,8 +23,12 @@ import (
 const settleTimeout = 15 * time.Second // how long a failing ack is sent again
 
 // outcomes is the pop's batch ack: each group's outcomes, then its
-// messages without one as retry.
+// messages without one as retry. (A pop of one group that handled all its
+// messages has them all in that group's outcomes: those are the ack.)
 func (b *batch) outcomes() []Settlement {
+	if len(b.groups) == 1 && b.groups[0].next == len(b.groups[0].msgs) {
+		return b.groups[0].acks
+	}
 	acks := make([]Settlement, 0, len(b.msgs))
 	for _, g := range b.groups {
 		acks = append(acks, g.acks...)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -81,15 +80,15 @@ func (r *popRequest) longPollWait() time.Duration {
 	return time.Duration(r.waitMs) * time.Millisecond
 }
 
-// call is the request of a pop with the query vals. A pop leases what it
+// call is the request of a pop with the encoded query. A pop leases what it
 // takes, so it is a once call: it is sent again only when it surely did
 // not reach the broker (a refused connection, a 429, a 503 that is not
 // outcome_unknown), and a failure after it may have reached the broker is
 // an error matching ErrOutcomeUnknown, never a second pop that would
 // answer "empty" while the first claim holds the messages (see Pop). A
 // waiting pop's attempts get its wait plus popMargin each.
-func (r *popRequest) call(vals url.Values) call {
-	cl := call{method: http.MethodGet, path: r.path, query: vals, once: true}
+func (r *popRequest) call(query string) call {
+	cl := call{method: http.MethodGet, path: r.path, rawQuery: query, once: true}
 	if r.wait && !r.discover {
 		cl.timeout = time.Duration(r.waitMs)*time.Millisecond + popMargin
 	}
@@ -109,11 +108,11 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 	if err != nil {
 		return nil, err
 	}
-	vals, err := c.popValues(r, withSub, 0)
+	query, err := c.popQuery(r, withSub, 0)
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.popWith(ctx, r, vals, conflation, 0)
+	res, err := c.popWith(ctx, r, query, conflation, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +120,11 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 	return res, nil
 }
 
-// popWith sends one pop of r with the query vals and decodes its answer.
+// popWith sends one pop of r with the encoded query and decodes its answer.
 // attempts, when positive, bounds the attempts (the consume loop retries
 // on its own, and so sees every failure).
-func (c *Client) popWith(ctx context.Context, r *popRequest, vals url.Values, conflation bool, attempts int) (*popResult, error) {
-	cl := r.call(vals)
+func (c *Client) popWith(ctx context.Context, r *popRequest, query string, conflation bool, attempts int) (*popResult, error) {
+	cl := r.call(query)
 	cl.attempts = attempts
 	resp, err := c.do(ctx, cl)
 	if err != nil {

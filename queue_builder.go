@@ -1,7 +1,6 @@
 package queen
 
 import (
-	"net/url"
 	"strings"
 	"sync/atomic"
 
@@ -251,10 +250,10 @@ type popRequest struct {
 	waitMs   int
 	discover bool
 	pinned   bool // the pop names its partition
-	// encoded caches the query without a cap, by variant: bit 0 with the
-	// start point, bit 1 with an explicit batch for a broker that does not
-	// size pops (see popValues).
-	encoded [4]atomic.Pointer[url.Values]
+	// encoded caches the encoded query without a cap, by variant: bit 0
+	// with the start point, bit 1 with an explicit batch for a broker that
+	// does not size pops (see popQuery).
+	encoded [4]atomic.Pointer[string]
 }
 
 // popRequest validates the options and builds the wire request. It sends

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,10 +204,10 @@ func (r *popRequest) hasSubscription() bool {
 	return r.query.SubscriptionMode != "" || r.query.SubscriptionFrom != ""
 }
 
-// popValues encodes the query of one pop of r: with or without the group's
+// popQuery encodes the query of one pop of r: with or without the group's
 // start point, with an explicit batch on a broker that does not size pops,
 // and capped to n messages when n > 0 (the rest of a Limit).
-func (c *Client) popValues(r *popRequest, withSub bool, n int) (url.Values, error) {
+func (c *Client) popQuery(r *popRequest, withSub bool, n int) (string, error) {
 	legacy := c.mem.noAutopilot.Load() && r.autopilotBatch()
 	if n > 0 && !r.capChanges(legacy, n) {
 		n = 0 // the cap changes nothing: the query encoded once will do
@@ -221,15 +220,15 @@ func (c *Client) popValues(r *popRequest, withSub bool, n int) (url.Values, erro
 		if legacy {
 			i |= 2
 		}
-		if v := r.encoded[i].Load(); v != nil {
-			return *v, nil
+		if q := r.encoded[i].Load(); q != nil {
+			return *q, nil
 		}
-		vals, err := r.values(withSub, legacy, 0)
+		q, err := r.values(withSub, legacy, 0)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
-		r.encoded[i].Store(&vals)
-		return vals, nil
+		r.encoded[i].Store(&q)
+		return q, nil
 	}
 	return r.values(withSub, legacy, n)
 }
@@ -249,8 +248,8 @@ func (r *popRequest) capChanges(legacy bool, n int) bool {
 // autopilotBatch says whether r leaves its batch to the broker.
 func (r *popRequest) autopilotBatch() bool { return r.query.Autopilot && r.query.Batch == nil }
 
-// values encodes r's query (see popValues).
-func (r *popRequest) values(withSub, legacy bool, n int) (url.Values, error) {
+// values encodes r's query (see popQuery).
+func (r *popRequest) values(withSub, legacy bool, n int) (string, error) {
 	q := r.query
 	if !withSub {
 		q.SubscriptionMode, q.SubscriptionFrom = "", ""
@@ -277,9 +276,9 @@ func (r *popRequest) values(withSub, legacy bool, n int) (url.Values, error) {
 	}
 	vals, err := q.Values()
 	if err != nil {
-		return nil, fmt.Errorf("queen: encode pop query: %w", err)
+		return "", fmt.Errorf("queen: encode pop query: %w", err)
 	}
-	return vals, nil
+	return vals.Encode(), nil
 }
 
 // popAnswered records what a pop's answer tells about the broker: the

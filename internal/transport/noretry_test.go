@@ -1,13 +1,16 @@
 package transport
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -338,4 +341,52 @@ func TestNoRetryAfterSendStopsNetHTTPResend(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The body that stops net/http's resend of a NoRetryAfterSend GET sends
+// nothing: the request is, byte for byte, the same GET without the flag
+// (no Content-Length, no Transfer-Encoding, no body).
+func TestNoRetryAfterSendWireUnchanged(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	// Each connection's bytes: its first request, answered, then whatever
+	// else the client writes on it within 100 ms.
+	got := make(chan string, 2)
+	go func() {
+		for range 2 {
+			conn, err := l.Accept()
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			br := bufio.NewReader(conn)
+			var head bytes.Buffer
+			for {
+				line, err := br.ReadString('\n')
+				head.WriteString(line)
+				if err != nil || line == "\r\n" {
+					break
+				}
+			}
+			_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+
+				strconv.Itoa(len(okBody))+"\r\n\r\n"+okBody)
+			_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			rest, _ := io.ReadAll(br)
+			_ = conn.Close()
+			got <- head.String() + string(rest)
+		}
+	}()
+	wire := func(once bool) string {
+		tr, _, _ := newTransport(t, Config{URLs: []string{"http://" + l.Addr().String()}, UserAgent: "queen-go/test"})
+		resp, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/api/v1/pop/queue/q",
+			Query: url.Values{"batch": {"1"}, "wait": {"true"}}, NoRetryAfterSend: once})
+		require.NoError(t, err)
+		assert.Equal(t, okBody, string(resp.Body))
+		return <-got
+	}
+	plain := wire(false)
+	assert.True(t, strings.HasPrefix(plain, "GET /api/v1/pop/queue/q?batch=1&wait=true HTTP/1.1\r\n"), plain)
+	assert.True(t, strings.HasSuffix(plain, "\r\n\r\n"), "nothing after the head: %q", plain)
+	assert.Equal(t, plain, wire(true))
 }

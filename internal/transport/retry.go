@@ -31,12 +31,16 @@ type call struct {
 
 	hc http.Client          // its Transport is the call (RoundTrip)
 	rc retryablehttp.Client // hooks bound to the call's methods
+
+	// identity is {"identity"}, the TransferEncoding of a request sent
+	// with noResend (net/http only reads it).
+	identity [1]string
 }
 
 // callState is the state of one Do.
 type callState struct {
 	req   Request
-	query string // encoded query, "" without one
+	query string // encoded query, "" without one (Query or RawQuery)
 
 	ep   int    // index of the URL of the current attempt
 	base string // its base URL
@@ -68,15 +72,13 @@ type callState struct {
 type sendProbe struct {
 	sending          bool // RoundTrip handed the request to the pool
 	getConn, gotConn atomic.Bool
-	trace            *httptrace.ClientTrace
+	trace            httptrace.ClientTrace // its hooks set getConn and gotConn
 }
 
 func newSendProbe() *sendProbe {
 	p := &sendProbe{}
-	p.trace = &httptrace.ClientTrace{
-		GetConn: func(string) { p.getConn.Store(true) },
-		GotConn: func(httptrace.GotConnInfo) { p.gotConn.Store(true) },
-	}
+	p.trace.GetConn = func(string) { p.getConn.Store(true) }
+	p.trace.GotConn = func(httptrace.GotConnInfo) { p.gotConn.Store(true) }
 	return p
 }
 
@@ -88,13 +90,23 @@ func newSendProbe() *sendProbe {
 // is one it deems safe to repeat: an idempotent method (GET) with no body
 // or a body it can rewind. For a pop that resend is what must not happen
 // (the first claim may hold messages). A body net/http cannot rewind
-// makes the request not repeatable; being empty, it sends nothing: for
-// GET, net/http reads it once before writing, finds it empty and sends no
-// body and no Content-Length.
+// makes the request not repeatable; being empty, it sends nothing. It goes
+// with the transfer encoding "identity" (call.identity), which net/http
+// documents as the way to send a body of unknown length unchunked
+// (http.Request.Write): written as it is, with no Content-Length and no
+// Transfer-Encoding header, it is the wire of a GET without a body.
+// (Without it, net/http would read a byte of the body in a goroutine of
+// its own, under a timer, to learn that it is empty: a goroutine and a
+// timer a pop.)
 type noResend struct{}
 
 func (noResend) Read([]byte) (int, error) { return 0, io.EOF }
 func (noResend) Close() error             { return nil }
+
+// WriteTo writes nothing. net/http copies a body with io.Copy, which,
+// without it, would go down to the connection's ReadFrom and a 32 KiB
+// buffer of its own to copy nothing.
+func (noResend) WriteTo(io.Writer) (int64, error) { return 0, nil }
 
 // resendable reports whether net/http may send req again by itself and
 // noResend stops it: GET, HEAD or OPTIONS without a body (the methods

@@ -34,6 +34,9 @@ type Request struct {
 	// Path is the escaped path, starting with "/", e.g. "/api/v1/pop/queue/orders".
 	Path  string
 	Query url.Values
+	// RawQuery is the query already encoded (url.Values.Encode), for a
+	// caller that sends the same one many times; used when Query is empty.
+	RawQuery string
 	// Body is the JSON body, or nil for none. It is sent byte for byte on
 	// every attempt and must not be modified while Do runs.
 	Body []byte
@@ -230,6 +233,7 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	if r.Timeout > 0 {
 		c.timeout = r.Timeout
 	}
+	c.query = r.RawQuery
 	if len(r.Query) > 0 {
 		c.query = r.Query.Encode()
 	}
@@ -315,6 +319,7 @@ func (c *call) init() {
 	rc.Backoff = c.backoff
 	rc.PrepareRetry = c.prepareRetry
 	rc.ErrorHandler = c.giveUp
+	c.identity[0] = "identity"
 }
 
 // retryClient returns the retryablehttp client running this call's loop,
@@ -372,7 +377,7 @@ func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	actx := ctx
 	if c.probe != nil {
-		actx = httptrace.WithClientTrace(actx, c.probe.trace)
+		actx = httptrace.WithClientTrace(actx, &c.probe.trace)
 	}
 	if dl, ok := ctx.Deadline(); !ok || c.deadline.Before(dl) {
 		var cancel context.CancelFunc
@@ -391,6 +396,7 @@ func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 				req = req.WithContext(actx) // a copy to change
 			}
 			req.Body, req.GetBody, req.ContentLength = noResend{}, nil, 0 // see noResend
+			req.TransferEncoding = c.identity[:]
 		}
 		c.probe.sending = true
 	}

@@ -576,6 +576,12 @@ func TestHeadersAndWireShape(t *testing.T) {
 				assert.Equal(t, "batch=10&wait=true", r.RawQuery)
 				assert.Equal(t, `{"a":1}`, string(r.Body))
 			}},
+		{"query encoded by the caller", Config{},
+			Request{Method: http.MethodGet, Path: "/api/v1/pop/queue/orders", RawQuery: "batch=10&wait=true"},
+			func(t *testing.T, r recorded) {
+				assert.Equal(t, "/api/v1/pop/queue/orders", r.Path)
+				assert.Equal(t, "batch=10&wait=true", r.RawQuery)
+			}},
 		{"no token, no body", Config{},
 			Request{Method: http.MethodGet, Path: "/health"},
 			func(t *testing.T, r recorded) {
