@@ -357,6 +357,10 @@ func TestWaitingPopIsBounded(t *testing.T) {
 		for rec4.hits() == 0 {
 			time.Sleep(time.Millisecond)
 		}
+		// The broker has the request; give the client time to read the
+		// 503 and start its 30 s wait (a cancel before it has read the
+		// answer returns that answer instead).
+		time.Sleep(200 * time.Millisecond)
 		cancel4()
 	}()
 	_, err = c4.Queue("t1").Pop(ctx4)
