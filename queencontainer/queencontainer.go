@@ -2,11 +2,17 @@
 // tests that want the real broker rather than the in-memory one of package
 // queentest. It is a thin layer over testcontainers-go:
 //
-//	func TestWithRealBroker(t *testing.T) {
+//	func TestRunServesHealth(t *testing.T) {
 //		broker := queencontainer.Run(t) // skips the test when no Docker engine answers
-//		client, err := queen.New(broker.URL)
-//		...
+//		resp, err := http.Get(broker.URL + "/health")
+//		if err != nil {
+//			t.Fatalf("GET /health: %v", err)
+//		}
+//		defer resp.Body.Close()
+//		// A queen.Client pointed at broker.URL tests your code against it.
 //	}
+//
+// (That test is this package's own, run by its tests.)
 //
 // Start pulls the image if needed (DefaultImage, or QUEEN_IMAGE through
 // ImageFromEnv), publishes the broker's HTTP port on a free host port, waits

@@ -50,12 +50,13 @@ func TestRunServesHealth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a container; skipped with -short")
 	}
-	broker := queencontainer.Run(t)
+	broker := queencontainer.Run(t) // skips the test when no Docker engine answers
 	resp, err := http.Get(broker.URL + "/health")
 	if err != nil {
 		t.Fatalf("GET /health: %v", err)
 	}
 	defer resp.Body.Close()
+	// A queen.Client pointed at broker.URL tests your code against it.
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /health = %d, want 200 once Run returned", resp.StatusCode)
 	}
