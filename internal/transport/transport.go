@@ -12,6 +12,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -243,17 +244,13 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	}
 	c.ep, c.base = c.t.eps.pick()
 
-	var body any // stays a nil interface without a body
-	if len(r.Body) > 0 {
-		body = r.Body
-	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, r.Method, c.url(c.base), body)
+	req, err := http.NewRequestWithContext(ctx, r.Method, c.url(c.base), nil)
 	if err != nil {
 		return nil, fmt.Errorf("transport: %s %s: %w", r.Method, r.Path, err)
 	}
-	c.t.setHeader(req.Header, body != nil)
+	c.t.setHeader(req.Header, len(r.Body) > 0)
 
-	resp, err := c.retryClient().Do(req)
+	resp, err := c.send(req)
 	closeBody(resp) // its content is in c.answer
 	switch {
 	case c.unknown:
@@ -320,6 +317,46 @@ func (c *call) init() {
 	rc.PrepareRetry = c.prepareRetry
 	rc.ErrorHandler = c.giveUp
 	c.identity[0] = "identity"
+}
+
+// send runs the attempts of the call on req (its body is c.req.Body) and
+// returns what retryablehttp's loop would: the final response, or the
+// error giveUp made of the failure.
+//
+// A call that may retry runs through the loop. A call of one attempt (a
+// pop of the consume loop) goes straight through the call's client: the
+// loop would only wrap the request in one of its own, with a body reader
+// per attempt, around the same hooks. The straight path runs those hooks
+// as the loop does when it has no retry left: checkRetry once after the
+// attempt, then giveUp unless the answer is clean and final.
+func (c *call) send(req *http.Request) (*http.Response, error) {
+	rc := c.retryClient()
+	if c.max > 1 {
+		var body any // stays a nil interface without a body
+		if len(c.req.Body) > 0 {
+			body = c.req.Body
+		}
+		rreq := &retryablehttp.Request{Request: req}
+		if err := rreq.SetBody(body); err != nil {
+			return nil, err
+		}
+		return rc.Do(rreq)
+	}
+
+	if b := c.req.Body; len(b) > 0 {
+		req.ContentLength = int64(len(b))
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
+	resp, doErr := c.hc.Do(req)
+	retry, err := c.checkRetry(req.Context(), resp, doErr)
+	if !retry && err == nil && doErr == nil {
+		return resp, nil
+	}
+	if err == nil {
+		err = doErr
+	}
+	return c.giveUp(resp, err, 1)
 }
 
 // retryClient returns the retryablehttp client running this call's loop,
