@@ -186,11 +186,13 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	// The single ack route for one message, the batch route otherwise;
 	// the body is written with the hot path's JSON library (see wireJSON).
 	cl := call{method: http.MethodPost, path: wire.RouteAckBatch}
-	var body any = wire.AckBatchRequest{ConsumerGroup: group, Acknowledgments: items}
+	var raw []byte
 	if len(items) == 1 {
-		cl.path, body = wire.RouteAck, wire.AckRequest{AckItem: items[0], ConsumerGroup: group}
+		cl.path = wire.RouteAck
+		raw, err = jsonv2.Marshal(wire.AckRequest{AckItem: items[0], ConsumerGroup: group})
+	} else {
+		raw, err = jsonv2.Marshal(wire.AckBatchRequest{ConsumerGroup: group, Acknowledgments: items})
 	}
-	raw, err := jsonv2.Marshal(body)
 	if err != nil {
 		return nil, group, false, fmt.Errorf("%w: %v", ErrInvalidPayload, err)
 	}
