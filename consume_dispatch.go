@@ -31,6 +31,12 @@ type batch struct {
 	cancel   context.CancelCauseFunc // of ctx
 	keeper   *leaseKeeper            // nil without RenewLease
 	left     atomic.Int32            // groups not done
+
+	// one is the group of a pop that makes one group (a batch handler's
+	// pop, a pop of one partition), kept in the batch to spare allocating
+	// it; groups is then oneRef[:].
+	one    group
+	oneRef [1]*group
 }
 
 // group is what one handler goroutine handles: the messages of one
@@ -53,12 +59,17 @@ func (e *engine) newBatch(res *popResult, reserved int) *batch {
 		// Only a renewal can tell that the lease is lost.
 		b.ctx, b.cancel = context.WithCancelCause(e.hctx)
 	}
-	if e.cfg.each {
-		for _, part := range splitPartitions(res.messages) {
-			b.groups = append(b.groups, &group{b: b, msgs: part})
+	switch msgs := res.messages; {
+	case !e.cfg.each || onePartition(msgs):
+		b.one = group{b: b, msgs: msgs[:len(msgs):len(msgs)], whole: !e.cfg.each}
+		b.oneRef[0] = &b.one
+		b.groups = b.oneRef[:]
+	default:
+		parts := splitPartitions(msgs)
+		b.groups = make([]*group, len(parts))
+		for i, part := range parts {
+			b.groups[i] = &group{b: b, msgs: part}
 		}
-	} else {
-		b.groups = []*group{{b: b, msgs: res.messages, whole: true}}
 	}
 	b.left.Store(int32(len(b.groups)))
 	return b
@@ -89,6 +100,16 @@ func splitPartitions(msgs []*Message) [][]*Message {
 		start = end
 	}
 	return parts
+}
+
+// onePartition reports whether msgs are all of one partition.
+func onePartition(msgs []*Message) bool {
+	for _, m := range msgs[min(1, len(msgs)):] {
+		if !samePartition(m, msgs[0]) {
+			return false
+		}
+	}
+	return true
 }
 
 func samePartition(a, b *Message) bool {
@@ -163,6 +184,9 @@ func (e *engine) handleEach(g *group) {
 		o, send := e.decide(hctx, m, err)
 		var outcome [1]Outcome
 		if send {
+			if g.acks == nil {
+				g.acks = make([]Settlement, 0, len(g.msgs)-i) // room for the rest
+			}
 			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
 			outcome[0] = o
 		}
@@ -210,6 +234,9 @@ func (e *engine) handleWhole(g *group) {
 		}
 		o, send := e.decide(hctx, m, err)
 		if send {
+			if g.acks == nil {
+				g.acks = make([]Settlement, 0, len(g.msgs)-i) // room for the rest
+			}
 			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
 			if outcomes != nil {
 				outcomes[i] = o
