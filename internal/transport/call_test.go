@@ -2,10 +2,12 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -117,6 +119,46 @@ func TestRedirectFollowed(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.Status)
 	assert.Equal(t, okBody, string(resp.Body))
 	assert.Equal(t, 2, srv.Hits())
+}
+
+// A call of one attempt (sent straight through the call's client) and a
+// call that may retry (through retryablehttp's loop) send the same request:
+// the body with its length, sent again on a 307 that keeps the method,
+// and end the same way on a network failure.
+func TestOneAttemptSendsAsTheLoop(t *testing.T) {
+	for _, attempts := range []int{1, 3} {
+		t.Run(fmt.Sprintf("attempts=%d", attempts), func(t *testing.T) {
+			srv := newServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/old" {
+					w.Header().Set("Location", "/new")
+					w.WriteHeader(http.StatusTemporaryRedirect)
+					return
+				}
+				_, _ = io.WriteString(w, okBody)
+			})
+			tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}})
+			body := []byte(`{"transactionId":"t"}`)
+			resp, err := tr.Do(context.Background(), Request{Method: http.MethodPost, Path: "/old", Body: body, Attempts: attempts})
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, resp.Status)
+			assert.Equal(t, 1, resp.Attempts)
+			reqs := srv.Requests()
+			require.Len(t, reqs, 2)
+			for _, r := range reqs {
+				assert.Equal(t, http.MethodPost, r.Method)
+				assert.Equal(t, string(body), string(r.Body))
+				assert.Equal(t, strconv.Itoa(len(body)), r.Header.Get("Content-Length"))
+				assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+			}
+			assert.Equal(t, "/new", reqs[1].Path)
+
+			// Nothing listens any more: no answer after the attempts.
+			srv.Close()
+			_, err = tr.Do(context.Background(), Request{Method: http.MethodPost, Path: "/x", Body: body, Attempts: attempts})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), fmt.Sprintf("transport: POST /x: no answer after %d attempt(s): ", attempts))
+		})
+	}
 }
 
 // BenchmarkDo is one GET answered 204 by a local server, with the default
