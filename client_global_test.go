@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,23 +19,13 @@ import (
 // top-level test that does not runs while no other test of the package
 // does (parallel tests wait until the sequential ones are done).
 
-// wrappedRT is a RoundTripper that is not an *http.Transport, as an
-// instrumentation library or a test mock installs in http.DefaultTransport.
-type wrappedRT struct {
-	next http.RoundTripper
-	n    atomic.Int32
-}
-
-func (w *wrappedRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	w.n.Add(1)
-	return w.next.RoundTrip(r)
-}
-
 // New works whatever http.DefaultTransport is: the client builds its own
 // pool with the standard settings and pops through it.
 func TestNewWithWrappedDefaultTransport(t *testing.T) {
 	orig := http.DefaultTransport
-	wrapped := &wrappedRT{next: orig}
+	// Not an *http.Transport, as an instrumentation library or a test mock
+	// installs in http.DefaultTransport (countingRT, client_test.go).
+	wrapped := &countingRT{next: orig}
 	http.DefaultTransport = wrapped
 	t.Cleanup(func() { http.DefaultTransport = orig })
 
