@@ -480,6 +480,11 @@ func newUUID() string {
 	b[6] = 0x70 | byte(seq>>8)&0x0f
 	b[7] = byte(seq)
 	b[8] = 0x80 | b[8]&0x3f
+	return uuidText(b)
+}
+
+// uuidText writes b in the canonical 8-4-4-4-12 hex form.
+func uuidText(b [16]byte) string {
 	const hex = "0123456789abcdef"
 	out := make([]byte, 0, 36)
 	for i, v := range b {
@@ -498,15 +503,7 @@ func newUUID4() string {
 	_, _ = rand.Read(b[:])
 	b[6] = 0x40 | b[6]&0x0f
 	b[8] = 0x80 | b[8]&0x3f
-	const hex = "0123456789abcdef"
-	out := make([]byte, 0, 36)
-	for i, v := range b {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			out = append(out, '-')
-		}
-		out = append(out, hex[v>>4], hex[v&0x0f])
-	}
-	return string(out)
+	return uuidText(b)
 }
 
 // isoMillis renders t as the broker's pop createdAt (UTC, milliseconds).
