@@ -184,7 +184,7 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 		}
 	}
 	// The single ack route for one message, the batch route otherwise;
-	// the body is written with the hot path's JSON library (see wireJSON).
+	// the body is written with the hot path's JSON library (see readWire).
 	cl := call{method: http.MethodPost, path: wire.RouteAckBatch}
 	var raw []byte
 	if len(items) == 1 {
@@ -232,7 +232,7 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 		Noop          bool   `json:"noop"`
 	}
 	out := make([]ackReply, 0, len(items))
-	if err := jsonv2.Unmarshal(body, &out, wireJSON); err != nil {
+	if err := readWire(body, &out, func() { out = make([]ackReply, 0, len(items)) }); err != nil {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
 			Message: "undecodable ack answer: " + err.Error()}
 	}

@@ -141,13 +141,29 @@ func (c *Client) popWith(ctx context.Context, r *popRequest, query string, confl
 	return c.decodePop(resp.body, r.path, conflation)
 }
 
-// wireJSON are the options the hot path (pop answers, the loop's acks)
-// reads broker JSON with: github.com/go-json-experiment/json (the API that
-// becomes encoding/json/v2), as lenient as encoding/json about duplicate
-// names and invalid UTF-8. encoding/json reads a pop of 100 messages
-// (each with its Data map) too slowly for the consume loop to keep up with
-// a bare net/http loop (BenchmarkConsume); the v2 decoder does.
-var wireJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+// The hot path (pop answers, the loop's acks) reads broker JSON with
+// github.com/go-json-experiment/json (the API that becomes
+// encoding/json/v2): encoding/json reads a pop of 100 messages (each with
+// its Data map) too slowly for the consume loop to keep up with a bare
+// net/http loop (BenchmarkConsume); the v2 decoder does.
+//
+// readWire reads body into v with v2's defaults first: a body without
+// duplicate names and with valid UTF-8 (what a broker that stores JSONB
+// sends) takes the decoder's fast path for Data's map[string]any, which
+// it cannot take while duplicate names are allowed. A body that the
+// defaults refuse is read again, after reset, as leniently as
+// encoding/json reads it (the last of duplicate names wins, invalid UTF-8
+// becomes U+FFFD), so that no answer encoding/json would read is refused.
+func readWire(body []byte, v any, reset func()) error {
+	if err := jsonv2.Unmarshal(body, v); err == nil {
+		return nil
+	}
+	reset()
+	return jsonv2.Unmarshal(body, v, lenientJSON)
+}
+
+// lenientJSON are the options of readWire's second reading.
+var lenientJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 
 // popReply is the client's reading of a pop answer (wire.PopResponse):
 // no pointer where absent and empty mean the same, so that a pop of many
@@ -200,7 +216,10 @@ func (p *payload) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	start := dec.InputOffset()
 	var err error
 	if dec.PeekKind() == '{' {
-		if err = jsonv2.UnmarshalDecode(dec, &p.data); err != nil {
+		var v any // an any, not a map: the decoder's fast path (see readWire)
+		err = jsonv2.UnmarshalDecode(dec, &v)
+		p.data, _ = v.(map[string]any)
+		if err != nil {
 			p.data = nil
 		}
 	} else {
@@ -240,8 +259,9 @@ func (o *optionalInt) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResult, error) {
 	// Room for the messages up front (a pop of 100 would else grow the
 	// slice seven times).
-	pr := popReply{Messages: make([]popReplyMessage, 0, bytes.Count(body, []byte(`"transactionId"`)))}
-	if err := jsonv2.Unmarshal(body, &pr, wireJSON); err != nil {
+	size := bytes.Count(body, []byte(`"transactionId"`))
+	pr := popReply{Messages: make([]popReplyMessage, 0, size)}
+	if err := readWire(body, &pr, func() { pr = popReply{Messages: make([]popReplyMessage, 0, size)} }); err != nil {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
 			Message: "undecodable pop answer: " + err.Error()}
 	}

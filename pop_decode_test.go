@@ -1,6 +1,7 @@
 package queen
 
 import (
+	"encoding/json"
 	"log/slog"
 	"reflect"
 	"testing"
@@ -38,5 +39,45 @@ func TestDecodePopPayloads(t *testing.T) {
 	}
 	if m := res.messages[6]; m.Data["a"] != 2.0 || m.Offset != 7 || m.LeaseID != "own" || res.messages[0].LeaseID != "L" || res.messages[0].Offset != -1 {
 		t.Errorf("message 6 %+v, message 0 %+v", m, res.messages[0])
+	}
+}
+
+// A pop answer that v2's defaults refuse (duplicate names, invalid UTF-8)
+// is read as encoding/json reads it, whole: every message, each Data as
+// encoding/json makes it.
+func TestDecodePopReadsWhatEncodingJSONReads(t *testing.T) {
+	for name, data := range map[string]string{
+		"clean":              `{"k":"v","n":1}`,
+		"duplicate name":     `{"k":"first","k":"last"}`,
+		"invalid UTF-8":      "{\"k\":\"a\xffb\"}",
+		"invalid UTF-8 name": "{\"k\xfe\":1}",
+		"nested duplicate":   `{"o":{"x":1,"x":2},"y":[{"z":1,"z":3}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := []byte(`{"success":true,"queue":"q","leaseId":"L","messages":[` +
+				`{"transactionId":"t0","partitionId":"1","data":{"plain":true}},` +
+				`{"transactionId":"t1","partitionId":"1","data":` + data + `},` +
+				`{"transactionId":"t2","partitionId":"1","data":{"plain":false}}]}`)
+			res, err := (&Client{log: slog.New(slog.DiscardHandler)}).decodePop(body, "/p", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.messages) != 3 {
+				t.Fatalf("%d messages", len(res.messages))
+			}
+			var want map[string]any
+			if err := json.Unmarshal([]byte(data), &want); err != nil {
+				t.Fatal(err)
+			}
+			if got := res.messages[1].Data; !reflect.DeepEqual(got, want) {
+				t.Errorf("Data %#v, encoding/json reads %#v", got, want)
+			}
+			if string(res.messages[1].Raw) != data {
+				t.Errorf("Raw %q, want %q", res.messages[1].Raw, data)
+			}
+			if res.messages[0].Data["plain"] != true || res.messages[2].Data["plain"] != false || res.messages[2].TransactionID != "t2" {
+				t.Errorf("neighbours %+v %+v", res.messages[0], res.messages[2])
+			}
+		})
 	}
 }
