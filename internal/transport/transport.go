@@ -2,8 +2,9 @@
 // exponential backoff and jitter (go-retryablehttp), Retry-After, bearer
 // auth and failover across several broker URLs.
 //
-// Each call runs one go-retryablehttp retry loop whose hooks are this
-// package's: the retry decision (retryablehttp's error classification
+// A call's first attempt goes straight through net/http; a call to be tried
+// again goes on in a go-retryablehttp retry loop. Both run this package's
+// hooks: the retry decision (retryablehttp's error classification
 // plus URL health bookkeeping), the wait (computed here, slept through the
 // injectable Config.Sleep under the call's ctx), the URL of the next
 // attempt (failover) and the final answer (the last response is returned,
@@ -109,6 +110,12 @@ type Transport struct {
 	now    func() time.Time
 	// header is the header every request carries, as key/value pairs.
 	header [][2]string
+	// shared are the headers of requests without and with a body, built
+	// once, that requests share when they go through the pool New built
+	// (nothing on that path writes a request's header; a user's
+	// RoundTripper might, against http.RoundTripper's contract, so the
+	// user's client gets a header of its own per request).
+	shared [2]http.Header
 	// calls recycles the per-call machinery (see call): building it for
 	// every request would cost a handful of allocations each time.
 	calls sync.Pool
@@ -153,6 +160,12 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.UserAgent != "" {
 		t.header = append(t.header, [2]string{"User-Agent", cfg.UserAgent})
+	}
+	if t.owned != nil {
+		for i := range t.shared {
+			t.shared[i] = http.Header{}
+			t.setHeader(t.shared[i], i == 1)
+		}
 	}
 	t.calls.New = func() any { return t.newCall() }
 	return t, nil
@@ -248,7 +261,7 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: %s %s: %w", r.Method, r.Path, err)
 	}
-	c.t.setHeader(req.Header, len(r.Body) > 0)
+	c.t.header4(req, len(r.Body) > 0)
 
 	resp, err := c.send(req)
 	closeBody(resp) // its content is in c.answer
@@ -276,6 +289,23 @@ func (c *call) url(base string) string {
 		return base + c.req.Path
 	}
 	return base + c.req.Path + "?" + c.query
+}
+
+// header4 gives req its headers: the shared ones on the pool New built,
+// its own otherwise.
+func (t *Transport) header4(req *http.Request, withBody bool) {
+	if h := t.shared[btoi(withBody)]; h != nil {
+		req.Header = h
+		return
+	}
+	t.setHeader(req.Header, withBody)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // setHeader sets the headers of a request, with Content-Type when it has a
@@ -323,30 +353,21 @@ func (c *call) init() {
 // returns what retryablehttp's loop would: the final response, or the
 // error giveUp made of the failure.
 //
-// A call that may retry runs through the loop. A call of one attempt (a
-// pop of the consume loop) goes straight through the call's client: the
-// loop would only wrap the request in one of its own, with a body reader
-// per attempt, around the same hooks. The straight path runs those hooks
-// as the loop does when it has no retry left: checkRetry once after the
-// attempt, then giveUp unless the answer is clean and final.
+// The first attempt goes straight through the call's client, and runs
+// the hooks as retryablehttp's loop runs them after an attempt: checkRetry,
+// then giveUp unless the answer is clean and final. Only a call that is
+// to be tried again enters the loop, after the wait checkRetry chose
+// (backoff) and the failover to the URL of the next attempt
+// (prepareRetry), which the loop runs before each attempt but its first,
+// with the attempts that are left. Most calls get their answer at the
+// first attempt: they skip the loop's wrapping of the request, a body
+// reader per attempt and its bookkeeping.
 func (c *call) send(req *http.Request) (*http.Response, error) {
-	rc := c.retryClient()
-	if c.max > 1 {
-		var body any // stays a nil interface without a body
-		if len(c.req.Body) > 0 {
-			body = c.req.Body
-		}
-		rreq := &retryablehttp.Request{Request: req}
-		if err := rreq.SetBody(body); err != nil {
-			return nil, err
-		}
-		return rc.Do(rreq)
-	}
-
-	if b := c.req.Body; len(b) > 0 {
-		req.ContentLength = int64(len(b))
-		req.Body = io.NopCloser(bytes.NewReader(b))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	body := c.req.Body
+	if len(body) > 0 {
+		req.ContentLength = int64(len(body))
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	resp, doErr := c.hc.Do(req)
 	retry, err := c.checkRetry(req.Context(), resp, doErr)
@@ -356,7 +377,25 @@ func (c *call) send(req *http.Request) (*http.Response, error) {
 	if err == nil {
 		err = doErr
 	}
-	return c.giveUp(resp, err, 1)
+	if !retry || c.attempts >= c.max {
+		return c.giveUp(resp, err, 1)
+	}
+	closeBody(resp) // kept in c.answer
+	c.backoff(0, 0, 0, nil)
+	if err := c.prepareRetry(req); err != nil {
+		return c.giveUp(nil, err, 1)
+	}
+	rc := c.retryClient()
+	rc.RetryMax = c.max - c.attempts - 1
+	var rbody any // stays a nil interface without a body
+	if len(body) > 0 {
+		rbody = body
+	}
+	rreq := &retryablehttp.Request{Request: req}
+	if err := rreq.SetBody(rbody); err != nil {
+		return nil, err
+	}
+	return rc.Do(rreq)
 }
 
 // retryClient returns the retryablehttp client running this call's loop,

@@ -946,3 +946,44 @@ func TestNewValidates(t *testing.T) {
 		assert.ErrorContains(t, err, "must start with /")
 	})
 }
+
+// Requests through the pool New built share one read-only header map per
+// shape (with or without a body); many at once leave it as it was (-race
+// sees any write). A user's RoundTripper gets a header of its own per
+// request, so one that writes into it (against http.RoundTripper's
+// contract) changes no other request.
+func TestSharedHeaders(t *testing.T) {
+	srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, okBody) })
+	t.Run("pool", func(t *testing.T) {
+		tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, UserAgent: "ua"})
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				r := Request{Method: http.MethodGet, Path: "/x"}
+				if i%2 == 1 {
+					r.Method, r.Body = http.MethodPost, []byte(`{}`)
+				}
+				_, err := tr.Do(context.Background(), r)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, http.Header{"Accept": {"application/json"}, "User-Agent": {"ua"}}, tr.shared[0])
+		assert.Equal(t, http.Header{"Accept": {"application/json"}, "User-Agent": {"ua"}, "Content-Type": {"application/json"}}, tr.shared[1])
+	})
+	t.Run("user client", func(t *testing.T) {
+		var seen []string
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			seen = append(seen, r.Header.Get("X-Mark"))
+			r.Header.Set("X-Mark", "written") // against the contract
+			return http.DefaultTransport.RoundTrip(r)
+		})
+		tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, HTTPClient: &http.Client{Transport: rt}})
+		for range 2 {
+			_, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x"})
+			require.NoError(t, err)
+		}
+		assert.Equal(t, []string{"", ""}, seen)
+		assert.Nil(t, tr.shared[0])
+	})
+}
