@@ -353,7 +353,7 @@ func (c *call) init() {
 // returns what retryablehttp's loop would: the final response, or the
 // error giveUp made of the failure.
 //
-// The first attempt goes straight through the call's client, and runs
+// The first attempt goes straight to the pool (exchange), and runs
 // the hooks as retryablehttp's loop runs them after an attempt: checkRetry,
 // then giveUp unless the answer is clean and final. Only a call that is
 // to be tried again enters the loop, after the wait checkRetry chose
@@ -369,7 +369,7 @@ func (c *call) send(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	resp, doErr := c.hc.Do(req)
+	resp, doErr := c.exchange(req)
 	retry, err := c.checkRetry(req.Context(), resp, doErr)
 	if !retry && err == nil && doErr == nil {
 		return resp, nil
