@@ -222,9 +222,9 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 		return nil, objectForResults(http.StatusOK, path, body, "ack")
 	}
 	// What the client reads of each result (wire.AckResult), with room for
-	// all of them up front.
+	// all of them up front; not the transactionId each echoes: results come
+	// in request order, and each names the message of its position.
 	type ackReply struct {
-		TransactionID string `json:"transactionId"`
 		Success       bool   `json:"success"`
 		Error         string `json:"error"`
 		LeaseReleased bool   `json:"leaseReleased"`
@@ -245,10 +245,7 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 	// Results come in request order on both generations; position is trusted
 	// over "index" so that a malformed answer cannot leave a slot unset.
 	for i, o := range out {
-		r := AckResult{TransactionID: o.TransactionID, Success: o.Success, Error: o.Error, LeaseReleased: o.LeaseReleased, DLQ: o.DLQ, Noop: o.Noop}
-		if r.TransactionID == "" {
-			r.TransactionID = items[i].TransactionID
-		}
+		r := AckResult{TransactionID: items[i].TransactionID, Success: o.Success, Error: o.Error, LeaseReleased: o.LeaseReleased, DLQ: o.DLQ, Noop: o.Noop}
 		if !r.Success {
 			failed = true
 			if r.Error == "" {
