@@ -261,7 +261,7 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: %s %s: %w", r.Method, r.Path, err)
 	}
-	c.t.header4(req, len(r.Body) > 0)
+	c.t.putHeader(req, len(r.Body) > 0)
 
 	resp, err := c.send(req)
 	closeBody(resp) // its content is in c.answer
@@ -291,9 +291,9 @@ func (c *call) url(base string) string {
 	return base + c.req.Path + "?" + c.query
 }
 
-// header4 gives req its headers: the shared ones on the pool New built,
+// putHeader gives req its headers: the shared ones on the pool New built,
 // its own otherwise.
-func (t *Transport) header4(req *http.Request, withBody bool) {
+func (t *Transport) putHeader(req *http.Request, withBody bool) {
 	if h := t.shared[btoi(withBody)]; h != nil {
 		req.Header = h
 		return
