@@ -243,7 +243,13 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 // a loop resumes within about 0.2 s of its broker's restart, however long
 // the outage; they are logged (a Warn at the first failure, then
 // at most one line per backoff step or per 30 s, an Info on recovery) and
-// handed to OnLoopError. By default each pop long polls (wait=true, 30 s).
+// handed to OnLoopError. By default each pop long polls (wait=true, 30 s)
+// when the loop holds no other pop. With Concurrency above 1, a pop sent
+// while the loop holds others does not wait: the partitions it finds leased
+// may be the loop's own, free again at its next ack, which a broker's long
+// poll would notice only at its next re-check (0.15.1: 100 ms to 1 s). After
+// such a pop comes back empty, the loop pops again at its next ack, or
+// long-polls if none comes within the usual pause after an empty answer.
 //
 // Under a Limit each pop asks for at most what is left of it, and the
 // remainder is asked for by one pop, not split between the handlers: a

@@ -11,8 +11,9 @@ type consumeBroker interface {
 	// pop sends one pop, its batch capped to max when max > 0, and returns
 	// the messages it leased (none: an empty result, not an error). It is
 	// one attempt: the engine retries, so that it sees (and reports) every
-	// failure.
-	pop(ctx context.Context, max int) (*popResult, error)
+	// failure. nowait: the broker answers at once, even when the pop is
+	// one that waits for messages (consume_fetch.go says when).
+	pop(ctx context.Context, max int, nowait bool) (*popResult, error)
 	// settle sends the outcomes of one pop in one ack request. A broker
 	// that refuses some of them answers with an *AckError.
 	settle(ctx context.Context, acks []Settlement) error
@@ -37,34 +38,38 @@ func newClientBroker(qb *QueueBuilder) (*clientBroker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := qb.c.popQuery(req, true, 0); err != nil {
+	if _, err := qb.c.popQuery(req, true, 0, false); err != nil {
 		return nil, err
 	}
 	return &clientBroker{c: qb.c, req: req, queue: qb.queue, partition: qb.partition, group: qb.group, conflation: qb.conflation}, nil
 }
 
 // pop reports each pop to the Client's hooks (PopHook), as Pop does.
-func (b *clientBroker) pop(ctx context.Context, max int) (*popResult, error) {
+func (b *clientBroker) pop(ctx context.Context, max int, nowait bool) (*popResult, error) {
 	start := b.c.hooks.now()
-	res, err := b.sendPop(ctx, max)
+	res, err := b.sendPop(ctx, max, nowait)
 	var msgs []*Message
 	if err == nil {
 		msgs = res.messages
 	}
-	b.c.hooks.popped(ctx, b.queue, b.partition, b.group, b.req.longPollWait(), start, msgs, err)
+	wait := b.req.longPollWait()
+	if nowait {
+		wait = 0
+	}
+	b.c.hooks.popped(ctx, b.queue, b.partition, b.group, wait, start, msgs, err)
 	return res, err
 }
 
-func (b *clientBroker) sendPop(ctx context.Context, max int) (*popResult, error) {
+func (b *clientBroker) sendPop(ctx context.Context, max int, nowait bool) (*popResult, error) {
 	withSub, err := b.c.withSubscription(ctx, b.req)
 	if err != nil {
 		return nil, err
 	}
-	query, err := b.c.popQuery(b.req, withSub, max)
+	query, err := b.c.popQuery(b.req, withSub, max, nowait)
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.c.popWith(ctx, b.req, query, b.conflation, 1)
+	res, err := b.c.popWith(ctx, b.req, query, b.conflation, 1, nowait)
 	if err != nil {
 		return nil, err
 	}

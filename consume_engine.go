@@ -65,9 +65,16 @@ type engine struct {
 	limit     limiter
 	outage    outage
 	pauseTill time.Time // no pop before (after an empty answer or a failure)
-	abandoned bool      // pops in flight were abandoned at the stop
-	quietAt   time.Time // when an abandoned pop is surely gone
-	lastBusy  time.Time
+	// pauseQuick: the pause follows an empty answer to a pop that did not
+	// wait; a settle ends it (consume_fetch.go).
+	pauseQuick bool
+	settled    uint64    // pops settled so far
+	flowing    bool      // the last answer brought messages
+	emptyQuick bool      // the last answer was an empty one to a pop that did not wait
+	emptyAt    uint64    // settled at that answer
+	abandoned  bool      // pops in flight were abandoned at the stop
+	quietAt    time.Time // when an abandoned pop is surely gone
+	lastBusy   time.Time
 }
 
 func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {

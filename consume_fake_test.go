@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // fakeBroker is a consumeBroker in memory, for the engine's parts: no
@@ -33,8 +35,10 @@ type fakeBroker struct {
 	renewEr error                 // renew fails with this while set
 	popWait time.Duration         // an empty pop waits this long (or its ctx)
 	popGate chan struct{}         // when set, a pop waits for it before answering
+	quickMs *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
 
 	pops      []int          // every pop's cap
+	nowaits   []bool         // whether each pop was one that does not wait
 	inflight  int            // pops in flight now
 	maxFlight int            // the most pops in flight at once
 	acks      [][]Settlement // every settle's outcomes
@@ -65,9 +69,10 @@ func (f *fakeBroker) add(p string, n int) {
 	}
 }
 
-func (f *fakeBroker) pop(ctx context.Context, capped int) (*popResult, error) {
+func (f *fakeBroker) pop(ctx context.Context, capped int, nowait bool) (*popResult, error) {
 	f.mu.Lock()
 	f.pops = append(f.pops, capped)
+	f.nowaits = append(f.nowaits, nowait)
 	f.inflight++
 	f.maxFlight = max(f.maxFlight, f.inflight)
 	gate := f.popGate
@@ -122,6 +127,13 @@ func (f *fakeBroker) pop(ctx context.Context, capped int) (*popResult, error) {
 		f.leases[lease] = got
 	}
 	f.mu.Unlock()
+	if len(got) == 0 && nowait {
+		var empty popResult
+		if f.quickMs != nil {
+			empty.autopilot = &wire.AutopilotEcho{WaitMs: f.quickMs}
+		}
+		return &empty, nil
+	}
 	if len(got) == 0 {
 		t := time.NewTimer(f.popWait)
 		defer t.Stop()

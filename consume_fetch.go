@@ -9,12 +9,25 @@ import (
 	"github.com/queen-go/queen/internal/transport"
 )
 
-// The fetcher: what decides when a pop goes and how big it is. A fetcher
-// goroutine of the loop (consume_loop.go) sends a pop when a handler is
-// free for it (fewer pops in flight, groups waiting or running and pops
-// being settled than slots), when no pause runs (after an empty answer or
-// a failure), and when the Limit has some left; the answer goes back to
-// the loop as a popDone.
+// The fetcher: what decides when a pop goes, how big it is, and whether
+// it waits. A fetcher goroutine of the loop (consume_loop.go) sends a pop
+// when a handler is free for it (fewer pops in flight, groups waiting or
+// running and pops being settled than slots), when no pause runs (after an
+// empty answer or a failure), and when the Limit has some left; the answer
+// goes back to the loop as a popDone.
+//
+// A pop waits for messages (a long poll, unless Wait(false)) when the loop
+// holds nothing else. While it holds other pops (being handled or settled,
+// or in flight while pops bring messages), a pop does not wait: the
+// partitions it finds leased may be the loop's own, freed by its next ack
+// (or by the ack of a pop still on its way), and a broker re-checks a
+// waiting pop only now and then (0.15.1: after 100 ms, backing off to 1 s),
+// so a waiting pop could sit out an ack that came milliseconds later.
+// After such a pop comes back empty, the pause that follows ends early
+// when the loop settles one of its pops (a partition may be free again);
+// the next pop then again does not wait. If the pause runs out with no
+// settle, the next pop waits (the loop's handlers may take long; a long
+// poll costs the broker one request, not one every pause).
 
 const (
 	autopilotMaxBatch = 1000                   // the most messages a broker hands out when it sizes a pop
@@ -28,6 +41,7 @@ const (
 // what it brought.
 type popDone struct {
 	reserved int
+	nowait   bool
 	res      *popResult
 	err      error
 	took     time.Duration
@@ -36,10 +50,20 @@ type popDone struct {
 // fetch sends one pop for at most n messages (0: the builder's batch), on
 // a fetcher, and hands the answer to the loop; it returns the group the
 // fetcher is to handle itself, if any.
-func (e *engine) fetch(n int) *group {
+func (e *engine) fetch(n int, nowait bool) *group {
 	began := time.Now()
-	res, err := e.b.pop(e.pollCtx, n)
-	return e.popped(popDone{reserved: n, res: res, err: err, took: time.Since(began)})
+	res, err := e.b.pop(e.pollCtx, n, nowait)
+	return e.popped(popDone{reserved: n, nowait: nowait, res: res, err: err, took: time.Since(began)})
+}
+
+// quickPops says whether the next pop is one that does not wait (e.mu
+// held; see the top of this file): the loop holds other pops (in hand, or
+// in flight while the last answer brought messages: on a queue found
+// empty, pops in flight are long polls that hold nothing), and no pop that
+// did not wait came back empty since the loop last settled one.
+func (e *engine) quickPops() bool {
+	held := len(e.queued)+len(e.running)+e.settling > 0 || (e.inflight > 0 && e.flowing)
+	return held && !(e.emptyQuick && e.emptyAt == e.settled)
 }
 
 // limiter counts the Limit: left is what no pop has asked for yet, held
@@ -190,7 +214,7 @@ func (e *engine) popFailed(err error) {
 		e.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", e.cfg.queue, "group", e.cfg.group,
 			"err", err, "failures", e.outage.failures, "backoff", d)
 	}
-	e.pause(now.Add(d))
+	e.pause(now.Add(d), false)
 }
 
 // popOK ends an outage, if one was running, with an Info line (e.mu held).

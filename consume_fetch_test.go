@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The Limit: each pop asks for at most a batch, a remainder smaller than
@@ -149,5 +151,144 @@ func TestLoopErrorHookPanics(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "OnLoopError hook panicked") || len(f.left()) != 0 {
 		t.Fatalf("left %v, logs:\n%s", f.left(), logs.String())
+	}
+}
+
+// Whether a pop waits (quickPops): not while the loop holds other pops
+// (in hand, or in flight while pops bring messages), since a partition the
+// loop leased itself is free again at its next ack and a broker re-checks a
+// waiting pop only now and then (0.15.1: after 100 ms, then up to 1 s);
+// but after such a pop came back empty, only once the loop settled a pop.
+func TestFetchQuickPops(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		queued, running, settling int
+		inflight                  int
+		flowing                   bool
+		emptyQuick                bool
+		emptyAt, settled          uint64
+		want                      bool
+	}{
+		{name: "nothing held: a long poll"},
+		{name: "a pop in hand", running: 1, want: true},
+		{name: "a group waiting", queued: 1, want: true},
+		{name: "a pop being settled", settling: 1, want: true},
+		{name: "a pop in flight while messages flow", inflight: 1, flowing: true, want: true},
+		{name: "pops in flight on a queue found empty", inflight: 3},
+		{name: "empty quick answer, no settle since", running: 1, emptyQuick: true, emptyAt: 4, settled: 4},
+		{name: "empty quick answer, a settle since", running: 1, emptyQuick: true, emptyAt: 4, settled: 5, want: true},
+	} {
+		e := &engine{queued: make([]*group, tc.queued), running: make([]*group, tc.running), settling: tc.settling,
+			inflight: tc.inflight, flowing: tc.flowing, emptyQuick: tc.emptyQuick, emptyAt: tc.emptyAt, settled: tc.settled}
+		if got := e.quickPops(); got != tc.want {
+			t.Errorf("%s: quickPops = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A pause after an empty answer to a pop that did not wait ends at the
+// loop's next settle; other pauses (after a long poll, after a failure)
+// run their course.
+func TestFetchSettleEndsQuickPause(t *testing.T) {
+	for _, quick := range []bool{true, false} {
+		e := newEngine(context.Background(), nil, newFakeBroker(1), engineConfig{slots: 2}, 0)
+		b := &batch{cancel: func(error) {}}
+		e.mu.Lock()
+		e.busy, e.settling = 1, 1
+		till := time.Now().Add(time.Minute)
+		e.pause(till, quick)
+		e.settledLocked(b)
+		paused := e.pauseTill.Equal(till)
+		e.mu.Unlock()
+		if paused == quick {
+			t.Errorf("quick %v: after a settle, paused %v", quick, paused)
+		}
+	}
+}
+
+// One handler long-polls at every pop.
+func TestFetchOneHandlerAlwaysWaits(t *testing.T) {
+	f := newFakeBroker(2)
+	f.add("p", 6)
+	e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 6,
+		func(context.Context, *Message) error { return nil })
+	if err := runEngine(t, e); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(f.nowaits, true) {
+		t.Fatalf("pops that did not wait: %v", f.nowaits)
+	}
+}
+
+// The end game of issue 11: the only partition left is leased by the loop
+// itself. A pop that does not wait finds nothing, and its pause (a minute,
+// by the broker's advice) ends at the loop's next settle: the next pop
+// takes the partition that settle freed, and the run ends in milliseconds.
+func TestFetchSettleFreesTheLastPartition(t *testing.T) {
+	f := newFakeBroker(1)
+	minute := 60000
+	f.quickMs = &minute
+	f.popWait = 20 * time.Millisecond
+	f.add("p", 3)
+	quickEmpty := func() bool { // a pop that did not wait came back empty
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.inflight == 0 && slices.Contains(f.nowaits, true)
+	}
+	var first atomic.Bool
+	e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 2, each: true}, 3,
+		func(context.Context, *Message) error {
+			if first.CompareAndSwap(false, true) {
+				for !quickEmpty() { // p stays leased until then
+					time.Sleep(time.Millisecond)
+				}
+			}
+			return nil
+		})
+	if err := runEngine(t, e); err != nil { // 5 s: the pause was not cut
+		t.Fatal(err)
+	}
+	if left := f.left(); len(left) != 0 {
+		t.Fatalf("left %v", left)
+	}
+}
+
+// With no settle before the pause runs out (a long handler), the next pop
+// waits: never two pops that do not wait with no settle between them.
+func TestFetchNoSettleThenLongPoll(t *testing.T) {
+	f := newFakeBroker(1)
+	short := 1
+	f.quickMs = &short
+	f.popWait = 10 * time.Millisecond
+	f.add("p", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e, _ := testEngine(t, ctx, f, engineConfig{slots: 2, each: true}, 0,
+		func(context.Context, *Message) error {
+			// In hand (no settle) until a few pops went by.
+			for {
+				f.mu.Lock()
+				n := len(f.nowaits)
+				f.mu.Unlock()
+				if n >= 8 {
+					cancel()
+					return nil
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	if err := runEngine(t, e); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	w := slices.Clone(f.nowaits)
+	f.mu.Unlock()
+	if !slices.Contains(w, true) {
+		t.Fatalf("pops %v: none did not wait beside the message in hand", w)
+	}
+	for i := 1; i < len(w); i++ {
+		if w[i] && w[i-1] {
+			t.Fatalf("pops %v: two that did not wait in a row, with no settle between", w)
+		}
 	}
 }

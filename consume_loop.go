@@ -25,6 +25,7 @@ type task struct {
 	g      *group
 	pop    bool
 	n      int
+	nowait bool
 	settle *batch
 }
 
@@ -41,7 +42,7 @@ func (e *engine) startSlot(fetcher bool) {
 			}
 			switch {
 			case t.pop:
-				if g := e.fetch(t.n); g != nil {
+				if g := e.fetch(t.n, t.nowait); g != nil {
 					e.runGroup(g) // the pop's first group, on the fetcher that brought it
 				}
 			case t.g != nil:
@@ -122,8 +123,9 @@ func (e *engine) takePop() (task, bool) {
 	if !ok {
 		return task{}, false
 	}
+	nowait := e.quickPops()
 	e.inflight++
-	return task{pop: true, n: n}, true
+	return task{pop: true, n: n, nowait: nowait}, true
 }
 
 // takeWork gives a worker a group whose partition is free, or, after a
@@ -160,9 +162,10 @@ func (e *engine) takeGroup() *group {
 	return nil
 }
 
-// pause holds the pops until t (e.mu held).
-func (e *engine) pause(t time.Time) {
-	e.pauseTill = t
+// pause holds the pops until t (e.mu held). quick: the pause follows an
+// empty answer to a pop that did not wait, and the next settle ends it.
+func (e *engine) pause(t time.Time, quick bool) {
+	e.pauseTill, e.pauseQuick = t, quick
 	e.changed()
 }
 
@@ -214,9 +217,12 @@ func (e *engine) popped(d popDone) *group {
 		e.popFailed(d.err)
 	case got == 0:
 		e.popOK()
-		e.pause(time.Now().Add(emptyDelay(d.res, d.took)))
+		e.flowing = e.flowing && d.nowait // a long poll found nothing: the queue is empty
+		e.emptyQuick, e.emptyAt = d.nowait, e.settled
+		e.pause(time.Now().Add(emptyDelay(d.res, d.took)), d.nowait)
 	default:
 		e.popOK()
+		e.flowing, e.emptyQuick = true, false
 		e.pauseTill = time.Time{}
 		b := e.newBatch(d.res, d.reserved)
 		e.busy++
@@ -275,6 +281,10 @@ func (e *engine) settledLate(b *batch) {
 func (e *engine) settledLocked(b *batch) {
 	e.settling--
 	e.busy--
+	e.settled++
+	if e.pauseQuick {
+		e.pauseTill, e.pauseQuick = time.Time{}, false // a partition may be free again
+	}
 	e.lastBusy = time.Now()
 	handled := 0
 	for _, g := range b.groups {

@@ -86,10 +86,11 @@ func (r *popRequest) longPollWait() time.Duration {
 // outcome_unknown), and a failure after it may have reached the broker is
 // an error matching ErrOutcomeUnknown, never a second pop that would
 // answer "empty" while the first claim holds the messages (see Pop). A
-// waiting pop's attempts get its wait plus popMargin each.
-func (r *popRequest) call(query string) call {
+// waiting pop's attempts get its wait plus popMargin each; a pop sent
+// without waiting (nowait), the client's usual timeout.
+func (r *popRequest) call(query string, nowait bool) call {
 	cl := call{method: http.MethodGet, path: r.path, rawQuery: query, once: true}
-	if r.wait && !r.discover {
+	if r.wait && !nowait && !r.discover {
 		cl.timeout = time.Duration(r.waitMs)*time.Millisecond + popMargin
 	}
 	return cl
@@ -108,11 +109,11 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 	if err != nil {
 		return nil, err
 	}
-	query, err := c.popQuery(r, withSub, 0)
+	query, err := c.popQuery(r, withSub, 0, false)
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.popWith(ctx, r, query, conflation, 0)
+	res, err := c.popWith(ctx, r, query, conflation, 0, false)
 	if err != nil {
 		return nil, err
 	}
@@ -122,9 +123,10 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 
 // popWith sends one pop of r with the encoded query and decodes its answer.
 // attempts, when positive, bounds the attempts (the consume loop retries
-// on its own, and so sees every failure).
-func (c *Client) popWith(ctx context.Context, r *popRequest, query string, conflation bool, attempts int) (*popResult, error) {
-	cl := r.call(query)
+// on its own, and so sees every failure). nowait: the query asks the
+// broker not to wait (see popQuery), whatever r says.
+func (c *Client) popWith(ctx context.Context, r *popRequest, query string, conflation bool, attempts int, nowait bool) (*popResult, error) {
+	cl := r.call(query, nowait)
 	cl.attempts = attempts
 	resp, err := c.do(ctx, cl)
 	if err != nil {

@@ -252,8 +252,8 @@ type popRequest struct {
 	pinned   bool // the pop names its partition
 	// encoded caches the encoded query without a cap, by variant: bit 0
 	// with the start point, bit 1 with an explicit batch for a broker that
-	// does not size pops (see popQuery).
-	encoded [4]atomic.Pointer[string]
+	// does not size pops, bit 2 not waiting (see popQuery).
+	encoded [8]atomic.Pointer[string]
 }
 
 // popRequest validates the options and builds the wire request. It sends

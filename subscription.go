@@ -207,11 +207,12 @@ func (r *popRequest) hasSubscription() bool {
 // popQuery encodes the query of one pop of r: with or without the group's
 // start point, with an explicit batch on a broker that does not size pops,
 // and capped to n messages when n > 0 (the rest of a Limit).
-func (c *Client) popQuery(r *popRequest, withSub bool, n int) (string, error) {
+func (c *Client) popQuery(r *popRequest, withSub bool, n int, nowait bool) (string, error) {
 	legacy := c.mem.noAutopilot.Load() && r.autopilotBatch()
 	if n > 0 && !r.capChanges(legacy, n) {
 		n = 0 // the cap changes nothing: the query encoded once will do
 	}
+	nowait = nowait && r.wait
 	if n <= 0 {
 		i := 0
 		if withSub {
@@ -220,17 +221,20 @@ func (c *Client) popQuery(r *popRequest, withSub bool, n int) (string, error) {
 		if legacy {
 			i |= 2
 		}
+		if nowait {
+			i |= 4
+		}
 		if q := r.encoded[i].Load(); q != nil {
 			return *q, nil
 		}
-		q, err := r.values(withSub, legacy, 0)
+		q, err := r.values(withSub, legacy, 0, nowait)
 		if err != nil {
 			return "", err
 		}
 		r.encoded[i].Store(&q)
 		return q, nil
 	}
-	return r.values(withSub, legacy, n)
+	return r.values(withSub, legacy, n, nowait)
 }
 
 // capChanges says whether capping r's batch to n changes its query.
@@ -249,10 +253,14 @@ func (r *popRequest) capChanges(legacy bool, n int) bool {
 func (r *popRequest) autopilotBatch() bool { return r.query.Autopilot && r.query.Batch == nil }
 
 // values encodes r's query (see popQuery).
-func (r *popRequest) values(withSub, legacy bool, n int) (string, error) {
+func (r *popRequest) values(withSub, legacy bool, n int, nowait bool) (string, error) {
 	q := r.query
 	if !withSub {
 		q.SubscriptionMode, q.SubscriptionFrom = "", ""
+	}
+	if nowait {
+		no := false
+		q.Wait, q.Timeout = &no, nil
 	}
 	if legacy && q.Autopilot && q.Batch == nil {
 		b := LegacyBatch
