@@ -52,6 +52,12 @@ type broker struct {
 	changed chan struct{}
 	applied uint64
 
+	// pushed is closed and replaced when a push stores messages, and
+	// pushes counts them per queue: the 0.15.1 profile's parked pops wake
+	// on a push to their queue only (pop_015.go).
+	pushed chan struct{}
+	pushes map[string]uint64
+
 	ap autopilot
 
 	// legacy is the 0.15.1 profile (Broker015): partitions are named by
@@ -184,7 +190,17 @@ func newBroker(clock Clock, defaults QueueConfig, legacy bool) *broker {
 		dlq:         map[string]*dlqRow{},
 		changed:     make(chan struct{}),
 		ap:          newAutopilot(),
+		pushed:      make(chan struct{}),
+		pushes:      map[string]uint64{},
 	}
+}
+
+// pushedTo records a push of messages to queue and wakes the parked 0.15.1
+// pops. Callers hold mu.
+func (b *broker) pushedTo(queue string) {
+	b.pushes[queue]++
+	close(b.pushed)
+	b.pushed = make(chan struct{})
 }
 
 // bump records a state change and wakes every parked waiter. Callers hold mu.

@@ -1,6 +1,7 @@
 package queentest
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -127,21 +128,86 @@ func (s *Server) handlePop015(w *recorder, req *request) {
 	b := s.b
 	leaseID := newUUID()
 	deadline := time.Now().Add(p.timeout)
+	var wait recheck015
 	for {
 		b.mu.Lock()
-		body, got, next := b.pop015(queue, part, pinned, p, leaseID, b.now())
-		ch := b.changed
+		body, got, _ := b.pop015(queue, part, pinned, p, leaseID, b.now())
+		pushed, seen := b.pushed, b.pushes[queue]
 		b.mu.Unlock()
 		if got || !p.wait {
 			w.json(http.StatusOK, body)
 			return
 		}
-		if !s.park(req.ctx, ch, deadline, next) {
+		if !s.park015(req.ctx, &wait, queue, pushed, seen, deadline) {
 			w.json(http.StatusOK, map[string]any{
 				"success": true, "queue": queue, "partition": part, "partitionId": nil,
 				"leaseId": nil, "consumerGroup": p.group, "messages": []any{},
 			})
 			return
+		}
+	}
+}
+
+// The 0.15.1 broker looks again for a parked (waiting) pop on a schedule
+// (libqueen's _set_next_backoff_time, with the server's defaults
+// POP_WAIT_INITIAL_INTERVAL_MS 100, POP_WAIT_BACKOFF_THRESHOLD 3,
+// POP_WAIT_BACKOFF_MULTIPLIER 2, POP_WAIT_MAX_INTERVAL_MS 1000): after the
+// n-th look that found nothing, the next comes 100 ms later for n up to 3,
+// then 100 ms × n × 2, at most 1 s (100, 100, 100, 800, 1000, ... ms). A
+// push that stores messages in the pop's queue makes it look at once and
+// starts the schedule again. An ack, a nack or an expired lease wakes no
+// one: a pop parked while the partitions were leased sees them free only
+// at its next look.
+const (
+	recheckFirst015     = 100 * time.Millisecond
+	recheckThreshold015 = 3
+	recheckFactor015    = 2
+	recheckMax015       = time.Second
+)
+
+// recheck015 is the schedule of one parked pop: looks that found nothing
+// since it began (or since the last push to its queue).
+type recheck015 struct{ empty int }
+
+// next is the wait before the next look, after one more that found
+// nothing.
+func (r *recheck015) next() time.Duration {
+	r.empty++
+	if r.empty <= recheckThreshold015 {
+		return recheckFirst015
+	}
+	return min(recheckFirst015*time.Duration(r.empty*recheckFactor015), recheckMax015)
+}
+
+// park015 waits for the next look of a parked 0.15.1 pop: its turn in the
+// schedule, or a push to queue (pushes seen of them so far; pushed is the
+// broker's signal). It reports whether to look again (false: the deadline
+// passed, the request or the server ended).
+func (s *Server) park015(ctx context.Context, r *recheck015, queue string, pushed <-chan struct{}, seen uint64, deadline time.Time) bool {
+	d := min(r.next(), time.Until(deadline))
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-pushed:
+			s.b.mu.Lock()
+			n := s.b.pushes[queue]
+			pushed = s.b.pushed
+			s.b.mu.Unlock()
+			if n == seen {
+				continue // a push to another queue
+			}
+			r.empty = 0
+			return true
+		case <-t.C:
+			return time.Now().Before(deadline)
+		case <-s.closed:
+			return false
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

@@ -91,6 +91,11 @@ func WithProfile(p Profile) Option {
 //   - Path parameters are taken raw, as uWebSockets hands them to the
 //     routes: a name that needs percent-escaping in a path never matches
 //     the stored name.
+//   - A waiting pop that found nothing looks again on libqueen's schedule
+//     (100 ms after each of its first three empty looks, then 100 ms × n
+//     × 2, at most 1 s), and at once when a push stores messages in its
+//     queue; an ack, a nack or an expired lease wakes no parked pop (the
+//     2.x profile wakes them on every change).
 //
 // The admin views (queue list and detail, consumer-group list and detail,
 // DLQ list) keep their 2.x shapes; they were not checked against 0.15.1.

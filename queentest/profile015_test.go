@@ -745,3 +745,83 @@ func TestBroker015MultiPartition(t *testing.T) {
 	p = h.pop15("mp", vals("partitions", "2", "batch", "10"))
 	assert.Equal(t, []int{0, 1}, ns(t, p.Messages), "only a's messages come back")
 }
+
+// A parked 0.15.1 pop looks again on libqueen's schedule: 100 ms after
+// each of its first three empty looks, then 100 ms × n × 2, at most 1 s.
+func TestBroker015RecheckSchedule(t *testing.T) {
+	var r recheck015
+	var got []time.Duration
+	for range 7 {
+		got = append(got, r.next())
+	}
+	ms := time.Millisecond
+	assert.Equal(t, []time.Duration{100 * ms, 100 * ms, 100 * ms, 800 * ms, 1000 * ms, 1000 * ms, 1000 * ms}, got)
+	r.empty = 0 // a push to the queue starts it again
+	assert.Equal(t, 100*ms, r.next())
+}
+
+// waitingPop015 sends a waiting pop of queue in the background; its answer
+// and how long it took arrive on the channel.
+func waitingPop015(t *testing.T, s *Server, queue string) <-chan struct {
+	pop  tPop
+	took time.Duration
+	err  error
+} {
+	out := make(chan struct {
+		pop  tPop
+		took time.Duration
+		err  error
+	}, 1)
+	go func() {
+		var r struct {
+			pop  tPop
+			took time.Duration
+			err  error
+		}
+		start := time.Now()
+		resp, err := http.Get(s.URL + "/api/v1/pop/queue/" + queue + "?wait=true&timeout=10000&batch=1")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&r.pop)
+			resp.Body.Close()
+		}
+		r.took, r.err = time.Since(start), err
+		out <- r
+	}()
+	return out
+}
+
+// An ack that frees a partition wakes no parked pop: the pop parked while
+// the partition was leased takes its message at its next look, not at
+// once (the stall a consume loop sat out at the end of a run, issue 11).
+func TestBroker015ParkedPopIgnoresAcks(t *testing.T) {
+	h := start015(t)
+	h.push15("rq", "p", map[string]any{"n": 1}, map[string]any{"n": 2})
+	first := h.pop15("rq", url.Values{"wait": {"false"}, "batch": {"1"}})
+	require.Len(t, first.Messages, 1)
+	res := waitingPop015(t, h.srv, "rq")
+	time.Sleep(20 * time.Millisecond) // parked: the partition is leased
+	h.batchAck("", ackItem(first.Messages[0], "completed"))
+	r := <-res
+	require.NoError(t, r.err)
+	require.Len(t, r.pop.Messages, 1, "the second message, at the next look")
+	assert.GreaterOrEqual(t, r.took, 95*time.Millisecond, "the ack woke the parked pop")
+}
+
+// A push to its queue makes a parked pop look at once, however far its
+// schedule has backed off.
+func TestBroker015PushWakesParkedPop(t *testing.T) {
+	h := start015(t)
+	h.push15("wq", "p", map[string]any{"n": 0})
+	first := h.pop15("wq", url.Values{"wait": {"false"}, "batch": {"1"}})
+	require.Len(t, first.Messages, 1)
+	h.batchAck("", ackItem(first.Messages[0], "completed")) // the queue is empty
+	res := waitingPop015(t, h.srv, "wq")
+	// Looks at 100, 200, 300 and 1100 ms; the next would be at 2100 ms.
+	time.Sleep(1200 * time.Millisecond)
+	h.push15("other", "p", map[string]any{"n": 1}) // another queue: no wake-up
+	h.push15("wq", "p", map[string]any{"n": 2})
+	r := <-res
+	require.NoError(t, r.err)
+	require.Len(t, r.pop.Messages, 1)
+	assert.Less(t, r.took, 1900*time.Millisecond, "the push did not wake the pop (its next look was at 2.1 s)")
+}

@@ -130,6 +130,7 @@ func (s *Server) handlePush015(w *recorder, req *request) {
 		if !dup {
 			pid := b.queues[it.queue].byName[it.partition].uuid
 			out[i].Status, out[i].PartitionID, out[i].TraceID, out[i].queued = "queued", &pid, trace, true
+			b.pushedTo(it.queue)
 		}
 	}
 	b.bump()
