@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,31 +28,36 @@ func (c *call) exchange(req *http.Request) (*http.Response, error) {
 	if c.t.owned == nil {
 		return c.hc.Do(req)
 	}
-	first := req
+	first, strip := req, false
 	for hops := 0; ; hops++ {
 		resp, err := c.RoundTrip(req)
 		if err != nil {
-			return nil, urlError(req, req.URL.Redacted(), err)
+			if rh, ok := err.(tls.RecordHeaderError); ok && string(rh.RecordHeader[:]) == "HTTP/" {
+				err = http.ErrSchemeMismatch // as http.Client says it
+			}
+			return nil, urlError(first, req.URL.Redacted(), err)
 		}
-		next, err := redirectOf(first, req, resp)
+		var next *http.Request
+		next, strip, err = redirectOf(first, req, resp, strip)
 		switch {
 		case err != nil:
 			c.body, c.bodyOf = nil, nil
-			return nil, urlError(req, req.URL.Redacted(), err)
+			return nil, urlError(first, req.URL.Redacted(), err)
 		case next == nil:
 			return resp, nil
 		case hops == maxRedirects-1:
 			// As http.Client: the last redirect and an error.
-			return resp, urlError(req, next.URL.Redacted(), fmt.Errorf("stopped after %d redirects", maxRedirects))
+			return resp, urlError(first, resp.Header.Get("Location"), fmt.Errorf("stopped after %d redirects", maxRedirects))
 		}
 		c.body, c.bodyOf = nil, nil // the redirect's body: nobody reads it
 		req = next
 	}
 }
 
-// urlError wraps err as http.Client wraps the errors of Do.
-func urlError(req *http.Request, u string, err error) error {
-	op := req.Method[:1] + strings.ToLower(req.Method[1:])
+// urlError wraps err as http.Client wraps the errors of Do: the method of
+// the attempt's first request, the URL of the request that failed.
+func urlError(first *http.Request, u string, err error) error {
+	op := first.Method[:1] + strings.ToLower(first.Method[1:])
 	return &url.Error{Op: op, URL: u, Err: err}
 }
 
@@ -62,9 +68,10 @@ func urlError(req *http.Request, u string, err error) error {
 // body (a HEAD stays a HEAD); 307 and 308 keep the method and the body.
 // The next request carries first's header, less its credentials
 // (Authorization, Proxy-Authorization, WWW-Authenticate, Cookie, Cookie2)
-// when it goes to a host that is neither first's nor a subdomain of it,
-// and less Content-Type when the body is dropped.
-func redirectOf(first, req *http.Request, resp *http.Response) (*http.Request, error) {
+// once a hop went to a host that is neither first's nor a subdomain of it
+// (strip: so far; stripped: from this hop on), and less Content-Type when
+// the body is dropped.
+func redirectOf(first, req *http.Request, resp *http.Response, strip bool) (next *http.Request, stripped bool, err error) {
 	method, keepBody := req.Method, false
 	switch resp.StatusCode {
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther:
@@ -74,28 +81,29 @@ func redirectOf(first, req *http.Request, resp *http.Response) (*http.Request, e
 	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
 		keepBody = true
 		if req.GetBody == nil && req.ContentLength != 0 {
-			return nil, nil
+			return nil, strip, nil
 		}
 	default:
-		return nil, nil
+		return nil, strip, nil
 	}
 	loc := resp.Header.Get("Location")
 	if loc == "" {
-		return nil, nil
+		return nil, strip, nil
 	}
 	u, err := req.URL.Parse(loc)
 	if err != nil {
-		return nil, fmt.Errorf("failed to parse Location header %q: %w", loc, err)
+		return nil, strip, fmt.Errorf("failed to parse Location header %q: %w", loc, err)
 	}
-	next, err := http.NewRequestWithContext(req.Context(), method, u.String(), nil)
+	next, err = http.NewRequestWithContext(req.Context(), method, u.String(), nil)
 	if err != nil {
-		return nil, err
+		return nil, strip, err
 	}
 	next.Header = first.Header.Clone()
 	if next.Header == nil {
 		next.Header = http.Header{}
 	}
-	if !sameOrSubdomain(u.Hostname(), first.URL.Hostname()) {
+	strip = strip || !sameOrSubdomain(u.Hostname(), first.URL.Hostname())
+	if strip {
 		for _, k := range []string{"Authorization", "Proxy-Authorization", "Www-Authenticate", "Cookie", "Cookie2"} {
 			next.Header.Del(k)
 		}
@@ -103,13 +111,13 @@ func redirectOf(first, req *http.Request, resp *http.Response) (*http.Request, e
 	if keepBody && req.GetBody != nil {
 		body, err := req.GetBody()
 		if err != nil {
-			return nil, err
+			return nil, strip, err
 		}
 		next.Body, next.GetBody, next.ContentLength = body, req.GetBody, req.ContentLength
 	} else {
 		next.Header.Del("Content-Type")
 	}
-	return next, nil
+	return next, strip, nil
 }
 
 // sameOrSubdomain reports whether host is parent or a subdomain of it (an

@@ -41,6 +41,7 @@ func TestRedirectsAsHTTPClient(t *testing.T) {
 		{"300 not followed", http.MethodGet, "", 300, func(string) string { return "/new" }},
 		{"endless", http.MethodGet, "", 302, func(string) string { return "/old" }},
 		{"bad Location", http.MethodGet, "", 302, func(string) string { return "http://[::1" }},
+		{"303 to a dead host names the first method", http.MethodPost, `{}`, 303, func(string) string { return "http://127.0.0.1:1/new" }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,5 +98,21 @@ func TestRedirectsAsHTTPClient(t *testing.T) {
 			assert.Equal(t, user, pool)
 			assert.NotEmpty(t, pool.reqs)
 		})
+	}
+}
+
+// An https URL served by a plain-HTTP server fails the same way on both
+// paths: http.ErrSchemeMismatch, not the TLS record error.
+func TestSchemeMismatchAsHTTPClient(t *testing.T) {
+	srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, okBody) })
+	u := "https://" + strings.TrimPrefix(srv.URL, "http://")
+	for _, user := range []bool{false, true} {
+		cfg := Config{URLs: []string{u}, Retry: RetryPolicy{MaxAttempts: 1}}
+		if user {
+			cfg.HTTPClient = &http.Client{Transport: newPool(2, 1)}
+		}
+		tr, _, _ := newTransport(t, cfg)
+		_, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x"})
+		assert.ErrorIs(t, err, http.ErrSchemeMismatch, "user client %v: %v", user, err)
 	}
 }
