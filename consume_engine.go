@@ -65,13 +65,12 @@ type engine struct {
 	limit     limiter
 	outage    outage
 	pauseTill time.Time // no pop before (after an empty answer or a failure)
-	// pauseQuick: the pause follows an empty answer to a pop that did not
-	// wait; a settle ends it (consume_fetch.go).
-	pauseQuick bool
+	// The pacing of pops that do not wait (consume_fetch.go).
 	settled    uint64    // pops settled so far
 	flowing    bool      // the last answer brought messages
-	emptyQuick bool      // the last answer was an empty one to a pop that did not wait
-	emptyAt    uint64    // settled at that answer
+	contended  bool      // a pop that did not wait found nothing; pops go one per settle
+	tokens     int       // settles not yet used by a pop, while contended
+	fallbackAt time.Time // while contended with no token: a long poll may go after this
 	abandoned  bool      // pops in flight were abandoned at the stop
 	quietAt    time.Time // when an abandoned pop is surely gone
 	lastBusy   time.Time

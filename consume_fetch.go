@@ -23,11 +23,16 @@ import (
 // (or by the ack of a pop still on its way), and a broker re-checks a
 // waiting pop only now and then (0.15.1: after 100 ms, backing off to 1 s),
 // so a waiting pop could sit out an ack that came milliseconds later.
-// After such a pop comes back empty, the pause that follows ends early
-// when the loop settles one of its pops (a partition may be free again);
-// the next pop then again does not wait. If the pause runs out with no
-// settle, the next pop waits (the loop's handlers may take long; a long
-// poll costs the broker one request, not one every pause).
+//
+// When such a pop finds nothing, the loop is contended (more handlers than
+// partitions it can get): from then on each settle of the loop lets one
+// pop go (a settle frees at most the partitions of one pop), not one per
+// free handler, so that a loop with more handlers than partitions does not
+// send a pop per idle handler at every ack. A handler with no settle to
+// use waits; if no settle comes within the usual pause after an empty
+// answer (the loop's handlers may be slow), its pop waits at the broker
+// (one long poll, not a pop every pause). The loop is no longer contended once an
+// answer leaves no handler idle, or a long poll answers.
 
 const (
 	autopilotMaxBatch = 1000                   // the most messages a broker hands out when it sizes a pop
@@ -40,30 +45,41 @@ const (
 // popDone is a pop that came back: its reservation from the Limit, and
 // what it brought.
 type popDone struct {
-	reserved int
-	nowait   bool
-	res      *popResult
-	err      error
-	took     time.Duration
+	reserved  int
+	nowait    bool
+	settledAt uint64 // e.settled when it went
+	res       *popResult
+	err       error
+	took      time.Duration
 }
 
-// fetch sends one pop for at most n messages (0: the builder's batch), on
-// a fetcher, and hands the answer to the loop; it returns the group the
+// fetch sends the pop of t, for at most t.n messages (0: the builder's
+// batch), on a fetcher, and hands the answer to the loop; it returns the group the
 // fetcher is to handle itself, if any.
-func (e *engine) fetch(n int, nowait bool) *group {
+func (e *engine) fetch(t task) *group {
 	began := time.Now()
-	res, err := e.b.pop(e.pollCtx, n, nowait)
-	return e.popped(popDone{reserved: n, nowait: nowait, res: res, err: err, took: time.Since(began)})
+	res, err := e.b.pop(e.pollCtx, t.n, t.nowait)
+	return e.popped(popDone{reserved: t.n, nowait: t.nowait, settledAt: t.settledAt, res: res, err: err, took: time.Since(began)})
 }
 
-// quickPops says whether the next pop is one that does not wait (e.mu
-// held; see the top of this file): the loop holds other pops (in hand, or
-// in flight while the last answer brought messages: on a queue found
-// empty, pops in flight are long polls that hold nothing), and no pop that
-// did not wait came back empty since the loop last settled one.
-func (e *engine) quickPops() bool {
+// paced says how the next pop may go (e.mu held; see the top of this
+// file): go false, the fetcher waits (for a settle, or until wake, when
+// not zero); nowait, a pop that does not wait. A pop that goes while
+// contended uses a settle (tokens).
+func (e *engine) paced(now time.Time) (goes, nowait bool, wake time.Time) {
 	held := len(e.queued)+len(e.running)+e.settling > 0 || (e.inflight > 0 && e.flowing)
-	return held && !(e.emptyQuick && e.emptyAt == e.settled)
+	switch {
+	case !held:
+		return true, false, time.Time{}
+	case !e.contended:
+		return true, true, time.Time{}
+	case e.tokens > 0:
+		e.tokens--
+		return true, true, time.Time{}
+	case !now.Before(e.fallbackAt):
+		return true, false, time.Time{}
+	}
+	return false, false, e.fallbackAt
 }
 
 // limiter counts the Limit: left is what no pop has asked for yet, held
@@ -214,7 +230,7 @@ func (e *engine) popFailed(err error) {
 		e.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", e.cfg.queue, "group", e.cfg.group,
 			"err", err, "failures", e.outage.failures, "backoff", d)
 	}
-	e.pause(now.Add(d), false)
+	e.pause(now.Add(d))
 }
 
 // popOK ends an outage, if one was running, with an Info line (e.mu held).

@@ -154,56 +154,89 @@ func TestLoopErrorHookPanics(t *testing.T) {
 	}
 }
 
-// Whether a pop waits (quickPops): not while the loop holds other pops
-// (in hand, or in flight while pops bring messages), since a partition the
-// loop leased itself is free again at its next ack and a broker re-checks a
-// waiting pop only now and then (0.15.1: after 100 ms, then up to 1 s);
-// but after such a pop came back empty, only once the loop settled a pop.
-func TestFetchQuickPops(t *testing.T) {
+// How a pop goes (paced): it waits at the broker only when the loop holds
+// nothing else, since a partition the loop leased itself is free again at
+// its next ack and a broker re-checks a waiting pop only now and then
+// (0.15.1: after 100 ms, then up to 1 s); once such a pop found nothing
+// (contended), one pop per settle, and a long poll only after a pause with
+// no settle.
+func TestFetchPaced(t *testing.T) {
+	now := time.Now()
 	for _, tc := range []struct {
 		name                      string
 		queued, running, settling int
 		inflight                  int
-		flowing                   bool
-		emptyQuick                bool
-		emptyAt, settled          uint64
-		want                      bool
+		flowing, contended        bool
+		tokens                    int
+		fallback                  time.Duration // fallbackAt - now
+		goes, nowait              bool
+		tokensAfter               int
 	}{
-		{name: "nothing held: a long poll"},
-		{name: "a pop in hand", running: 1, want: true},
-		{name: "a group waiting", queued: 1, want: true},
-		{name: "a pop being settled", settling: 1, want: true},
-		{name: "a pop in flight while messages flow", inflight: 1, flowing: true, want: true},
-		{name: "pops in flight on a queue found empty", inflight: 3},
-		{name: "empty quick answer, no settle since", running: 1, emptyQuick: true, emptyAt: 4, settled: 4},
-		{name: "empty quick answer, a settle since", running: 1, emptyQuick: true, emptyAt: 4, settled: 5, want: true},
+		{name: "nothing held: a long poll", goes: true},
+		{name: "a pop in hand", running: 1, goes: true, nowait: true},
+		{name: "a group waiting", queued: 1, goes: true, nowait: true},
+		{name: "a pop being settled", settling: 1, goes: true, nowait: true},
+		{name: "a pop in flight while messages flow", inflight: 1, flowing: true, goes: true, nowait: true},
+		{name: "pops in flight on a queue found empty", inflight: 3, goes: true},
+		{name: "contended, a settle to use", running: 1, contended: true, tokens: 2, fallback: time.Minute, goes: true, nowait: true, tokensAfter: 1},
+		{name: "contended, no settle: wait", running: 1, contended: true, fallback: time.Minute},
+		{name: "contended, no settle for a pause: a long poll", running: 1, contended: true, fallback: -time.Millisecond, goes: true},
+		{name: "contended but nothing held: a long poll", contended: true, fallback: time.Minute, goes: true},
 	} {
 		e := &engine{queued: make([]*group, tc.queued), running: make([]*group, tc.running), settling: tc.settling,
-			inflight: tc.inflight, flowing: tc.flowing, emptyQuick: tc.emptyQuick, emptyAt: tc.emptyAt, settled: tc.settled}
-		if got := e.quickPops(); got != tc.want {
-			t.Errorf("%s: quickPops = %v, want %v", tc.name, got, tc.want)
+			inflight: tc.inflight, flowing: tc.flowing, contended: tc.contended, tokens: tc.tokens, fallbackAt: now.Add(tc.fallback)}
+		goes, nowait, _ := e.paced(now)
+		if goes != tc.goes || nowait != tc.nowait || e.tokens != tc.tokensAfter {
+			t.Errorf("%s: paced = goes %v nowait %v (tokens left %d), want %v %v (%d)", tc.name, goes, nowait, e.tokens, tc.goes, tc.nowait, tc.tokensAfter)
 		}
 	}
 }
 
-// A pause after an empty answer to a pop that did not wait ends at the
-// loop's next settle; other pauses (after a long poll, after a failure)
-// run their course.
-func TestFetchSettleEndsQuickPause(t *testing.T) {
-	for _, quick := range []bool{true, false} {
-		e := newEngine(context.Background(), nil, newFakeBroker(1), engineConfig{slots: 2}, 0)
-		b := &batch{cancel: func(error) {}}
+// While contended, each settle lets one more pop go, and puts off the
+// long poll of the handlers left waiting.
+func TestFetchSettleLetsOnePopGo(t *testing.T) {
+	for _, contended := range []bool{true, false} {
+		e := newEngine(context.Background(), nil, newFakeBroker(1), engineConfig{slots: 4}, 0)
 		e.mu.Lock()
-		e.busy, e.settling = 1, 1
-		till := time.Now().Add(time.Minute)
-		e.pause(till, quick)
-		e.settledLocked(b)
-		paused := e.pauseTill.Equal(till)
+		e.busy, e.settling, e.contended = 1, 1, contended
+		e.settledLocked(&batch{cancel: func(error) {}})
+		tokens, later := e.tokens, e.fallbackAt.After(time.Now())
 		e.mu.Unlock()
-		if paused == quick {
-			t.Errorf("quick %v: after a settle, paused %v", quick, paused)
+		if want := btoi(contended); tokens != want || later != contended {
+			t.Errorf("contended %v: after a settle, %d pops may go (want %d), long poll put off %v", contended, tokens, want, later)
 		}
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// More handlers than partitions (issue 11 review: 8 handlers, one
+// partition): no pop per idle handler at every ack; pops that find nothing
+// stay about one per message, and the run ends at once.
+func TestFetchContendedPopsArePaced(t *testing.T) {
+	f := newFakeBroker(1)
+	f.popWait = 200 * time.Millisecond // a long poll's wait: it must not be needed
+	f.add("p", 60)
+	e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 8, each: true}, 60,
+		func(context.Context, *Message) error { time.Sleep(200 * time.Microsecond); return nil })
+	if err := runEngine(t, e); err != nil {
+		t.Fatal(err)
+	}
+	if left := f.left(); len(left) != 0 {
+		t.Fatalf("left %v", left)
+	}
+	f.mu.Lock()
+	pops := len(f.pops)
+	f.mu.Unlock()
+	if pops > 3*60 {
+		t.Fatalf("%d pops for 60 messages: the idle handlers popped at every ack", pops)
+	}
+	t.Logf("%d pops for 60 messages", pops)
 }
 
 // One handler long-polls at every pop.

@@ -22,11 +22,12 @@ import (
 // task is what next gives a goroutine of the loop: a group to handle, a
 // pop to send (of n messages), or a pop to settle.
 type task struct {
-	g      *group
-	pop    bool
-	n      int
-	nowait bool
-	settle *batch
+	g         *group
+	pop       bool
+	n         int
+	nowait    bool
+	settledAt uint64 // e.settled when the pop went
+	settle    *batch
 }
 
 // startSlot starts one fetcher (it sends pops) or one worker (it handles
@@ -42,7 +43,7 @@ func (e *engine) startSlot(fetcher bool) {
 			}
 			switch {
 			case t.pop:
-				if g := e.fetch(t.n, t.nowait); g != nil {
+				if g := e.fetch(t); g != nil {
 					e.runGroup(g) // the pop's first group, on the fetcher that brought it
 				}
 			case t.g != nil:
@@ -91,7 +92,7 @@ func (e *engine) next(fetcher bool) (task, bool) {
 		}
 		*idle++
 		var wake <-chan time.Time
-		if wait := time.Until(e.pauseTill); fetcher && wait > 0 {
+		if wait := time.Until(e.wakeAt()); fetcher && wait > 0 {
 			if pause == nil {
 				pause = time.NewTimer(wait)
 			} else {
@@ -119,13 +120,29 @@ func (e *engine) takePop() (task, bool) {
 		time.Now().Before(e.pauseTill) {
 		return task{}, false
 	}
-	n, ok := e.limit.reserve(e.cfg.want)
-	if !ok {
+	now := time.Now()
+	goes, nowait, _ := e.paced(now)
+	if !goes {
 		return task{}, false
 	}
-	nowait := e.quickPops()
+	n, ok := e.limit.reserve(e.cfg.want)
+	if !ok {
+		if nowait && e.contended {
+			e.tokens++ // the settle stays unused
+		}
+		return task{}, false
+	}
 	e.inflight++
-	return task{pop: true, n: n, nowait: nowait}, true
+	return task{pop: true, n: n, nowait: nowait, settledAt: e.settled}, true
+}
+
+// wakeAt is when a fetcher with nothing to do looks again by itself (e.mu
+// held): the end of a pause, or when a contended loop may long-poll.
+func (e *engine) wakeAt() time.Time {
+	if e.contended && e.tokens == 0 && e.fallbackAt.After(e.pauseTill) {
+		return e.fallbackAt
+	}
+	return e.pauseTill
 }
 
 // takeWork gives a worker a group whose partition is free, or, after a
@@ -162,10 +179,9 @@ func (e *engine) takeGroup() *group {
 	return nil
 }
 
-// pause holds the pops until t (e.mu held). quick: the pause follows an
-// empty answer to a pop that did not wait, and the next settle ends it.
-func (e *engine) pause(t time.Time, quick bool) {
-	e.pauseTill, e.pauseQuick = t, quick
+// pause holds the pops until t (e.mu held).
+func (e *engine) pause(t time.Time) {
+	e.pauseTill = t
 	e.changed()
 }
 
@@ -215,14 +231,23 @@ func (e *engine) popped(d popDone) *group {
 	case d.err != nil:
 		hook = &LoopError{Op: LoopOpPop, Err: d.err}
 		e.popFailed(d.err)
+	case got == 0 && d.nowait:
+		e.popOK()
+		if !e.contended {
+			e.contended, e.tokens = true, 0
+		}
+		if e.settled != d.settledAt {
+			e.tokens = max(e.tokens, 1) // a settle while it was on its way may have freed a partition
+		}
+		e.fallbackAt = time.Now().Add(emptyDelay(d.res, 0))
+		e.changed()
 	case got == 0:
 		e.popOK()
-		e.flowing = e.flowing && d.nowait // a long poll found nothing: the queue is empty
-		e.emptyQuick, e.emptyAt = d.nowait, e.settled
-		e.pause(time.Now().Add(emptyDelay(d.res, d.took)), d.nowait)
+		e.flowing = false // a long poll found nothing: the queue is empty
+		e.pause(time.Now().Add(emptyDelay(d.res, d.took)))
 	default:
 		e.popOK()
-		e.flowing, e.emptyQuick = true, false
+		e.flowing = true
 		e.pauseTill = time.Time{}
 		b := e.newBatch(d.res, d.reserved)
 		e.busy++
@@ -230,6 +255,9 @@ func (e *engine) popped(d popDone) *group {
 			b.keeper = e.keepLease(b)
 		}
 		e.queued = append(e.queued, b.groups...)
+		if e.inflight+len(e.queued)+len(e.running)+e.settling >= e.cfg.slots {
+			e.contended = false // no handler idle: nothing to pace
+		}
 		mine = e.takeGroup()
 	}
 	e.changed()
@@ -282,8 +310,9 @@ func (e *engine) settledLocked(b *batch) {
 	e.settling--
 	e.busy--
 	e.settled++
-	if e.pauseQuick {
-		e.pauseTill, e.pauseQuick = time.Time{}, false // a partition may be free again
+	if e.contended {
+		e.tokens = min(e.tokens+1, e.cfg.slots) // a partition may be free again
+		e.fallbackAt = time.Now().Add(emptyPollDelay)
 	}
 	e.lastBusy = time.Now()
 	handled := 0
