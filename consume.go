@@ -248,8 +248,9 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 // while the loop holds others does not wait: the partitions it finds leased
 // may be the loop's own, free again at its next ack, which a broker's long
 // poll would notice only at its next re-check (0.15.1: 100 ms to 1 s). After
-// such a pop comes back empty, the loop pops again at its next ack, or
-// long-polls if none comes within the usual pause after an empty answer.
+// such a pop comes back empty, the loop sends one pop per ack of its own
+// (not one per idle handler), and long-polls if no ack comes within the
+// usual pause after an empty answer.
 //
 // Under a Limit each pop asks for at most what is left of it, and the
 // remainder is asked for by one pop, not split between the handlers: a
