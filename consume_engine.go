@@ -67,6 +67,7 @@ type engine struct {
 	pauseTill time.Time // no pop before (after an empty answer or a failure)
 	// The pacing of pops that do not wait (consume_fetch.go).
 	settled    uint64    // pops settled so far
+	answered   bool      // a pop was answered (empty or not)
 	flowing    bool      // the last answer brought messages
 	contended  bool      // a pop that did not wait found nothing; pops go one per settle
 	tokens     int       // settles not yet used by a pop, while contended

@@ -24,6 +24,12 @@ import (
 // waiting pop only now and then (0.15.1: after 100 ms, backing off to 1 s),
 // so a waiting pop could sit out an ack that came milliseconds later.
 //
+// The first pops of a loop of several handlers do not wait either, until
+// one is answered: handlers that all long-polled a queue with fewer free
+// partitions than handlers would leave the losers parked at the broker,
+// each holding its share of the Limit until the broker's next look. An
+// empty queue costs each handler one pop more before its long poll.
+//
 // When such a pop finds nothing, the loop is contended (more handlers than
 // partitions it can get): from then on each settle of the loop lets one
 // pop go (a settle frees at most the partitions of one pop), not one per
@@ -69,6 +75,8 @@ func (e *engine) fetch(t task) *group {
 func (e *engine) paced(now time.Time) (goes, nowait bool, wake time.Time) {
 	held := len(e.queued)+len(e.running)+e.settling > 0 || (e.inflight > 0 && e.flowing)
 	switch {
+	case !held && !e.answered && e.cfg.slots > 1:
+		return true, true, time.Time{} // the first pops: see the top of this file
 	case !held:
 		return true, false, time.Time{}
 	case !e.contended:

@@ -233,6 +233,7 @@ func (e *engine) popped(d popDone) *group {
 		e.popFailed(d.err)
 	case got == 0 && d.nowait:
 		e.popOK()
+		e.answered = true
 		if !e.contended {
 			e.contended, e.tokens = true, 0
 		}
@@ -243,11 +244,12 @@ func (e *engine) popped(d popDone) *group {
 		e.changed()
 	case got == 0:
 		e.popOK()
+		e.answered = true
 		e.flowing = false // a long poll found nothing: the queue is empty
 		e.pause(time.Now().Add(emptyDelay(d.res, d.took)))
 	default:
 		e.popOK()
-		e.flowing = true
+		e.answered, e.flowing = true, true
 		e.pauseTill = time.Time{}
 		b := e.newBatch(d.res, d.reserved)
 		e.busy++
