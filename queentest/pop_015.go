@@ -131,7 +131,7 @@ func (s *Server) handlePop015(w *recorder, req *request) {
 	var wait recheck015
 	for {
 		b.mu.Lock()
-		body, got, _ := b.pop015(queue, part, pinned, p, leaseID, b.now())
+		body, got := b.pop015(queue, part, pinned, p, leaseID, b.now())
 		pushed, seen := b.pushed, b.pushes[queue]
 		b.mu.Unlock()
 		if got || !p.wait {
@@ -212,16 +212,11 @@ func (s *Server) park015(ctx context.Context, r *recheck015, queue string, pushe
 	}
 }
 
-// pop015 is one run of pop_unified_batch_v4. It reports the body, whether
-// it holds messages, and when a lease it met expires. Callers hold mu.
-func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, leaseID string, now time.Time) (any, bool, time.Time) {
-	var next time.Time
-	at := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-	}
-	note := func(l *lease) { at(l.expires.Add(time.Nanosecond)) }
+// pop015 is one run of pop_unified_batch_v4. It reports the body and
+// whether it holds messages. Callers hold mu. (A parked pop looks again on
+// the broker's schedule, park015: no wake-up time is derived from leases
+// or delayed messages.)
+func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, leaseID string, now time.Time) (any, bool) {
 	q := b.queues[queue]
 	if pinned {
 		var part *partition
@@ -230,36 +225,34 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 		}
 		switch {
 		case part == nil:
-			return emptyPop015("partition_not_found"), false, next
+			return emptyPop015("partition_not_found"), false
 		case tooLong015(p.group):
-			return dbErrorBody(errTooLong015), false, next
+			return dbErrorBody(errTooLong015), false
 		case p.batch < 0:
-			return dbErrorBody("LIMIT must not be negative"), false, next
+			return dbErrorBody("LIMIT must not be negative"), false
 		}
 		c := part.cursors[p.group]
 		if c == nil {
 			c = &cursor{committed: -1, attemptOff: -1}
 			part.cursors[p.group] = c
 		}
-		if l := c.liveLease(now); l != nil {
-			note(l)
-			return emptyPop015("lease_held"), false, next
+		if c.liveLease(now) != nil {
+			return emptyPop015("lease_held"), false
 		}
-		msgs, changed, vis := b.claim015(part, c, p, leaseID, p.batch, partName, now)
-		at(vis)
+		msgs, changed := b.claim015(part, c, p, leaseID, p.batch, partName, now)
 		if changed {
 			b.bump()
 		}
-		return b.popBody015(p, leaseID, part, msgs, 1), len(msgs) > 0, next
+		return b.popBody015(p, leaseID, part, msgs, 1), len(msgs) > 0
 	}
 
 	// Wildcard. A name longer than the column fails the broker's bookkeeping
 	// insert (consumer_watermarks) before anything else is seen.
 	if tooLong015(queue) || tooLong015(p.group) {
-		return dbErrorBody(errTooLong015), false, next
+		return dbErrorBody(errTooLong015), false
 	}
 	if q == nil {
-		return emptyPop015("no_available_partition"), false, next
+		return emptyPop015("no_available_partition"), false
 	}
 	// The candidates: partitions with messages, no live lease of the group,
 	// and a message past its cursor (a NULL cursor always qualifies).
@@ -270,8 +263,7 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 		}
 		from := int64(0)
 		if c := part.cursors[p.group]; c != nil {
-			if l := c.liveLease(now); l != nil {
-				note(l)
+			if c.liveLease(now) != nil {
 				continue
 			}
 			if c.committed >= part.lastOffset() {
@@ -301,9 +293,8 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 			c = &cursor{committed: -1, attemptOff: -1}
 			cd.p.cursors[p.group] = c
 		}
-		msgs, ch, vis := b.claim015(cd.p, c, p, leaseID, remaining, "", now)
+		msgs, ch := b.claim015(cd.p, c, p, leaseID, remaining, "", now)
 		changed = changed || ch
-		at(vis)
 		if first == nil {
 			first = cd.p
 		}
@@ -312,12 +303,12 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 		claimed++
 	}
 	if claimed == 0 {
-		return emptyPop015("no_available_partition"), false, next
+		return emptyPop015("no_available_partition"), false
 	}
 	if changed {
 		b.bump() // a claim that found nothing and moved nothing wakes no one
 	}
-	return b.popBody015(p, leaseID, first, all, claimed), len(all) > 0, next
+	return b.popBody015(p, leaseID, first, all, claimed), len(all) > 0
 }
 
 func (b *broker) popBody015(p pop015Params, leaseID string, first *partition, msgs []pop015Message, claimed int) pop015Body {
@@ -354,9 +345,8 @@ func (b *broker) popBody015(p pop015Params, leaseID string, first *partition, ms
 // the wildcard route). Callers hold mu.
 //
 // It also reports whether it changed anything a parked pop could care
-// about (messages handed out, a cursor moved, a subscription written), and
-// when the first message it left for delayedProcessing becomes visible.
-func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID string, limit int, subPart string, now time.Time) ([]pop015Message, bool, time.Time) {
+// about (messages handed out, a cursor moved, a subscription written).
+func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID string, limit int, subPart string, now time.Time) ([]pop015Message, bool) {
 	secs := part.q.cfg.LeaseTime
 	if secs == 0 {
 		secs = 60
@@ -365,7 +355,6 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 	c.batchSize, c.ackedCount = p.batch, 0
 
 	changed := false
-	var visibleAt time.Time
 	var since *time.Time
 	if c.committed < 0 && p.group != queueModeGroup {
 		if m := b.subOf(part.q.name, p.group, part.name); m != nil {
@@ -390,7 +379,6 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 			continue
 		}
 		if !part.visible(m, now) {
-			visibleAt = part.visibleAt(m)
 			break
 		}
 		offs = append(offs, o)
@@ -431,7 +419,7 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 			LeaseID: wireLease, ConsumerGroup: p.group,
 		}
 	}
-	return out, changed, visibleAt
+	return out, changed
 }
 
 // subOf is the 0.15.1 subscription row that starts group's NULL cursor on
