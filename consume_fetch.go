@@ -69,25 +69,25 @@ func (e *engine) fetch(t task) *group {
 }
 
 // paced says how the next pop may go (e.mu held; see the top of this
-// file): go false, the fetcher waits (for a settle, or until wake, when
-// not zero); nowait, a pop that does not wait. A pop that goes while
-// contended uses a settle (tokens).
-func (e *engine) paced(now time.Time) (goes, nowait bool, wake time.Time) {
-	held := len(e.queued)+len(e.running)+e.settling > 0 || (e.inflight > 0 && e.flowing)
+// file): go false, the fetcher waits (for a settle, or until wakeAt);
+// nowait, a pop that does not wait. A pop that goes while contended uses a
+// settle (tokens).
+func (e *engine) paced(now time.Time) (goes, nowait bool) {
+	held := e.inHand() > 0 || (e.inflight > 0 && e.flowing)
 	switch {
 	case !held && !e.answered && e.cfg.slots > 1:
-		return true, true, time.Time{} // the first pops: see the top of this file
+		return true, true // the first pops: see the top of this file
 	case !held:
-		return true, false, time.Time{}
+		return true, false
 	case !e.contended:
-		return true, true, time.Time{}
+		return true, true
 	case e.tokens > 0:
 		e.tokens--
-		return true, true, time.Time{}
+		return true, true
 	case !now.Before(e.fallbackAt):
-		return true, false, time.Time{}
+		return true, false
 	}
-	return false, false, e.fallbackAt
+	return false, false
 }
 
 // limiter counts the Limit: left is what no pop has asked for yet, held

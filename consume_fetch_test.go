@@ -189,7 +189,7 @@ func TestFetchPaced(t *testing.T) {
 		e := &engine{queued: make([]*group, tc.queued), running: make([]*group, tc.running), settling: tc.settling,
 			inflight: tc.inflight, flowing: tc.flowing, contended: tc.contended, tokens: tc.tokens, fallbackAt: now.Add(tc.fallback),
 			answered: !tc.first, cfg: engineConfig{slots: tc.slots}}
-		goes, nowait, _ := e.paced(now)
+		goes, nowait := e.paced(now)
 		if goes != tc.goes || nowait != tc.nowait || e.tokens != tc.tokensAfter {
 			t.Errorf("%s: paced = goes %v nowait %v (tokens left %d), want %v %v (%d)", tc.name, goes, nowait, e.tokens, tc.goes, tc.nowait, tc.tokensAfter)
 		}

@@ -116,12 +116,12 @@ func (e *engine) next(fetcher bool) (task, bool) {
 // being settled stay below Concurrency, which bounds what the loop holds
 // to Concurrency pops), after any pause, within the Limit.
 func (e *engine) takePop() (task, bool) {
-	if e.phase != running || e.inflight+len(e.queued)+len(e.running)+e.settling >= e.cfg.slots ||
+	if e.phase != running || e.pops() >= e.cfg.slots ||
 		time.Now().Before(e.pauseTill) {
 		return task{}, false
 	}
 	now := time.Now()
-	goes, nowait, _ := e.paced(now)
+	goes, nowait := e.paced(now)
 	if !goes {
 		return task{}, false
 	}
@@ -144,6 +144,13 @@ func (e *engine) wakeAt() time.Time {
 	}
 	return e.pauseTill
 }
+
+// pops is what the loop holds against Concurrency (e.mu held): pops in
+// flight, groups waiting or running, pops being settled.
+func (e *engine) pops() int { return e.inflight + e.inHand() }
+
+// inHand is the part of pops past their answer (e.mu held).
+func (e *engine) inHand() int { return len(e.queued) + len(e.running) + e.settling }
 
 // takeWork gives a worker a group whose partition is free, or, after a
 // stop and once quiet, a pop to settle (e.mu held).
@@ -195,7 +202,7 @@ func (e *engine) changed() {
 		close(e.doneCh)
 	}
 	work := e.phase != running || len(e.queued) > 0
-	pop := e.phase != running || e.inflight+len(e.queued)+len(e.running)+e.settling < e.cfg.slots
+	pop := e.phase != running || e.pops() < e.cfg.slots
 	if work && e.idleWork > 0 {
 		close(e.kickWork)
 		e.kickWork = make(chan struct{})
@@ -257,7 +264,7 @@ func (e *engine) popped(d popDone) *group {
 			b.keeper = e.keepLease(b)
 		}
 		e.queued = append(e.queued, b.groups...)
-		if e.inflight+len(e.queued)+len(e.running)+e.settling >= e.cfg.slots {
+		if e.pops() >= e.cfg.slots {
 			e.contended = false // no handler idle: nothing to pace
 		}
 		mine = e.takeGroup()
