@@ -277,6 +277,15 @@ type hookOf[T any] struct {
 	logged *[numHookKinds]atomic.Bool
 }
 
+// addHook appends h to list if it implements T, and says whether it does.
+func addHook[T any](list *[]hookOf[T], h Hook, pos int, logged *[numHookKinds]atomic.Bool) bool {
+	x, ok := h.(T)
+	if ok {
+		*list = append(*list, hookOf[T]{x, pos, logged})
+	}
+	return ok
+}
+
 // newHookSet sorts hooks by interface; nil when there are none. A hook
 // that implements none of the interfaces is an error.
 func newHookSet(hooks []Hook, log *slog.Logger) (*hookSet, error) {
@@ -286,28 +295,13 @@ func newHookSet(hooks []Hook, log *slog.Logger) (*hookSet, error) {
 	hs := &hookSet{log: log}
 	for i, h := range hooks {
 		logged := new([numHookKinds]atomic.Bool)
-		matched := false
-		if x, ok := h.(PushHook); ok {
-			hs.push, matched = append(hs.push, hookOf[PushHook]{x, i, logged}), true
-		}
-		if x, ok := h.(PopHook); ok {
-			hs.pop, matched = append(hs.pop, hookOf[PopHook]{x, i, logged}), true
-		}
-		if x, ok := h.(HandlerHook); ok {
-			hs.handler, matched = append(hs.handler, hookOf[HandlerHook]{x, i, logged}), true
-		}
-		if x, ok := h.(SettleHook); ok {
-			hs.settle, matched = append(hs.settle, hookOf[SettleHook]{x, i, logged}), true
-		}
-		if x, ok := h.(RenewHook); ok {
-			hs.renew, matched = append(hs.renew, hookOf[RenewHook]{x, i, logged}), true
-		}
-		if x, ok := h.(LeaseLostHook); ok {
-			hs.leaseLost, matched = append(hs.leaseLost, hookOf[LeaseLostHook]{x, i, logged}), true
-		}
-		if x, ok := h.(RequestHook); ok {
-			hs.request, matched = append(hs.request, hookOf[RequestHook]{x, i, logged}), true
-		}
+		matched := addHook(&hs.push, h, i, logged)
+		matched = addHook(&hs.pop, h, i, logged) || matched
+		matched = addHook(&hs.handler, h, i, logged) || matched
+		matched = addHook(&hs.settle, h, i, logged) || matched
+		matched = addHook(&hs.renew, h, i, logged) || matched
+		matched = addHook(&hs.leaseLost, h, i, logged) || matched
+		matched = addHook(&hs.request, h, i, logged) || matched
 		if !matched {
 			return nil, fmt.Errorf("%w: hook %d (%T) implements none of the hook interfaces", ErrInvalidOption, i, h)
 		}
