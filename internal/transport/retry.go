@@ -46,6 +46,7 @@ type callState struct {
 	base string // its base URL
 
 	timeout    time.Duration // per-attempt timeout
+	started    time.Time     // start of the current attempt
 	deadline   time.Time     // end of the current attempt
 	deadlineOf int           // attempt (from 1) that deadline is of
 

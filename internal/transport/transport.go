@@ -116,6 +116,10 @@ type Transport struct {
 	// RoundTripper might, against http.RoundTripper's contract, so the
 	// user's client gets a header of its own per request).
 	shared [2]http.Header
+	// deadlines bounds the attempts (see Deadlines); wall is the real
+	// time they start at (a test may stop it: now may be a fake clock).
+	deadlines Deadlines
+	wall      func() time.Time
 	// calls recycles the per-call machinery (see call): building it for
 	// every request would cost a handful of allocations each time.
 	calls sync.Pool
@@ -134,7 +138,7 @@ func New(cfg Config) (*Transport, error) {
 			return nil, err
 		}
 	}
-	t := &Transport{cfg: cfg, rand: cfg.Rand, now: time.Now}
+	t := &Transport{cfg: cfg, rand: cfg.Rand, now: time.Now, wall: time.Now}
 	if t.rand == nil {
 		t.rand = rand.Float64
 	}
@@ -211,13 +215,19 @@ func standardTransport() *http.Transport {
 	}
 }
 
-// Close closes the idle connections of the pool New built. The user's own
-// HTTPClient is left alone. Call it once no call is in flight.
+// Close closes the idle connections of the pool New built and ends the
+// shared attempt deadlines. The user's own HTTPClient is left alone. Call
+// it once no call is in flight.
 func (t *Transport) Close() {
+	t.deadlines.Close()
 	if t.owned != nil {
 		t.owned.CloseIdleConnections()
 	}
 }
+
+// Deadlines returns the Transport's shared deadlines, for a caller that
+// bounds several calls by one deadline (see Deadlines).
+func (t *Transport) Deadlines() *Deadlines { return &t.deadlines }
 
 // Do sends r and returns the broker's answer, retrying what RetryableErr
 // and Retryable accept, at most RetryPolicy.MaxAttempts attempts in all,
@@ -435,7 +445,8 @@ func (c *call) failure(err error) error {
 // http.Client and the pool. It bounds each attempt by the per-attempt
 // timeout (one deadline for all the redirect hops of an attempt, as
 // http.Client.Timeout would, without the timer goroutine that costs for
-// a RoundTripper other than *http.Transport) and reads the answer
+// a RoundTripper other than *http.Transport; attempts that start together
+// under one ctx share it, see Deadlines) and reads the answer
 // completely inside the attempt, so that a connection dropped in the
 // middle of a body is a retryable network error of that attempt and the
 // timeout covers the body. The body is kept in the call for checkRetry;
@@ -445,20 +456,23 @@ func (c *call) failure(err error) error {
 // user's own client).
 func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 	if n := c.attempts + 1; c.deadlineOf != n { // first hop of attempt n
-		c.deadline, c.deadlineOf = time.Now().Add(c.timeout), n
+		c.started = c.t.wall()
+		c.deadline, c.deadlineOf = c.started.Add(c.timeout), n
 		if c.req.NoRetryAfterSend {
 			c.probe = newSendProbe()
 		}
 	}
 	ctx := req.Context()
 	actx := ctx
+	if dl, ok := ctx.Deadline(); !ok || c.deadline.Before(dl) {
+		// Derived from the caller's ctx itself, so that the attempts of
+		// its calls share it (see Deadlines).
+		var end Deadline
+		actx, end = c.t.deadlines.Get(ctx, c.deadline, c.started)
+		defer end.Release()
+	}
 	if c.probe != nil {
 		actx = httptrace.WithClientTrace(actx, &c.probe.trace)
-	}
-	if dl, ok := ctx.Deadline(); !ok || c.deadline.Before(dl) {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithDeadline(actx, c.deadline)
-		defer cancel()
 	}
 	if actx != ctx {
 		req = req.WithContext(actx)

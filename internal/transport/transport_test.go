@@ -761,6 +761,55 @@ func TestPerAttemptTimeout(t *testing.T) {
 	assert.Len(t, sl.Waits(), 1)
 }
 
+// Attempts under one parent that start together share one deadline
+// context; an attempt that hangs still ends at its timeout.
+func TestAttemptsShareDeadline(t *testing.T) {
+	srv := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			<-r.Context().Done()
+			return
+		}
+		_, _ = io.WriteString(w, okBody)
+	})
+	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, Timeout: time.Minute, Retry: RetryPolicy{MaxAttempts: 1}})
+	start := time.Now()
+	tr.wall = func() time.Time { return start } // every attempt starts at once
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	shared := func() *shared {
+		for _, s := range tr.deadlines.slots {
+			if s != nil && s.parent == ctx {
+				return s
+			}
+		}
+		return nil
+	}
+	_, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x"})
+	require.NoError(t, err)
+	first := shared()
+	require.NotNil(t, first, "the attempt's deadline is kept for the next one")
+	_, err = tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x"})
+	require.NoError(t, err)
+	assert.Same(t, first, shared(), "the next attempt shares it")
+	assert.NoError(t, first.ctx.Err())
+	assert.Zero(t, first.users, "released by both")
+	dl, _ := first.ctx.Deadline()
+	assert.Equal(t, start.Add(time.Minute), dl)
+
+	// A shorter timeout is a deadline of its own, and it ends the attempt.
+	_, err = tr.Do(ctx, Request{Method: http.MethodGet, Path: "/hang", Timeout: 100 * time.Millisecond})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 30*time.Second)
+	assert.ErrorIs(t, first.ctx.Err(), context.Canceled, "replaced and unused: its timer is released")
+
+	tr.Close()
+	for _, s := range tr.deadlines.slots {
+		assert.Nil(t, s, "Close keeps no deadline")
+	}
+}
+
 func TestBodyCutShortIsRetried(t *testing.T) {
 	srv := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
 		if n == 0 {
@@ -986,4 +1035,29 @@ func TestSharedHeaders(t *testing.T) {
 		assert.Equal(t, []string{"", ""}, seen)
 		assert.Nil(t, tr.shared[0])
 	})
+}
+
+// A pop's attempts (NoRetryAfterSend, each with its own connection probe)
+// share their deadline too.
+func TestOnceAttemptsShareDeadline(t *testing.T) {
+	srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, okBody) })
+	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}})
+	start := time.Now()
+	tr.wall = func() time.Time { return start }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pop := Request{Method: http.MethodGet, Path: "/api/v1/pop/queue/q", Timeout: 35 * time.Second, NoRetryAfterSend: true}
+	var seen []*shared
+	for range 3 {
+		_, err := tr.Do(ctx, pop)
+		require.NoError(t, err)
+		for _, s := range tr.deadlines.slots {
+			if s != nil && s.parent == ctx {
+				seen = append(seen, s)
+			}
+		}
+	}
+	require.Len(t, seen, 3, "one deadline of the caller's ctx after each pop")
+	assert.Same(t, seen[0], seen[1])
+	assert.Same(t, seen[0], seen[2])
 }
