@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/queen-go/queen/internal/transport"
 )
 
 // The engine of one Execute: what the parts read of the options, and the
@@ -37,10 +39,11 @@ type engine struct {
 	onError     func(ctx context.Context, msg *Message, err error) Outcome
 	onLoopError func(ctx context.Context, err error)
 
-	execCtx    context.Context // Execute's
-	consumeCtx context.Context // Consume's (may be nil)
-	reqCtx     context.Context // execCtx's values, never cancelled: acks, renewals
-	pollCtx    context.Context // pops; cancelled to abandon them
+	execCtx    context.Context      // Execute's
+	consumeCtx context.Context      // Consume's (may be nil)
+	reqCtx     context.Context      // execCtx's values, never cancelled: acks, renewals
+	deadlines  *transport.Deadlines // the settles' deadlines, shared (nil: each its own)
+	pollCtx    context.Context      // pops; cancelled to abandon them
 	pollCancel context.CancelFunc
 	hctx       context.Context // base of the handlers' ctxs: ends after the grace period
 	hcancel    context.CancelCauseFunc
@@ -113,6 +116,7 @@ func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 	}
 	e := newEngine(ctx, cb.ctx, b, cfg, qb.limit)
 	e.log, e.retry, e.hooks = qb.c.log, qb.c.cfg.retry, qb.c.hooks
+	e.deadlines = qb.c.tr.Deadlines()
 	e.handle, e.handleBatch = cb.handle, cb.handleBatch
 	e.onSuccess, e.onError, e.onLoopError = cb.onSuccess, cb.onError, cb.onLoopError
 	return e, nil

@@ -70,8 +70,9 @@ func (e *engine) settle(b *batch) {
 // settleTimeout: a blip, at a stop above all, must not leave the messages
 // leased until their lease runs out.
 func (e *engine) sendAcks(b *batch, acks []Settlement) {
-	ctx, cancel := context.WithTimeout(e.reqCtx, settleTimeout)
-	defer cancel()
+	now := time.Now()
+	ctx, end := e.deadlines.Get(e.reqCtx, now.Add(settleTimeout), now)
+	defer end.Release()
 	backoff := newOutage(e.retry)
 	start := e.hooks.now()
 	var err error
