@@ -49,8 +49,9 @@ type shared struct {
 // Deadline is a context from Deadlines.Get, to release once its request
 // is done.
 type Deadline struct {
-	d *Deadlines
-	s *shared
+	d      *Deadlines
+	s      *shared
+	cancel context.CancelFunc // of a context not shared (nil Deadlines)
 }
 
 // Get returns a context derived from parent that ends at the latest at at
@@ -60,7 +61,7 @@ type Deadline struct {
 func (d *Deadlines) Get(parent context.Context, at, now time.Time) (context.Context, Deadline) {
 	if d == nil {
 		ctx, cancel := context.WithDeadline(parent, at)
-		return ctx, Deadline{s: &shared{ctx: ctx, cancel: cancel, users: 1, stale: true}}
+		return ctx, Deadline{cancel: cancel}
 	}
 	slack := min(at.Sub(now)/100, maxSlack)
 	d.mu.Lock()
@@ -75,7 +76,7 @@ func (d *Deadlines) Get(parent context.Context, at, now time.Time) (context.Cont
 		case s.parent != parent:
 		case !s.at.After(at) && at.Sub(s.at) <= slack && s.ctx.Err() == nil:
 			s.users++
-			return s.ctx, Deadline{d, s}
+			return s.ctx, Deadline{d: d, s: s}
 		default:
 			own = i // the parent's slot, out of date
 		}
@@ -85,7 +86,7 @@ func (d *Deadlines) Get(parent context.Context, at, now time.Time) (context.Cont
 	switch {
 	case d.closed:
 		s.stale = true // not kept: a closed Transport keeps nothing alive
-		return ctx, Deadline{d, s}
+		return ctx, Deadline{d: d, s: s}
 	case own >= 0:
 		free = own
 	case free < 0:
@@ -94,7 +95,7 @@ func (d *Deadlines) Get(parent context.Context, at, now time.Time) (context.Cont
 	}
 	d.retire(d.slots[free])
 	d.slots[free] = s
-	return ctx, Deadline{d, s}
+	return ctx, Deadline{d: d, s: s}
 }
 
 // retire marks s replaced, and cancels it if nobody uses it (d.mu held).
@@ -111,10 +112,10 @@ func (d *Deadlines) retire(s *shared) {
 // Release ends the use of the context; a zero Deadline does nothing.
 func (l Deadline) Release() {
 	switch {
-	case l.s == nil:
+	case l.cancel != nil:
+		l.cancel()
 		return
-	case l.d == nil:
-		l.s.cancel()
+	case l.s == nil:
 		return
 	}
 	l.d.mu.Lock()
