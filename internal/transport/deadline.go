@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"time"
 )
@@ -15,25 +16,33 @@ import (
 // one message a pop, those are a measurable share of the client's work
 // (BenchmarkConsume). Requests of one loop have the same parent and ask
 // for deadlines a few microseconds apart: they share one context as long
-// as its deadline is at most Slack earlier than the one asked for. A
-// deadline may so come up to Slack early, never late.
+// as its deadline is at most min(1 % of the time left, 10 ms) earlier than
+// the one asked for. A deadline may so come up to that much early, never
+// late.
 //
-// A shared context is cancelled (its timer released) once it is replaced
-// by a newer one and its last user released it, or by Close. It keeps its
-// parent reachable until then.
+// A shared context is not cancelled when a request releases it: it is
+// cancelled (its timer released) once a newer one replaced it and its
+// last user released it, or by Close; an idle one otherwise runs to its
+// deadline, and keeps its parent reachable until its slot is taken again.
+// Only parents of a pointer type (contexts of the context package but
+// WithoutCancel's), Background and TODO are shared: a parent of another
+// type is never compared with ==, which could panic, and gets a context
+// of its own.
+//
+// The zero value is ready to use; a Deadlines must not be copied after
+// first use. A nil *Deadlines shares nothing.
 type Deadlines struct {
 	mu     sync.Mutex
 	slots  [deadlineSlots]*shared
-	next   int // the slot to replace when no slot has the parent
+	next   int // the slot to replace when none is free
 	closed bool
 }
 
-// deadlineSlots is how many parents share deadlines at once (loops,
-// their pops and their acks, each have a parent).
+// deadlineSlots is how many parents share deadlines at once (each loop's
+// pops, the acks of the loops, callers' own ctxs).
 const deadlineSlots = 8
 
-// maxSlack is how much earlier than asked a shared deadline may end; a
-// deadline close at hand may end at most 1% of its time early.
+// maxSlack is how much earlier than asked a shared deadline may end.
 const maxSlack = 10 * time.Millisecond
 
 // shared is one shared context and who uses it.
@@ -46,70 +55,117 @@ type shared struct {
 	stale  bool // replaced: cancelled when its last user releases it
 }
 
-// Deadline is a context from Deadlines.Get, to release once its request
-// is done.
+// Deadline is the handle of a context from Deadlines.Get: call Release
+// exactly once, when the request is done with the context.
 type Deadline struct {
 	d      *Deadlines
 	s      *shared
-	cancel context.CancelFunc // of a context not shared (nil Deadlines)
+	cancel context.CancelFunc // of a context not shared
 }
 
 // Get returns a context derived from parent that ends at the latest at at
 // (now is the current time: a deadline of d from now may end up to
-// min(d/100, 10 ms) early). Release it when the request is done. A nil
-// Deadlines shares nothing.
+// min(d/100, 10 ms) early).
 func (d *Deadlines) Get(parent context.Context, at, now time.Time) (context.Context, Deadline) {
-	if d == nil {
-		ctx, cancel := context.WithDeadline(parent, at)
-		return ctx, Deadline{cancel: cancel}
+	if d == nil || !shareable(parent) {
+		return own(parent, at)
 	}
 	slack := min(at.Sub(now)/100, maxSlack)
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	own, free := -1, -1
-	for i, s := range d.slots {
-		switch {
-		case s == nil:
-			if free < 0 {
-				free = i
-			}
-		case s.parent != parent:
-		case !s.at.After(at) && at.Sub(s.at) <= slack && s.ctx.Err() == nil:
+	for _, s := range d.slots {
+		if s == nil || s.parent != parent {
+			continue
+		}
+		if s.at.After(at) { // earlier than the parent's shared one: its own
+			d.mu.Unlock()
+			return own(parent, at)
+		}
+		if at.Sub(s.at) <= slack && s.ctx.Err() == nil {
 			s.users++
+			d.mu.Unlock()
 			return s.ctx, Deadline{d: d, s: s}
-		default:
-			own = i // the parent's slot, out of date
 		}
 	}
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return own(parent, at) // a closed Transport keeps nothing alive
+	}
+
 	ctx, cancel := context.WithDeadline(parent, at)
 	s := &shared{parent: parent, at: at, ctx: ctx, cancel: cancel, users: 1}
-	switch {
-	case d.closed:
-		s.stale = true // not kept: a closed Transport keeps nothing alive
+	d.mu.Lock()
+	if d.closed { // closed meanwhile
+		s.stale = true
+		d.mu.Unlock()
 		return ctx, Deadline{d: d, s: s}
-	case own >= 0:
-		free = own
-	case free < 0:
-		free = d.next
-		d.next = (d.next + 1) % deadlineSlots
 	}
-	d.retire(d.slots[free])
-	d.slots[free] = s
+	old := d.place(s)
+	d.mu.Unlock()
+	if old != nil {
+		old()
+	}
 	return ctx, Deadline{d: d, s: s}
 }
 
-// retire marks s replaced, and cancels it if nobody uses it (d.mu held).
-func (d *Deadlines) retire(s *shared) {
+// shareable says whether parent may be compared with ==: a pointer, or
+// context.Background() or TODO() (an interface compared with a value of
+// another type is unequal, never a panic).
+func shareable(parent context.Context) bool {
+	return reflect.TypeOf(parent).Kind() == reflect.Pointer ||
+		parent == context.Background() || parent == context.TODO()
+}
+
+// own returns a context of the request's own, not shared.
+func own(parent context.Context, at time.Time) (context.Context, Deadline) {
+	ctx, cancel := context.WithDeadline(parent, at)
+	return ctx, Deadline{cancel: cancel}
+}
+
+// place puts s in a slot (d.mu held): the slot of its parent, else a
+// free one (empty, or holding a context nobody uses that has ended), else
+// the next in turn. It returns the cancel of the context it replaced, if
+// that is to be cancelled now (nobody uses it).
+func (d *Deadlines) place(s *shared) (cancel context.CancelFunc) {
+	i, free := -1, -1
+	for j, o := range d.slots {
+		switch {
+		case o == nil || (o.users == 0 && o.ctx.Err() != nil):
+			if free < 0 {
+				free = j
+			}
+		case o.parent == s.parent:
+			i = j
+		}
+	}
+	switch {
+	case i >= 0:
+	case free >= 0:
+		i = free
+	default:
+		i = d.next
+		d.next = (d.next + 1) % deadlineSlots
+	}
+	cancel = d.retire(d.slots[i])
+	d.slots[i] = s
+	return cancel
+}
+
+// retire marks s replaced; it returns its cancel if nobody uses it (d.mu
+// held; the caller cancels once it let go of d.mu).
+func (d *Deadlines) retire(s *shared) context.CancelFunc {
 	if s == nil {
-		return
+		return nil
 	}
 	s.stale = true
 	if s.users == 0 {
-		s.cancel()
+		return s.cancel
 	}
+	return nil
 }
 
-// Release ends the use of the context; a zero Deadline does nothing.
+// Release ends the request's use of the context. Call it once; a zero
+// Deadline does nothing.
 func (l Deadline) Release() {
 	switch {
 	case l.cancel != nil:
@@ -119,9 +175,10 @@ func (l Deadline) Release() {
 		return
 	}
 	l.d.mu.Lock()
-	defer l.d.mu.Unlock()
 	l.s.users--
-	if l.s.users == 0 && l.s.stale {
+	end := l.s.users == 0 && l.s.stale
+	l.d.mu.Unlock()
+	if end {
 		l.s.cancel()
 	}
 }
@@ -129,11 +186,17 @@ func (l Deadline) Release() {
 // Close cancels the shared contexts nobody uses, and those in use when
 // their last user releases them; later contexts are not shared.
 func (d *Deadlines) Close() {
+	var ends []context.CancelFunc
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.closed = true
 	for i, s := range d.slots {
-		d.retire(s)
+		if end := d.retire(s); end != nil {
+			ends = append(ends, end)
+		}
 		d.slots[i] = nil
+	}
+	d.mu.Unlock()
+	for _, end := range ends {
+		end()
 	}
 }

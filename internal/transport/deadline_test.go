@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,8 +40,9 @@ func TestDeadlinesShareWithinSlack(t *testing.T) {
 	l2.Release()
 	assert.ErrorIs(t, ctx1.Err(), context.Canceled, "replaced and unused: cancelled, its timer released")
 	l3.Release()
+	assert.NoError(t, ctx3.Err(), "the current context stays for the next request")
 	l4.Release()
-	assert.NoError(t, ctx4.Err(), "the current context stays for the next request")
+	assert.ErrorIs(t, ctx4.Err(), context.Canceled, "a context of its own ends with its request")
 }
 
 func TestDeadlinesSlackIsOnePercentOfShortDeadlines(t *testing.T) {
@@ -103,24 +106,127 @@ func TestDeadlinesManyParentsReuseSlots(t *testing.T) {
 	var d Deadlines
 	defer d.Close()
 	now := time.Now()
-	var first context.Context
-	for i := range 3 * deadlineSlots {
-		p, cancel := context.WithCancel(context.Background())
+	type key struct{}
+	var ctxs []context.Context
+	for i := range deadlineSlots + 2 {
+		p := context.WithValue(context.Background(), key{}, i)
 		ctx, l := d.Get(p, now.Add(time.Minute), now)
-		if i == 0 {
-			first = ctx
-		}
 		l.Release()
-		cancel()
+		ctxs = append(ctxs, ctx)
 	}
-	assert.ErrorIs(t, first.Err(), context.Canceled)
-	n := 0
+	// Slots are taken in turn once all are used: the first two went, and
+	// nobody used them, so they were cancelled.
+	assert.ErrorIs(t, ctxs[0].Err(), context.Canceled)
+	assert.ErrorIs(t, ctxs[1].Err(), context.Canceled)
+	for _, ctx := range ctxs[2:] {
+		assert.NoError(t, ctx.Err())
+	}
+
+	// A slot whose context ended (its parent was cancelled) is taken
+	// before a live one.
+	p, cancel := context.WithCancel(context.Background())
+	dead, l := d.Get(p, now.Add(time.Minute), now)
+	l.Release()
+	cancel()
+	require.ErrorIs(t, dead.Err(), context.Canceled)
+	_, l = d.Get(context.WithValue(context.Background(), key{}, "new"), now.Add(time.Minute), now)
+	l.Release()
+	for _, ctx := range ctxs[3:] {
+		assert.NoError(t, ctx.Err(), "live slots are kept")
+	}
 	for _, s := range d.slots {
-		if s != nil {
-			n++
-		}
+		assert.NotSame(t, p, s.parent, "the dead slot was reused")
 	}
-	assert.Equal(t, deadlineSlots, n, "no more contexts kept than slots")
+}
+
+// A context in use is never cancelled by its replacement, nor by Close.
+func TestDeadlinesInUseOutlivesItsSlot(t *testing.T) {
+	var d Deadlines
+	now := time.Now()
+	type key struct{}
+	used, l := d.Get(context.WithValue(context.Background(), key{}, 0), now.Add(time.Minute), now)
+	for i := 1; i <= 2*deadlineSlots; i++ {
+		_, li := d.Get(context.WithValue(context.Background(), key{}, i), now.Add(time.Minute), now)
+		li.Release()
+	}
+	d.Close()
+	assert.NoError(t, used.Err())
+	l.Release()
+	assert.ErrorIs(t, used.Err(), context.Canceled)
+}
+
+// An earlier deadline than the parent's shared one gets a context of its
+// own and leaves the shared one in place.
+func TestDeadlinesEarlierDoesNotEvict(t *testing.T) {
+	var d Deadlines
+	defer d.Close()
+	p, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now := time.Now()
+	shared1, l1 := d.Get(p, now.Add(time.Minute), now)
+	l1.Release()
+	early, l2 := d.Get(p, now.Add(time.Second), now)
+	assert.NotSame(t, shared1, early)
+	dl, _ := early.Deadline()
+	assert.True(t, dl.Equal(now.Add(time.Second)))
+	l2.Release()
+	assert.ErrorIs(t, early.Err(), context.Canceled, "not shared: cancelled at once")
+	again, l3 := d.Get(p, now.Add(time.Minute), now)
+	l3.Release()
+	assert.Same(t, shared1, again)
+}
+
+// uncomparable is a ctx of a type == cannot compare (it panics).
+type uncomparable struct {
+	context.Context
+	tags []string
+}
+
+func TestDeadlinesUncomparableParent(t *testing.T) {
+	var d Deadlines
+	defer d.Close()
+	now := time.Now()
+	p := uncomparable{Context: context.Background(), tags: []string{"a"}}
+	for range 3 {
+		ctx, l := d.Get(p, now.Add(time.Minute), now)
+		assert.NoError(t, ctx.Err())
+		l.Release()
+		assert.ErrorIs(t, ctx.Err(), context.Canceled, "its own context, ended with its request")
+	}
+	// Shared parents beside it are compared with it without a panic.
+	bg, l := d.Get(context.Background(), now.Add(time.Minute), now)
+	l.Release()
+	ctx, l := d.Get(p, now.Add(time.Minute), now)
+	l.Release()
+	assert.NotSame(t, bg, ctx)
+}
+
+// Many goroutines get and release under a few parents: no context is
+// cancelled while in use (run with -race).
+func TestDeadlinesConcurrent(t *testing.T) {
+	var d Deadlines
+	defer d.Close()
+	type key struct{}
+	parents := make([]context.Context, deadlineSlots+3)
+	for i := range parents {
+		parents[i] = context.WithValue(context.Background(), key{}, i)
+	}
+	var wg sync.WaitGroup
+	var bad atomic.Int32
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				now := time.Now()
+				ctx, l := d.Get(parents[(g+i)%len(parents)], now.Add(time.Minute), now)
+				if ctx.Err() != nil {
+					bad.Add(1)
+				}
+				l.Release()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, bad.Load(), "a context handed out was already cancelled")
 }
 
 func TestDeadlinesClose(t *testing.T) {

@@ -226,8 +226,20 @@ func (t *Transport) Close() {
 }
 
 // Deadlines returns the Transport's shared deadlines, for a caller that
-// bounds several calls by one deadline (see Deadlines).
-func (t *Transport) Deadlines() *Deadlines { return &t.deadlines }
+// bounds several calls by one deadline (see Deadlines), or nil (nothing
+// shared) with the user's own HTTPClient.
+func (t *Transport) Deadlines() *Deadlines { return t.sharedDeadlines() }
+
+// sharedDeadlines is the Deadlines of the attempts: shared on the pool New
+// built; with the user's own HTTPClient, whose RoundTripper may hold on to
+// a request's ctx until it ends, each attempt has its own, cancelled when
+// the attempt ends.
+func (t *Transport) sharedDeadlines() *Deadlines {
+	if t.owned == nil {
+		return nil
+	}
+	return &t.deadlines
+}
 
 // Do sends r and returns the broker's answer, retrying what RetryableErr
 // and Retryable accept, at most RetryPolicy.MaxAttempts attempts in all,
@@ -462,29 +474,31 @@ func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 			c.probe = newSendProbe()
 		}
 	}
+	// actx is the attempt's ctx: the caller's with the attempt's own
+	// deadline (own) and the probe's trace, if any. (A ctx is never
+	// compared with ==: a caller's ctx may be a value of a type that
+	// cannot be compared.)
 	ctx := req.Context()
-	actx := ctx
+	actx, own := ctx, false
 	if dl, ok := ctx.Deadline(); !ok || c.deadline.Before(dl) {
 		// Derived from the caller's ctx itself, so that the attempts of
 		// its calls share it (see Deadlines).
 		var end Deadline
-		actx, end = c.t.deadlines.Get(ctx, c.deadline, c.started)
+		actx, end = c.t.sharedDeadlines().Get(ctx, c.deadline, c.started)
 		defer end.Release()
+		own = true
 	}
 	if c.probe != nil {
 		actx = httptrace.WithClientTrace(actx, &c.probe.trace)
 	}
-	if actx != ctx {
-		req = req.WithContext(actx)
+	if own || c.probe != nil {
+		req = req.WithContext(actx) // a copy, which the probe may change
 	}
 	if c.probe != nil {
 		if err := actx.Err(); err != nil {
-			return nil, c.attemptError(err, ctx, actx) // ended before anything was sent
+			return nil, c.attemptError(err, ctx, actx, own) // ended before anything was sent
 		}
 		if resendable(req) {
-			if actx == ctx {
-				req = req.WithContext(actx) // a copy to change
-			}
 			req.Body, req.GetBody, req.ContentLength = noResend{}, nil, 0 // see noResend
 			req.TransferEncoding = c.identity[:]
 		}
@@ -496,14 +510,14 @@ func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := c.t.next.RoundTrip(req)
 	if err != nil {
-		err = c.attemptError(err, ctx, actx)
+		err = c.attemptError(err, ctx, actx, own)
 		c.observe(ctx, began, 0, err)
 		return nil, err
 	}
 	body, err := readBody(resp.Body, resp.ContentLength)
 	resp.Body.Close()
 	if err != nil {
-		err = c.attemptError(fmt.Errorf("reading response body: %w", err), ctx, actx)
+		err = c.attemptError(fmt.Errorf("reading response body: %w", err), ctx, actx, own)
 		c.observe(ctx, began, resp.StatusCode, err)
 		return nil, err
 	}
@@ -525,9 +539,9 @@ func (c *call) observe(ctx context.Context, began time.Time, status int, err err
 }
 
 // attemptError marks err as a timeout of the attempt when the attempt's
-// deadline (actx) passed but the caller's ctx did not end.
-func (c *call) attemptError(err error, ctx, actx context.Context) error {
-	if actx != ctx && actx.Err() != nil && ctx.Err() == nil {
+// own deadline (own: actx has one) passed but the caller's ctx did not end.
+func (c *call) attemptError(err error, ctx, actx context.Context, own bool) error {
+	if own && actx.Err() != nil && ctx.Err() == nil {
 		return &attemptTimeout{err: err, timeout: c.timeout}
 	}
 	return err

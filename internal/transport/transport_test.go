@@ -797,17 +797,21 @@ func TestAttemptsShareDeadline(t *testing.T) {
 	dl, _ := first.ctx.Deadline()
 	assert.Equal(t, start.Add(time.Minute), dl)
 
-	// A shorter timeout is a deadline of its own, and it ends the attempt.
+	// A shorter timeout is a deadline of its own, and it ends the attempt
+	// as a timeout of the attempt.
 	_, err = tr.Do(ctx, Request{Method: http.MethodGet, Path: "/hang", Timeout: 100 * time.Millisecond})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "attempt timeout of 100ms exceeded")
 	assert.Less(t, time.Since(start), 30*time.Second)
-	assert.ErrorIs(t, first.ctx.Err(), context.Canceled, "replaced and unused: its timer is released")
+	assert.Same(t, first, shared(), "an earlier deadline does not take the shared one's place")
+	assert.NoError(t, first.ctx.Err())
 
 	tr.Close()
 	for _, s := range tr.deadlines.slots {
 		assert.Nil(t, s, "Close keeps no deadline")
 	}
+	assert.ErrorIs(t, first.ctx.Err(), context.Canceled, "Close ends what nobody uses")
 }
 
 func TestBodyCutShortIsRetried(t *testing.T) {
@@ -1060,4 +1064,29 @@ func TestOnceAttemptsShareDeadline(t *testing.T) {
 	require.Len(t, seen, 3, "one deadline of the caller's ctx after each pop")
 	assert.Same(t, seen[0], seen[1])
 	assert.Same(t, seen[0], seen[2])
+}
+
+// tagCtx is a caller's ctx of a type that == cannot compare.
+type tagCtx struct {
+	context.Context
+	tags []string
+}
+
+// A caller's ctx of a type that cannot be compared works like any other:
+// with and without a deadline of its own, for a call and for a pop.
+func TestUncomparableCallerCtx(t *testing.T) {
+	srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, okBody) })
+	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}})
+	early, cancel := context.WithTimeout(context.Background(), time.Second) // before the attempt's deadline
+	defer cancel()
+	for _, parent := range []context.Context{context.Background(), early} {
+		ctx := tagCtx{Context: parent, tags: []string{"x"}}
+		for _, once := range []bool{false, true} {
+			for range 2 {
+				resp, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x", NoRetryAfterSend: once})
+				require.NoError(t, err)
+				assert.Equal(t, http.StatusOK, resp.Status)
+			}
+		}
+	}
 }
