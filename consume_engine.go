@@ -41,7 +41,8 @@ type engine struct {
 
 	execCtx    context.Context      // Execute's
 	consumeCtx context.Context      // Consume's (may be nil)
-	reqCtx     context.Context      // execCtx's values, never cancelled: acks, renewals
+	reqCtx     context.Context      // execCtx's values, not cancelled with it: acks, renewals
+	reqCancel  context.CancelFunc   // after the last request (run)
 	deadlines  *transport.Deadlines // the settles' deadlines, shared (nil: each its own)
 	pollCtx    context.Context      // pops; cancelled to abandon them
 	pollCancel context.CancelFunc
@@ -135,7 +136,6 @@ func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineC
 	e := &engine{
 		b: b, log: slog.New(slog.DiscardHandler), cfg: cfg,
 		execCtx: execCtx, consumeCtx: consumeCtx,
-		reqCtx:   context.WithoutCancel(execCtx),
 		stopCh:   make(chan struct{}),
 		doneCh:   make(chan struct{}),
 		kickPop:  make(chan struct{}),
@@ -143,6 +143,10 @@ func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineC
 		limit:    limiter{on: limit > 0, left: limit},
 		lastBusy: time.Now(),
 	}
+	// reqCtx is cancelled once run's goroutines are done; a ctx of the
+	// context package is also one the transport shares deadlines under
+	// (transport.Deadlines), where WithoutCancel's is not.
+	e.reqCtx, e.reqCancel = context.WithCancel(context.WithoutCancel(execCtx))
 	e.pollCtx, e.pollCancel = context.WithCancel(e.reqCtx)
 	e.hctx, e.hcancel = context.WithCancelCause(context.WithoutCancel(hbase))
 	return e

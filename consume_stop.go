@@ -52,6 +52,7 @@ func (e *engine) run() error {
 		e.hcancel(errConsumeStopped)
 		e.pollCancel()
 		e.wg.Wait()
+		e.reqCancel()
 	}()
 
 	// running: until a stop.
