@@ -225,16 +225,12 @@ func (t *Transport) Close() {
 	}
 }
 
-// Deadlines returns the Transport's shared deadlines, for a caller that
-// bounds several calls by one deadline (see Deadlines), or nil (nothing
-// shared) with the user's own HTTPClient.
-func (t *Transport) Deadlines() *Deadlines { return t.sharedDeadlines() }
-
-// sharedDeadlines is the Deadlines of the attempts: shared on the pool New
-// built; with the user's own HTTPClient, whose RoundTripper may hold on to
-// a request's ctx until it ends, each attempt has its own, cancelled when
-// the attempt ends.
-func (t *Transport) sharedDeadlines() *Deadlines {
+// Deadlines returns the deadlines the attempts share (see Deadlines), for
+// a caller that bounds several calls by one deadline too: those of the pool
+// New built, or nil (nothing shared) with the user's own HTTPClient, whose
+// RoundTripper may hold on to a request's ctx until it ends (each attempt
+// has its own, cancelled when the attempt ends).
+func (t *Transport) Deadlines() *Deadlines {
 	if t.owned == nil {
 		return nil
 	}
@@ -484,7 +480,7 @@ func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Derived from the caller's ctx itself, so that the attempts of
 		// its calls share it (see Deadlines).
 		var end Deadline
-		actx, end = c.t.sharedDeadlines().Get(ctx, c.deadline, c.started)
+		actx, end = c.t.Deadlines().Get(ctx, c.deadline, c.started)
 		defer end.Release()
 		own = true
 	}
