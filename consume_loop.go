@@ -116,11 +116,10 @@ func (e *engine) next(fetcher bool) (task, bool) {
 // being settled stay below Concurrency, which bounds what the loop holds
 // to Concurrency pops), after any pause, within the Limit.
 func (e *engine) takePop() (task, bool) {
-	if e.phase != running || e.pops() >= e.cfg.slots ||
-		time.Now().Before(e.pauseTill) {
+	now := time.Now()
+	if e.phase != running || e.pops() >= e.cfg.slots || now.Before(e.pauseTill) {
 		return task{}, false
 	}
-	now := time.Now()
 	goes, nowait := e.paced(now)
 	if !goes {
 		return task{}, false
@@ -248,7 +247,6 @@ func (e *engine) popped(d popDone) *group {
 			e.tokens = max(e.tokens, 1) // a settle while it was on its way may have freed a partition
 		}
 		e.fallbackAt = time.Now().Add(emptyDelay(d.res, 0))
-		e.changed()
 	case got == 0:
 		e.popOK()
 		e.answered = true
