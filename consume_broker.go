@@ -52,11 +52,7 @@ func (b *clientBroker) pop(ctx context.Context, max int, nowait bool) (*popResul
 	if err == nil {
 		msgs = res.messages
 	}
-	wait := b.req.longPollWait()
-	if nowait {
-		wait = 0
-	}
-	b.c.hooks.popped(ctx, b.queue, b.partition, b.group, wait, start, msgs, err)
+	b.c.hooks.popped(ctx, b.queue, b.partition, b.group, b.req.longPollWait(nowait), start, msgs, err)
 	return res, err
 }
 

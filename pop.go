@@ -64,7 +64,7 @@ func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 	if err == nil {
 		msgs = res.messages
 	}
-	b.c.hooks.popped(ctx, b.queue, b.partition, r.query.ConsumerGroup, r.longPollWait(), start, msgs, err)
+	b.c.hooks.popped(ctx, b.queue, b.partition, r.query.ConsumerGroup, r.longPollWait(false), start, msgs, err)
 	if err != nil {
 		return nil, err
 	}
@@ -72,9 +72,9 @@ func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 }
 
 // longPollWait is how long the broker may hold the pop open: zero when it
-// does not wait.
-func (r *popRequest) longPollWait() time.Duration {
-	if !r.wait {
+// does not wait (nowait: sent as a pop that does not, see popQuery).
+func (r *popRequest) longPollWait(nowait bool) time.Duration {
+	if !r.wait || nowait {
 		return 0
 	}
 	return time.Duration(r.waitMs) * time.Millisecond
