@@ -366,16 +366,23 @@ func (s *Server) park(ctx context.Context, ch <-chan struct{}, deadline, next ti
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	_, again := s.sleep(ctx, ch, t, deadline)
+	return again
+}
+
+// sleep is the wait of a parked pop: for wake, the timer t, or the end of
+// the request or of the server. woken: wake fired; again: look once more
+// (woken, or t ran out before the deadline).
+func (s *Server) sleep(ctx context.Context, wake <-chan struct{}, t *time.Timer, deadline time.Time) (woken, again bool) {
 	select {
-	case <-ch:
-		return true
+	case <-wake:
+		return true, true
 	case <-t.C:
-		return time.Now().Before(deadline)
+		return false, time.Now().Before(deadline)
 	case <-s.closed:
-		return false
 	case <-ctx.Done():
-		return false
 	}
+	return false, false
 }
 
 // candidate is a partition a pop may claim now.

@@ -191,23 +191,17 @@ func (s *Server) park015(ctx context.Context, r *recheck015, queue string, pushe
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
-		select {
-		case <-pushed:
-			s.b.mu.Lock()
-			n := s.b.pushes[queue]
-			pushed = s.b.pushed
-			s.b.mu.Unlock()
-			if n == seen {
-				continue // a push to another queue
-			}
+		woken, again := s.sleep(ctx, pushed, t, deadline)
+		if !woken {
+			return again
+		}
+		s.b.mu.Lock()
+		n := s.b.pushes[queue]
+		pushed = s.b.pushed
+		s.b.mu.Unlock()
+		if n != seen { // not only pushes to other queues
 			r.empty = 0
 			return true
-		case <-t.C:
-			return time.Now().Before(deadline)
-		case <-s.closed:
-			return false
-		case <-ctx.Done():
-			return false
 		}
 	}
 }
