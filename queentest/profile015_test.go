@@ -760,24 +760,19 @@ func TestBroker015RecheckSchedule(t *testing.T) {
 	assert.Equal(t, 100*ms, r.next())
 }
 
-// waitingPop015 sends a waiting pop of queue in the background; its answer
-// and how long it took arrive on the channel.
-func waitingPop015(t *testing.T, s *Server, queue string) <-chan struct {
+// waitedPop015 is the answer of a waiting pop and how long it took.
+type waitedPop015 struct {
 	pop  tPop
 	took time.Duration
 	err  error
-} {
-	out := make(chan struct {
-		pop  tPop
-		took time.Duration
-		err  error
-	}, 1)
+}
+
+// waitingPop015 sends a waiting pop of queue in the background; its answer
+// arrives on the channel.
+func waitingPop015(t *testing.T, s *Server, queue string) <-chan waitedPop015 {
+	out := make(chan waitedPop015, 1)
 	go func() {
-		var r struct {
-			pop  tPop
-			took time.Duration
-			err  error
-		}
+		var r waitedPop015
 		start := time.Now()
 		resp, err := http.Get(s.URL + "/api/v1/pop/queue/" + queue + "?wait=true&timeout=10000&batch=1")
 		if err == nil {

@@ -82,8 +82,7 @@ func TestDeadlinesByParent(t *testing.T) {
 	cancel()
 	l3.Release()
 	assert.ErrorIs(t, c3.Err(), context.Canceled)
-	p4 := p3
-	c4, l4 := d.Get(p4, at, now)
+	c4, l4 := d.Get(p3, at, now)
 	defer l4.Release()
 	assert.NotSame(t, c3, c4)
 }
