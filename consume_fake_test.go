@@ -198,6 +198,14 @@ func (f *fakeBroker) left() []string {
 	return out
 }
 
+// nowaitsNow is f.nowaits so far: whether each pop was one that does not
+// wait.
+func (f *fakeBroker) nowaitsNow() []bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.nowaits)
+}
+
 func (f *fakeBroker) settles() [][]Settlement {
 	f.mu.Lock()
 	defer f.mu.Unlock()

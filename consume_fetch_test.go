@@ -252,8 +252,8 @@ func TestFetchOneHandlerAlwaysWaits(t *testing.T) {
 	if err := runEngine(t, e); err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(f.nowaits, true) {
-		t.Fatalf("pops that did not wait: %v", f.nowaits)
+	if w := f.nowaitsNow(); slices.Contains(w, true) {
+		t.Fatalf("pops that did not wait: %v", w)
 	}
 }
 
@@ -304,10 +304,7 @@ func TestFetchNoSettleThenLongPoll(t *testing.T) {
 		func(context.Context, *Message) error {
 			// In hand (no settle) until a few pops went by.
 			for {
-				f.mu.Lock()
-				n := len(f.nowaits)
-				f.mu.Unlock()
-				if n >= 8 {
+				if len(f.nowaitsNow()) >= 8 {
 					cancel()
 					return nil
 				}
@@ -317,9 +314,7 @@ func TestFetchNoSettleThenLongPoll(t *testing.T) {
 	if err := runEngine(t, e); err != nil {
 		t.Fatal(err)
 	}
-	f.mu.Lock()
-	w := slices.Clone(f.nowaits)
-	f.mu.Unlock()
+	w := f.nowaitsNow()
 	if !slices.Contains(w, true) {
 		t.Fatalf("pops %v: none did not wait beside the message in hand", w)
 	}
