@@ -11,7 +11,7 @@ import (
 const DefaultGracePeriod = 10 * time.Second
 
 // The consume loop's engine is a few parts, one file each, in the order a
-// message meets them (README "Architecture: the consume loop" draws them):
+// message meets them (docs/ARCHITECTURE.md, "The consume loop", draws them):
 //
 //   - consume_broker.go: the narrow interface the engine talks to, and the
 //     real one over the Client;
@@ -154,9 +154,12 @@ type ConsumeBuilder struct {
 // matching ErrHandlerPanic. See Execute for when the loop stops and what
 // it gives back, and OnLoopError for the loop's own failures.
 //
-// The loop stops when ctx or the ctx given to Execute ends. The ctx passed to
-// h keeps ctx's values; it is cancelled when the grace period after a stop
-// runs out, or when the lease of the message is lost.
+// The loop has two contexts, and either one ending stops it: ctx gives its
+// values to the handlers' ctx, and Execute's ctx gives its values to the
+// loop's own requests (pops, acks, renewals) and to OnLoopError, while
+// neither's cancellation reaches a running handler or an ack (see
+// Execute). The ctx passed to h is cancelled when the grace period after
+// a stop runs out, or when the lease of the message is lost.
 //
 // Every option of the QueueBuilder applies (Group, SubscriptionMode, Batch,
 // Partitions, Wait, ..., Each, AutoAck, RenewLease, Concurrency, Limit,
@@ -251,6 +254,12 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 // such a pop comes back empty, the loop sends one pop per ack of its own
 // (not one per idle handler), and long-polls if no ack comes within the
 // usual pause after an empty answer.
+//
+// Of the loop's two contexts, either one ending stops it; ctx (Execute's)
+// gives its values to the loop's own requests (pops, acks, renewals) and to
+// OnLoopError, the ctx given to Consume gives its values to the handlers'
+// ctx, and neither's cancellation reaches a running handler (it gets the
+// grace period) or an ack (sent on a context of its own).
 //
 // Under a Limit each pop asks for at most what is left of it, and the
 // remainder is asked for by one pop, not split between the handlers: a

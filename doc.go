@@ -15,24 +15,61 @@
 //	}
 //	defer client.Close(ctx)
 //
-//	_, err = client.Queue("orders").Push(map[string]any{"id": 1, "total": 30}).Execute(ctx)
+//	// Push: one message per argument, any JSON value.
+//	orders := []any{
+//		map[string]any{"id": 1, "total": 30},
+//		map[string]any{"id": 2, "total": 0},
+//		map[string]any{"id": 3, "total": 12},
+//	}
+//	if _, err := client.Queue("orders").Push(orders...).Execute(ctx); err != nil {
+//		log.Fatal(err)
+//	}
 //
-//	msgs, err := client.Queue("orders").Group("billing").
+//	// Pop a batch for the group "billing" (it leases their partition).
+//	msgs, err := client.Queue("orders").
+//		Group("billing").
 //		SubscriptionMode(queen.SubscriptionModeAll). // a new group starts at the tail otherwise
 //		Batch(10).
 //		Pop(ctx)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//
+//	// One outcome per message, sent in ONE request: after a failure, the
+//	// rest of that partition goes back (retry) to follow it in order.
+//	var acks []queen.Settlement
+//	failed := map[string]bool{} // partitions with a failure in this pop
 //	for _, msg := range msgs {
-//		ok := handle(msg.Data)
-//		_, err = client.Ack(ctx, msg, ok, queen.AckOptions{ConsumerGroup: "billing"})
+//		status := queen.StatusCompleted
+//		switch {
+//		case failed[msg.Partition]:
+//			status = queen.StatusRetry // not handled: given back, no retry spent
+//		case msg.Data["total"] == 0.0:
+//			status = queen.StatusFailed // comes back after the queue's retry delay
+//			failed[msg.Partition] = true
+//		}
+//		fmt.Println("order", msg.Data["id"], status)
+//		acks = append(acks, queen.Settlement{Message: msg, Status: status})
+//	}
+//	if _, err := client.SettleBatch(ctx, acks, queen.AckOptions{ConsumerGroup: "billing"}); err != nil {
+//		log.Fatal(err)
 //	}
 //
 // A new consumer group starts after what the queue already holds unless
 // SubscriptionMode(queen.SubscriptionModeAll) says otherwise: without it
-// this pop would wait 30 s and return nothing, since the order was pushed
+// this pop would wait 30 s and return nothing, since the orders were pushed
 // before the group's first pop.
 //
+// The pop is settled in one request, in partition order. A failed ack ends
+// the lease of its partition, so acking the messages one by one breaks at
+// the first failure: every later ack of that pop's partition is refused.
+// The messages after a failure are not handled but given back with
+// StatusRetry, so that they come again after the failed one, in order.
+// Example_quickStart runs this against an in-memory broker.
+//
 // Tests need no broker: package queentest serves the same HTTP API from
-// memory, on a loopback port.
+// memory, on a loopback port (see Example_testWithQueentest, and the
+// Example of package queentest).
 //
 // # Connecting
 //
@@ -81,6 +118,8 @@
 // Execute returns one PushResult per message; when the broker stored only
 // some of them, the error is a *PushError listing the others.
 //
+// Examples: ExampleQueueBuilder_Push, ExamplePushBuilder_TransactionID.
+//
 // # Popping
 //
 // QueueBuilder collects the options of a pop: Group, SubscriptionMode and
@@ -101,6 +140,11 @@
 // does not conflate fails with ErrConflationUnsupported rather than hand
 // out a whole backlog.
 //
+// A wildcard pop of a queue that does not exist creates that queue on a
+// 2.x broker (see QueueBuilder.Pop): a mistyped name is not an error.
+//
+// Example: ExampleQueueBuilder_Pop.
+//
 // # Messages
 //
 // A Message carries what an ack needs (transaction id, partition id, lease
@@ -112,6 +156,8 @@
 // type:
 //
 //	order, err := queen.Decode[Order](msg)
+//
+// Example: ExampleDecode.
 //
 // # Acknowledging
 //
@@ -128,10 +174,15 @@
 // request and returns a result per message. Every ack carries the lease id
 // of the pop that delivered the message; an ack the broker refuses (a lease
 // that expired, say) is reported in its AckResult and as an *AckError.
+// Settle a pop with one SettleBatch (see the quick start): a failed ack
+// ends its partition's lease, and the acks that follow under it are
+// refused.
 //
 // Client.Renew extends leases while work goes on: one request per distinct
 // lease id, which covers every partition of that pop. Success is read from
 // the broker's answer, not from the HTTP status.
+//
+// Examples: ExampleClient_Settle, ExampleClient_SettleBatch.
 //
 // # Consuming
 //
@@ -163,6 +214,16 @@
 // logged and handed to ConsumeBuilder.OnLoopError as a *LoopError.
 // CommitOnDelivery is refused by Consume: it is for Pop only.
 //
+// The loop has two contexts, and either one ending stops it: Consume's
+// gives its values to the handlers' ctx, Execute's gives its values to the
+// loop's own requests and to OnLoopError, and neither's cancellation
+// reaches a running handler (it gets the grace period) or an ack.
+//
+// Examples: ExampleQueueBuilder_Consume (the two contexts),
+// ExampleQueueBuilder_ConsumeBatch, ExampleConsumeBuilder_OnError (outcomes),
+// Example_gracefulShutdown (a stop on SIGTERM) and Example_testWithQueentest
+// (a handler under test).
+//
 // # Transactions, admin and reads by offset
 //
 // Client.Transaction collects acks and pushes that the broker applies all
@@ -172,6 +233,11 @@
 // broker's health and lists and replays dead letters. QueueBuilder.Fetch
 // reads partitions by offset with no group, lease or ack, and
 // ReadPartition iterates one partition to its end.
+//
+// Examples: ExampleClient_Transaction, ExampleTransactionBuilder_Ack,
+// ExampleAdmin_SeekConsumerGroup, ExampleAdmin_ListDLQ, ExampleAdmin_Health,
+// ExampleQueueBuilder_Fetch, ExampleQueueBuilder_ReadPartition and
+// Example_docReadPartition.
 //
 // # Errors
 //
@@ -195,6 +261,8 @@
 // An error matching ErrOutcomeUnknown says that the request may or may not
 // have been applied (its answer was lost, or did not tell): check the
 // broker's state before doing it again.
+//
+// Example: ExampleErrInvalidArgument.
 //
 // # Broker versions
 //

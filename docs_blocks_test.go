@@ -57,39 +57,6 @@ func docLeft(t *testing.T, ctx context.Context, qb *queen.QueueBuilder) []*queen
 	return msgs
 }
 
-// doc.go, "Quick start": the order pushed before the group's first pop is
-// read (SubscriptionModeAll) and acked.
-func TestDocQuickStart(t *testing.T) {
-	srv, brokerURL, _, _ := docBroker(t)
-	ctx := context.Background()
-	var seen []any
-	handle := func(data map[string]any) bool { seen = append(seen, data["total"]); return true }
-
-	client, err := queen.New(brokerURL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close(ctx)
-
-	_, err = client.Queue("orders").Push(map[string]any{"id": 1, "total": 30}).Execute(ctx)
-
-	msgs, err := client.Queue("orders").Group("billing").
-		SubscriptionMode(queen.SubscriptionModeAll). // a new group starts at the tail otherwise
-		Batch(10).
-		Pop(ctx)
-	for _, msg := range msgs {
-		ok := handle(msg.Data)
-		_, err = client.Ack(ctx, msg, ok, queen.AckOptions{ConsumerGroup: "billing"})
-	}
-
-	if err != nil || !slices.Equal(seen, []any{30.0}) {
-		t.Fatalf("handled %v, err %v; want the order of total 30", seen, err)
-	}
-	if srv.LeasedCount("orders", "billing") != 0 || len(docLeft(t, ctx, client.Queue("orders").Group("billing"))) != 0 {
-		t.Fatal("the order was not acked")
-	}
-}
-
 // doc.go, "Queues": an explicit create with options.
 func TestDocCreateQueue(t *testing.T) {
 	_, _, client, ctx := docBroker(t)

@@ -51,8 +51,15 @@ var emptyPopErrors = map[string]bool{
 // call: on a dead broker it returns the network error after
 // RetryPolicy.MaxAttempts attempts. With the default policy (4 attempts,
 // backoff from 200 ms) a broker that refuses connections fails the pop
-// after 1.1 s to 1.7 s (measured 1.2 s to 1.6 s); a host that does not
-// answer at all takes at most 4 attempts of the wait plus 5 s each.
+// after 1.1 s to 1.7 s; a host that does not answer at all takes at most
+// 4 attempts of the wait plus 5 s each.
+//
+// A mistyped queue name is not an error: on a 2.x broker a pop of a queue
+// that does not exist creates it, with the broker's default configuration,
+// and answers empty (a waiting pop waits its whole timeout); a pop pinned
+// to a partition (Partition) creates nothing. A 0.15.1 broker creates no
+// queue on a pop and answers empty. The broker cannot be told not to
+// create it; Admin.GetQueue tells whether a queue exists.
 func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 	r, err := b.popRequest()
 	if err != nil {
@@ -147,7 +154,7 @@ func (c *Client) popWith(ctx context.Context, r *popRequest, query string, confl
 // github.com/go-json-experiment/json (the API that becomes
 // encoding/json/v2): encoding/json reads a pop of 100 messages (each with
 // its Data map) too slowly for the consume loop to keep up with a bare
-// net/http loop (BenchmarkConsume); the v2 decoder does.
+// net/http loop; the v2 decoder does (docs/BENCHMARKS.md).
 //
 // readWire reads body into v with v2's defaults first: a body without
 // duplicate names and with valid UTF-8 (what a broker that stores JSONB
