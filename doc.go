@@ -60,9 +60,10 @@
 // this pop would wait 30 s and return nothing, since the orders were pushed
 // before the group's first pop.
 //
-// The pop is settled in one request, in partition order. A failed ack ends
-// the lease of its partition, so acking the messages one by one breaks at
-// the first failure: every later ack of that pop's partition is refused.
+// The pop is settled in one request, in partition order. A failed or retry
+// ack (on 2.x a dlq one too) ends the lease of its partition, so acking the
+// messages one by one breaks at the first failure: every later ack of that
+// pop's partition is refused.
 // The messages after a failure are not handled but given back with
 // StatusRetry, so that they come again after the failed one, in order.
 // Example_quickStart runs this against an in-memory broker.
@@ -174,9 +175,9 @@
 // request and returns a result per message. Every ack carries the lease id
 // of the pop that delivered the message; an ack the broker refuses (a lease
 // that expired, say) is reported in its AckResult and as an *AckError.
-// Settle a pop with one SettleBatch (see the quick start): a failed ack
-// ends its partition's lease, and the acks that follow under it are
-// refused.
+// Settle a pop with one SettleBatch (see the quick start): a failed or
+// retry ack ends its partition's lease, and the acks that follow under it
+// are refused.
 //
 // Client.Renew extends leases while work goes on: one request per distinct
 // lease id, which covers every partition of that pop. Success is read from

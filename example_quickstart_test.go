@@ -26,8 +26,9 @@ import (
 // it comes again after the failed one, in order.
 //
 // One ack per message in a loop breaks at the first failure: the failed
-// ack releases the partition's lease, and every later ack of that pop's
-// partition is refused ("invalid or expired lease").
+// ack (or a retry one; on 2.x a dlq one too) releases the partition's
+// lease, and every later ack of that pop's partition is refused ("invalid
+// or expired lease").
 func Example_quickStart() {
 	broker := queentest.NewServer() // with a real broker: the broker's URL
 	defer broker.Close()

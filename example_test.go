@@ -66,6 +66,9 @@ func ExamplePushBuilder_TransactionID() {
 
 // Pop takes a batch and leases it; each message is then acked: ok true is
 // completed, false is failed (it comes back, up to the queue's retry limit).
+// Acks one by one hold here only because the failure is the pop's last
+// message: a failed ack ends its partition's lease, and later acks under it
+// are refused. Settle a pop with one SettleBatch, as Example_quickStart does.
 func ExampleQueueBuilder_Pop() {
 	broker := queentest.NewServer()
 	defer broker.Close()
