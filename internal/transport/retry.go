@@ -25,7 +25,7 @@ import (
 // been sent (mayHaveSent) or applied (MayHaveApplied). Do reads the
 // outcome from the call's state: no error is returned.
 func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
-	c.attempts++
+	c.attempts, c.status = c.attempts+1, 0
 	var ans *Response
 	if err == nil {
 		body, rerr := readBody(resp.Body, resp.ContentLength)
@@ -35,14 +35,14 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 			err = fmt.Errorf("reading the answer of %s %s: %w", c.req.Method, resp.Request.URL.Redacted(), rerr)
 		} else {
 			ans = &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, URL: c.base, Attempts: c.attempts}
-			c.answer = ans
+			c.answer, c.status = ans, ans.Status
 		}
 	}
 	if err != nil && errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil {
 		err = fmt.Errorf("attempt timeout of %s exceeded: %w", c.hc.Timeout, err)
 	}
 	c.lastErr = err
-	c.observe(ans, err)
+	c.observe()
 	once := c.req.NoRetryAfterSend
 	if once && err != nil && c.mayHaveSent(err) {
 		c.unknown = true
@@ -53,7 +53,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	}
 	if err != nil || (ans.Status >= 500 && Retryable(ans.Status)) {
 		if c.t.eps.markDown(c.ep) && len(c.t.eps.urls) > 1 {
-			c.logEvent(slog.LevelWarn, "queen transport: broker URL failing, using the next one", statusOf(ans), err)
+			c.logEvent(slog.LevelWarn, "queen transport: broker URL failing, using the next one")
 		}
 	} else {
 		c.t.eps.markUp(c.ep)
@@ -73,30 +73,21 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	return retry, nil
 }
 
-func statusOf(ans *Response) int {
-	if ans == nil {
-		return 0
-	}
-	return ans.Status
-}
-
 // backoff is the Backoff hook: Backoff, with the Retry-After of resp. When
 // the ctx would end during that wait after an answer, it waits nothing and
 // sets stop, so that prepareRetry ends the loop and Do returns the answer.
 func (c *call) backoff(lo, hi time.Duration, attempt int, resp *http.Response) time.Duration {
 	var ra time.Duration
-	status := 0
 	if resp != nil {
 		ra, _ = ParseRetryAfter(resp.Header.Get("Retry-After"), c.t.now())
-		status = resp.StatusCode
 	}
 	wait := Backoff(lo, hi, attempt, ra)
 	if dl, ok := c.ctx.Deadline(); ok && resp != nil && time.Until(dl) < wait {
-		c.logEvent(slog.LevelDebug, "queen transport: no time left to retry, returning the answer", status, nil)
+		c.logEvent(slog.LevelDebug, "queen transport: no time left to retry, returning the answer")
 		c.stop, c.final = errNoTime, true
 		return 0
 	}
-	c.logEvent(slog.LevelDebug, "queen transport: retrying", status, c.lastErr, "wait", wait)
+	c.logEvent(slog.LevelDebug, "queen transport: retrying", "wait", wait)
 	return wait
 }
 
@@ -131,9 +122,6 @@ func backoff(lo, hi time.Duration, attempt int, retryAfter time.Duration, r floa
 // overflowing.
 func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
 	if strings.Trim(v, "0123456789.") == "" && strings.Count(v, ".") <= 1 && v != "." { // delay seconds
 		secs, err := strconv.ParseFloat(v, 64)
 		if err != nil && !errors.Is(err, strconv.ErrRange) {

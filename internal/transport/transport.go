@@ -20,7 +20,6 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,7 +89,6 @@ type Transport struct {
 	owned  *http.Transport // the pool New built, nil with the user's client
 	header [2]http.Header  // every request's headers, without and with a body
 	now    func() time.Time
-	calls  sync.Pool // of *call: the machinery of a Do, built once (newCall)
 }
 
 // New checks cfg, fills in defaults and returns a Transport. A bad or
@@ -124,7 +122,6 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t.header = [2]http.Header{h, h.Clone()}
 	t.header[1].Set("Content-Type", "application/json")
-	t.calls.New = func() any { return t.newCall() }
 	return t, nil
 }
 
@@ -172,30 +169,27 @@ type call struct {
 	rc               retryablehttp.Client
 	getConn, gotConn atomic.Bool
 	trace            httptrace.ClientTrace
-	callState
-}
-
-// callState is the state of one Do, reset for each.
-type callState struct {
-	ctx      context.Context
-	req      Request
-	query    string // encoded query, "" without one
-	ep       int    // index of the URL of the current attempt
-	base     string // its base URL
-	max      int    // attempt budget
-	attempts int    // attempts made so far
-	began    time.Time
-	answer   *Response // the last answer received, if any
-	final    bool      // answer is the outcome
-	lastErr  error     // the last attempt's failure, nil when it was answered
-	stop     error     // set by backoff: end the loop with the answer in hand
-	unknown  bool      // NoRetryAfterSend: the last attempt failed after it may have been sent
+	ctx              context.Context
+	req              Request
+	query            string // encoded query, "" without one
+	ep               int    // index of the URL of the current attempt
+	base             string // its base URL
+	max              int    // attempt budget
+	attempts         int    // attempts made so far
+	began            time.Time
+	status           int       // the current attempt's answer status, 0 without one
+	answer           *Response // the last answer received, if any
+	final            bool      // answer is the outcome
+	lastErr          error     // the last attempt's failure, nil when it was answered
+	stop             error     // set by backoff: end the loop with the answer in hand
+	unknown          bool      // NoRetryAfterSend: the last attempt failed after it may have been sent
 }
 
 // errNoTime ends a call whose ctx would end during the wait for its next
 // attempt (see backoff).
 var errNoTime = errors.New("no time left to retry")
 
+// newCall builds the machinery of one Do.
 func (t *Transport) newCall() *call {
 	c := &call{t: t, hc: t.client}
 	c.rc = retryablehttp.Client{
@@ -224,15 +218,11 @@ func (t *Transport) Do(ctx context.Context, r Request) (*Response, error) {
 	if !strings.HasPrefix(r.Path, "/") {
 		return nil, fmt.Errorf("transport: path %q must start with /", r.Path)
 	}
-	c := t.calls.Get().(*call)
-	resp, err := c.do(ctx, r)
-	c.callState = callState{} // keep nothing of this call alive
-	t.calls.Put(c)
-	return resp, err
+	return t.newCall().do(ctx, r)
 }
 
 func (c *call) do(ctx context.Context, r Request) (*Response, error) {
-	c.callState = callState{ctx: ctx, req: r, query: r.RawQuery, max: c.t.cfg.Retry.MaxAttempts}
+	c.ctx, c.req, c.query, c.max = ctx, r, r.RawQuery, c.t.cfg.Retry.MaxAttempts
 	if len(r.Query) > 0 {
 		c.query = r.Query.Encode()
 	}
@@ -247,8 +237,7 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	}
 	hctx := ctx
 	if r.NoRetryAfterSend {
-		trace := c.trace // a copy: WithClientTrace composes a trace of ctx into it
-		hctx = httptrace.WithClientTrace(ctx, &trace)
+		hctx = httptrace.WithClientTrace(ctx, &c.trace)
 	}
 	req, err := http.NewRequestWithContext(hctx, r.Method, c.url(c.base), nil)
 	if err != nil {
@@ -313,7 +302,7 @@ func (c *call) prepareRetry(req *http.Request) error {
 		return err
 	}
 	if ep != c.ep {
-		c.logEvent(slog.LevelDebug, "queen transport: failing over", statusOf(c.answer), c.lastErr, "to", base)
+		c.logEvent(slog.LevelDebug, "queen transport: failing over", "to", base)
 	}
 	c.ep, c.base = ep, base
 	req.URL, req.Host = u, "" // the host from the URL
@@ -337,11 +326,11 @@ func (c *call) failure(err error) error {
 	return fmt.Errorf("transport: %s: no answer after %d attempt(s): %w", where, c.attempts, err)
 }
 
-// observe reports the attempt that got ans or err to Config.OnAttempt.
-func (c *call) observe(ans *Response, err error) {
+// observe reports the current attempt to Config.OnAttempt.
+func (c *call) observe() {
 	if f := c.t.cfg.OnAttempt; f != nil {
 		f(c.ctx, Attempt{Method: c.req.Method, Path: c.req.Path, URL: c.base, Number: c.attempts,
-			Status: statusOf(ans), Duration: time.Since(c.began), Err: err})
+			Status: c.status, Duration: time.Since(c.began), Err: c.lastErr})
 	}
 }
 
@@ -366,11 +355,10 @@ func readBody(r io.Reader, n int64) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// logEvent logs an event of the current attempt, which got an answer of
-// status or failed with err.
-func (c *call) logEvent(level slog.Level, msg string, status int, err error, extra ...any) {
+// logEvent logs an event of the current attempt.
+func (c *call) logEvent(level slog.Level, msg string, extra ...any) {
 	if log := c.t.cfg.Logger; log.Enabled(c.ctx, level) {
 		log.Log(c.ctx, level, msg, append([]any{"method", c.req.Method, "path", c.req.Path, "url", c.base,
-			"attempt", c.attempts, "status", status, "error", err}, extra...)...)
+			"attempt", c.attempts, "status", c.status, "error", c.lastErr}, extra...)...)
 	}
 }
