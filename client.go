@@ -58,11 +58,12 @@ type config struct {
 //
 // Every call, a waiting pop included, makes at most MaxAttempts attempts;
 // the waits between them grow from MinBackoff, doubling, capped at
-// MaxBackoff, jittered by ±20 %. With the defaults a call against a broker
-// that refuses connections fails after 3 waits of about 200, 400 and 800
-// ms: 1.1 s to 1.7 s in all (measured 1.2 s to 1.6 s for a waiting Pop).
-// The error then says how many attempts were made. Each attempt is bounded
-// by WithRequestTimeout (a waiting pop: its wait plus 5 s).
+// MaxBackoff, jittered by ±20 %, and are at least a Retry-After the broker
+// sent (plus up to 20 %, at most 60 s). With the defaults a call against a
+// broker that refuses connections fails after 3 waits of about 200, 400
+// and 800 ms: 1.1 s to 1.7 s in all. The error then says how many
+// attempts were made. Each attempt is bounded by WithRequestTimeout (a
+// waiting pop: its wait plus 5 s).
 type RetryPolicy struct {
 	// MaxAttempts bounds the attempts of every call, the first included
 	// (default 4).
@@ -90,9 +91,10 @@ func WithBearerToken(token string) Option {
 	return func(c *config) { c.token = token }
 }
 
-// WithHTTPClient makes the client send its requests with hc. Its Timeout
-// should be zero or above the longest long poll (60 s); the client sets
-// per-request deadlines itself.
+// WithHTTPClient makes the client send its requests with hc, its
+// RoundTripper, redirect policy and cookie jar. Its Timeout is not used:
+// each attempt is bounded by WithRequestTimeout (a waiting pop by its wait
+// plus a margin). The client never closes hc's idle connections.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) { c.httpClient = hc }
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,6 +116,19 @@ func noLease(msg *Message) string {
 		return "nil message"
 	}
 	return "no lease (committed on delivery?)"
+}
+
+// messageName names m in an error by the ids it has.
+func messageName(m *Message) string {
+	switch {
+	case m.ID != "" && m.TransactionID != "":
+		return fmt.Sprintf("%q (transactionId %q)", m.ID, m.TransactionID)
+	case m.ID != "":
+		return strconv.Quote(m.ID)
+	case m.TransactionID != "":
+		return fmt.Sprintf("with transactionId %q", m.TransactionID)
+	}
+	return "without an id"
 }
 
 // retryAfterOf returns the Retry-After of the broker's refusal err wraps,
