@@ -47,14 +47,12 @@ type Config struct {
 	Timeout time.Duration
 	// Retry is the retry and failover policy.
 	Retry RetryPolicy
-	// Logger receives retry and failover events (Debug and Warn). Nil
-	// means silent.
+	// Logger receives retry and failover events (Debug, Warn); nil: none.
 	Logger *slog.Logger
 	// UserAgent, when set, is sent as the User-Agent header.
 	UserAgent string
 	// OnAttempt, when set, is called after every attempt (redirects are
-	// part of it), once its answer is read or it failed, on the call's
-	// goroutine with the call's ctx.
+	// part of it), on the call's goroutine with the call's ctx.
 	OnAttempt func(ctx context.Context, a Attempt)
 }
 
@@ -106,8 +104,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-// parseBaseURL checks one broker base URL (the client validates it in
-// full) and returns it without a trailing slash.
+// parseBaseURL checks a base URL (the client checks it in full).
 func parseBaseURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||

@@ -91,13 +91,11 @@ func (c *call) backoff(lo, hi time.Duration, attempt int, resp *http.Response) t
 	return wait
 }
 
-// Backoff returns the wait before retry attempt+1 (attempt counts from 0):
-// lo·2^attempt capped at hi, jittered by ±20 % and capped at hi again.
-// A positive retryAfter (the broker's Retry-After) is honoured: the wait
-// is then at least retryAfter plus up to 20 % jitter, capped at
-// MaxRetryAfter. It is the one backoff of the client: the transport waits
-// by it between attempts (RetryPolicy's 200 ms to 10 s by default), the
-// consume loop between failed pops and settles (50 to 200 ms).
+// Backoff, the client's one backoff, returns the wait before retry
+// attempt+1 (from 0): lo·2^attempt capped at hi, jittered by ±20 %, capped
+// at hi again, and at least a positive retryAfter (the broker's) plus up
+// to 20 %, capped at MaxRetryAfter. The transport waits by it between
+// attempts (200 ms to 10 s), the consume loop between failures (50 to 200 ms).
 func Backoff(lo, hi time.Duration, attempt int, retryAfter time.Duration) time.Duration {
 	return backoff(lo, hi, attempt, retryAfter, rand.Float64())
 }
@@ -115,11 +113,10 @@ func backoff(lo, hi time.Duration, attempt int, retryAfter time.Duration, r floa
 	return d
 }
 
-// ParseRetryAfter reads a Retry-After value, the one parser of the client:
-// delay seconds (fractions allowed) or an HTTP date, relative to now (a
-// date in the past is zero). ok is false for an empty or malformed value.
-// The value is not capped (Backoff caps the wait), only kept from
-// overflowing.
+// ParseRetryAfter reads a Retry-After value, the client's one parser:
+// delay seconds (fractions allowed) or an HTTP date, relative to now (in
+// the past: zero); ok is false for an empty or malformed value. It is not
+// capped (Backoff caps the wait).
 func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	v = strings.TrimSpace(v)
 	if strings.Trim(v, "0123456789.") == "" && strings.Count(v, ".") <= 1 && v != "." { // delay seconds
@@ -139,16 +136,13 @@ func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	return max(when.Sub(now), 0), true
 }
 
-// MayHaveApplied reports whether the broker may have applied a request it
-// answered with status and body: the client's one rule for that question
-// (PROTOCOL.md §1.1). It may have for a 2xx, an answer whose code is
-// "outcome_unknown" (a 2.x 503), and every 5xx but those that say the
-// request was refused before it was applied: 501 (no such route), 503 (no
-// leader, leader changed, timeout) and 507 (storage full). 3xx and 4xx
-// (408 and 429 included) are refusals. The transport resends a
-// NoRetryAfterSend call only after a 429 or 503 for which it is false; the
-// client reports the refusal of such a call as an unknown outcome when it
-// is true.
+// MayHaveApplied, the client's one rule for it (PROTOCOL.md §1.1), reports
+// whether the broker may have applied a request it answered with status
+// and body: yes for a 2xx, the code "outcome_unknown" (a 2.x 503) and every
+// 5xx but 501 (no such route), 503 (no leader, leader changed, timeout) and
+// 507 (storage full), refused before applying; no for 3xx and 4xx. The
+// transport resends a NoRetryAfterSend call only after a 429 or 503 it
+// says no to; the client reports a refusal it says yes to as ErrOutcomeUnknown.
 func MayHaveApplied(status int, body []byte) bool {
 	var eb wire.ErrorBody
 	switch {
@@ -162,13 +156,11 @@ func MayHaveApplied(status int, body []byte) bool {
 	return status >= 500
 }
 
-// mayHaveSent is the probe: it reports whether the current attempt of a
-// NoRetryAfterSend call, which failed with err, may have written its
-// request. net/http writes a request only on a connection it got
-// (httptrace GotConn); an attempt that asked for one (GetConn) and got none
-// failed while connecting, before anything was sent. A RoundTripper that
-// reports no connection events (the user's own) is trusted only with a
-// dial error.
+// mayHaveSent, the probe, reports whether the current attempt of a
+// NoRetryAfterSend call, failed with err, may have written its request:
+// net/http writes only on a connection it got (httptrace GotConn), so an
+// attempt that asked for one (GetConn) and got none did not. Without
+// events (the user's RoundTripper) only a dial error says it did not.
 func (c *call) mayHaveSent(err error) bool {
 	switch {
 	case c.gotConn.Load():

@@ -20,6 +20,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,19 +42,16 @@ type Request struct {
 	// consume loop, which retries on its own, asks for one).
 	Timeout  time.Duration
 	Attempts int
-	// NoRetryAfterSend marks a call the broker does not apply idempotently
-	// (a transaction, a dead-letter replay) or that must not be repeated
-	// once it may have been applied (a pop, whose claim leases messages).
-	// It is sent again only when the broker surely did not apply it: a
-	// failure before the request could be written (a refused or timed out
-	// dial, DNS, TLS handshake: see mayHaveSent), and a 429 or 503 that
-	// MayHaveApplied says was not applied; any other answer is returned
-	// at once. A network failure once the request may have been
-	// written (reset, EOF, a timeout waiting for the answer, an answer cut
-	// short), or a ctx that ends then, ends the call with an error matching
-	// ErrOutcomeUnknown (never an earlier attempt's answer); an answer
-	// received as the ctx ends is returned. net/http's own resend of a GET
-	// is stopped too (see noResend).
+	// NoRetryAfterSend marks a call not applied idempotently (a
+	// transaction, a DLQ replay) or not to be repeated once it may have
+	// been (a pop, whose claim leases messages). It is sent again only
+	// after a failure before the request could be written (see
+	// mayHaveSent) or a 429 or 503 that MayHaveApplied says was not
+	// applied; any other answer is returned at once. A failure after the
+	// request may have been written, or a ctx that ends then, is an error
+	// matching ErrOutcomeUnknown (never an earlier attempt's answer); an
+	// answer received as the ctx ends is returned. net/http's own resend
+	// of a GET is stopped too (see noResend).
 	NoRetryAfterSend bool
 }
 
@@ -89,6 +87,7 @@ type Transport struct {
 	owned  *http.Transport // the pool New built, nil with the user's client
 	header [2]http.Header  // every request's headers, without and with a body
 	now    func() time.Time
+	calls  sync.Pool // of *call, built once (newCall), reset per Do
 }
 
 // New checks cfg, fills in defaults and returns a Transport. A bad or
@@ -122,6 +121,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t.header = [2]http.Header{h, h.Clone()}
 	t.header[1].Set("Content-Type", "application/json")
+	t.calls.New = func() any { return t.newCall() }
 	return t, nil
 }
 
@@ -169,24 +169,27 @@ type call struct {
 	rc               retryablehttp.Client
 	getConn, gotConn atomic.Bool
 	trace            httptrace.ClientTrace
-	ctx              context.Context
-	req              Request
-	query            string // encoded query, "" without one
-	ep               int    // index of the URL of the current attempt
-	base             string // its base URL
-	max              int    // attempt budget
-	attempts         int    // attempts made so far
-	began            time.Time
-	status           int       // the current attempt's answer status, 0 without one
-	answer           *Response // the last answer received, if any
-	final            bool      // answer is the outcome
-	lastErr          error     // the last attempt's failure, nil when it was answered
-	stop             error     // set by backoff: end the loop with the answer in hand
-	unknown          bool      // NoRetryAfterSend: the last attempt failed after it may have been sent
+	callState
 }
 
-// errNoTime ends a call whose ctx would end during the wait for its next
-// attempt (see backoff).
+type callState struct {
+	ctx      context.Context
+	req      Request
+	query    string // encoded query, "" without one
+	ep       int    // index of the URL of the current attempt
+	base     string // its base URL
+	max      int    // attempt budget
+	attempts int    // attempts made so far
+	began    time.Time
+	status   int       // the current attempt's answer status, 0 without one
+	answer   *Response // the last answer received, if any
+	final    bool      // answer is the outcome
+	lastErr  error     // the last attempt's failure, nil when it was answered
+	stop     error     // set by backoff: end the loop with the answer in hand
+	unknown  bool      // NoRetryAfterSend: the last attempt failed after it may have been sent
+}
+
+// errNoTime ends a call whose ctx would end during the wait (see backoff).
 var errNoTime = errors.New("no time left to retry")
 
 // newCall builds the machinery of one Do.
@@ -218,11 +221,15 @@ func (t *Transport) Do(ctx context.Context, r Request) (*Response, error) {
 	if !strings.HasPrefix(r.Path, "/") {
 		return nil, fmt.Errorf("transport: path %q must start with /", r.Path)
 	}
-	return t.newCall().do(ctx, r)
+	c := t.calls.Get().(*call)
+	resp, err := c.do(ctx, r)
+	c.callState = callState{} // keeps nothing of the call alive
+	t.calls.Put(c)
+	return resp, err
 }
 
 func (c *call) do(ctx context.Context, r Request) (*Response, error) {
-	c.ctx, c.req, c.query, c.max = ctx, r, r.RawQuery, c.t.cfg.Retry.MaxAttempts
+	c.callState = callState{ctx: ctx, req: r, query: r.RawQuery, max: c.t.cfg.Retry.MaxAttempts}
 	if len(r.Query) > 0 {
 		c.query = r.Query.Encode()
 	}
@@ -236,14 +243,21 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 		return nil, c.failure(err) // nothing sent
 	}
 	hctx := ctx
-	if r.NoRetryAfterSend {
-		hctx = httptrace.WithClientTrace(ctx, &c.trace)
+	if trace := &c.trace; r.NoRetryAfterSend {
+		if httptrace.ContextClientTrace(ctx) != nil {
+			cp := c.trace // WithClientTrace composes the trace of ctx into it
+			trace = &cp
+		}
+		hctx = httptrace.WithClientTrace(ctx, trace)
 	}
 	req, err := http.NewRequestWithContext(hctx, r.Method, c.url(c.base), nil)
 	if err != nil {
 		return nil, c.failure(err)
 	}
-	req.Header = c.t.header[min(len(r.Body), 1)].Clone()
+	req.Header = c.t.header[min(len(r.Body), 1)] // read only: net/http and retryablehttp never write it
+	if c.t.owned == nil {
+		req.Header = req.Header.Clone() // the user's RoundTripper might
+	}
 	rreq := &retryablehttp.Request{Request: req}
 	switch {
 	case len(r.Body) > 0:
@@ -276,8 +290,7 @@ func (c *call) url(base string) string {
 	return base + c.req.Path + "?" + c.query
 }
 
-// startAttempt is the RequestLogHook, run before every attempt: it resets
-// the probe and starts the attempt's clock.
+// startAttempt, the RequestLogHook, resets the probe and starts the clock.
 func (c *call) startAttempt(_ retryablehttp.Logger, _ *http.Request, _ int) {
 	c.getConn.Store(false)
 	c.gotConn.Store(false)
@@ -286,9 +299,8 @@ func (c *call) startAttempt(_ retryablehttp.Logger, _ *http.Request, _ int) {
 	}
 }
 
-// prepareRetry is the PrepareRetry hook, run before every attempt but the
-// first: it ends a call whose ctx ended during the wait or whose wait was
-// cut (errNoTime), and points the request at the URL the attempt should use.
+// prepareRetry, the PrepareRetry hook, ends a call whose ctx ended or whose
+// wait was cut (errNoTime), and points the retry at the next healthy URL.
 func (c *call) prepareRetry(req *http.Request) error {
 	if c.stop != nil {
 		return c.stop
@@ -334,13 +346,10 @@ func (c *call) observe() {
 	}
 }
 
-// noResend is the body of a NoRetryAfterSend GET. net/http resends by
-// itself a GET (HEAD, OPTIONS) without a body, or with one it can rewind,
-// when a reused connection closes after the request was written and
-// before an answer: for a pop, whose first claim may hold messages, that
-// must not happen. A body it cannot rewind stops it; empty and sent with
-// the transfer encoding "identity" (unchunked, no length), it is on the
-// wire the GET without a body. (http.Client follows no 307 or 308 for it.)
+// noResend is the body of a NoRetryAfterSend GET: net/http resends a GET
+// without a body when a reused connection closes after the request was
+// written, and a body it cannot rewind stops that. Empty, sent unchunked
+// ("identity"), it is on the wire no body. (No 307 or 308 is followed.)
 type noResend struct{}
 
 func (noResend) Read([]byte) (int, error)         { return 0, io.EOF }
