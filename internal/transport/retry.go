@@ -27,13 +27,14 @@ import (
 func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	c.attempts, c.status = c.attempts+1, 0
 	var ans *Response
-	if err == nil {
+	if resp != nil { // with err too: a redirect the policy refused
 		body, rerr := readBody(resp.Body, resp.ContentLength)
 		resp.Body.Close()
 		resp.Body = http.NoBody
-		if rerr != nil {
+		switch {
+		case err == nil && rerr != nil:
 			err = fmt.Errorf("reading the answer of %s %s: %w", c.req.Method, resp.Request.URL.Redacted(), rerr)
-		} else {
+		case err == nil:
 			ans = &Response{Status: resp.StatusCode, Header: resp.Header, Body: body, URL: c.base, Attempts: c.attempts}
 			c.answer, c.status = ans, ans.Status
 		}

@@ -282,7 +282,7 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	return nil, c.failure(cmp.Or(c.lastErr, err))
 }
 
-// url returns the request URL on base: the escaped path and the query.
+// url returns the request URL on base.
 func (c *call) url(base string) string {
 	if c.query == "" {
 		return base + c.req.Path
