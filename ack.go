@@ -161,7 +161,7 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	items := make([]wire.AckItem, len(acks))
 	for i, a := range acks {
 		if a.Message == nil || a.Message.TransactionID == "" || a.Message.PartitionID == "" {
-			return nil, "", false, fmt.Errorf("ack %d: %w", i, ErrNotAckable)
+			return nil, "", false, fmt.Errorf("ack %d: %w: %s", i, ErrNotAckable, notAckable(a.Message))
 		}
 		if !a.Status.valid() {
 			return nil, "", false, fmt.Errorf("ack %d: %w: %q", i, ErrUnknownStatus, a.Status)
@@ -317,7 +317,7 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	seen := map[string]bool{}
 	for i, m := range msgs {
 		if m == nil || m.LeaseID == "" {
-			return nil, fmt.Errorf("message %d: %w: no lease (committed on delivery?)", i, ErrNotAckable)
+			return nil, fmt.Errorf("message %d: %w: %s", i, ErrNotAckable, noLease(m))
 		}
 		if !seen[m.LeaseID] {
 			seen[m.LeaseID] = true

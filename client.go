@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -59,11 +58,12 @@ type config struct {
 //
 // Every call, a waiting pop included, makes at most MaxAttempts attempts;
 // the waits between them grow from MinBackoff, doubling, capped at
-// MaxBackoff, jittered by ±20 %. With the defaults a call against a broker
-// that refuses connections fails after 3 waits of about 200, 400 and 800
-// ms: 1.1 s to 1.7 s in all.
-// The error then says how many attempts were made. Each attempt is bounded
-// by WithRequestTimeout (a waiting pop: its wait plus 5 s).
+// MaxBackoff, jittered by ±20 %, and are at least a Retry-After the broker
+// sent (plus up to 20 %, at most 60 s). With the defaults a call against a
+// broker that refuses connections fails after 3 waits of about 200, 400
+// and 800 ms: 1.1 s to 1.7 s in all. The error then says how many
+// attempts were made. Each attempt is bounded by WithRequestTimeout (a
+// waiting pop: its wait plus 5 s).
 type RetryPolicy struct {
 	// MaxAttempts bounds the attempts of every call, the first included
 	// (default 4).
@@ -91,9 +91,10 @@ func WithBearerToken(token string) Option {
 	return func(c *config) { c.token = token }
 }
 
-// WithHTTPClient makes the client send its requests with hc. Its Timeout
-// should be zero or above the longest long poll (60 s); the client sets
-// per-request deadlines itself.
+// WithHTTPClient makes the client send its requests with hc, its
+// RoundTripper, redirect policy and cookie jar. Its Timeout is not used:
+// each attempt is bounded by WithRequestTimeout (a waiting pop by its wait
+// plus a margin). The client never closes hc's idle connections.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) { c.httpClient = hc }
 }
@@ -127,11 +128,9 @@ func (w warnHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (w warnHandler) WithGroup(name string) slog.Handler { return warnHandler{w.h.WithGroup(name)} }
 
-// WithRequestTimeout bounds each attempt of an ordinary call (default 30 s).
-// A long-polling pop gets its wait plus a margin instead. Attempts that
-// start together under one ctx (a consume loop's pops) share one deadline,
-// so an attempt may be cut up to 1 % of its timeout (at most 10 ms) early,
-// never late; with WithHTTPClient each attempt has a deadline of its own.
+// WithRequestTimeout bounds each attempt of an ordinary call, from dialling
+// to the last byte of the answer, redirects included (default 30 s). A
+// long-polling pop gets its wait plus a margin instead.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) { c.requestTimeout = d }
 }
@@ -149,10 +148,14 @@ func WithIdleConns(n int) Option {
 }
 
 // New returns a client for the broker at rawURL (for example
-// "http://localhost:6632"). A URL that is not a clean absolute http(s) URL
-// (one with surrounding white space or control characters, no host, a
-// query, a fragment or user info) is an error matching ErrInvalidURL;
-// nothing is sent until the first call.
+// "http://localhost:6632"). The URL may carry the path prefix of a proxy
+// in front of the broker ("http://gw/queen": requests go to
+// http://gw/queen/api/v1/...), but not the API's own path: the client adds
+// /api/v1 itself, so a URL whose path ends in /api/v1 is refused. A URL
+// that is not a clean absolute http(s) URL (one with surrounding white
+// space or control characters, no host, a query, a fragment or user info,
+// a path with empty, "." or ".." segments, or ending in /api/v1) is an
+// error matching ErrInvalidURL; nothing is sent until the first call.
 func New(rawURL string, opts ...Option) (*Client, error) {
 	cfg := config{urls: []string{rawURL}}
 	for _, o := range opts {
@@ -205,6 +208,10 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	return &Client{tr: tr, log: log, hooks: hooks, cfg: cfg, drained: make(chan struct{}), minRenewMs: MinRenewMillis}, nil
 }
 
+// apiPath is the path of the broker's API, which every request path
+// starts with (a base URL may not end with it).
+const apiPath = "/api/v1"
+
 func normalizeURL(raw string) (string, error) {
 	if strings.TrimSpace(raw) != raw || strings.ContainsFunc(raw, unicode.IsControl) {
 		// url.Parse keeps a leading space in the scheme's place or a
@@ -228,6 +235,10 @@ func normalizeURL(raw string) (string, error) {
 		// A base path such as /a/../b or //b means another path once a
 		// server or proxy cleans it.
 		return "", fmt.Errorf("%w %q: the path has empty, \".\" or \"..\" segments", ErrInvalidURL, raw)
+	}
+	if p := strings.TrimSuffix(u.Path, "/"); strings.HasSuffix(p, apiPath) {
+		return "", fmt.Errorf("%w %q: the path ends in %s, which the client adds to every request; give the base URL %q",
+			ErrInvalidURL, raw, apiPath, strings.TrimSuffix(strings.TrimSuffix(raw, "/"), apiPath))
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }
@@ -326,6 +337,7 @@ type response struct {
 	status int
 	header http.Header
 	body   []byte
+	url    string // the URL requested: base URL and path
 }
 
 // do sends a request and returns the answer. Any 2xx is returned as is; any
@@ -335,8 +347,9 @@ type response struct {
 // For a request marked once, the transport retries only what surely did
 // not reach the broker (see transport.Request.NoRetryAfterSend), and the
 // error matches ErrOutcomeUnknown when the outcome is open: a failure after
-// the request may have been sent, and an answer that does not say the
-// broker refused it (see ambiguous).
+// the request may have been sent, and a refusal after which the broker may
+// have applied it (transport.MayHaveApplied: a 5xx but 501, 503 and 507, a
+// 503 with code outcome_unknown).
 func (c *Client) do(ctx context.Context, r call) (*response, error) {
 	if !c.enter() {
 		return nil, ErrClosed
@@ -362,41 +375,22 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 		NoRetryAfterSend: r.once,
 	})
 	if err != nil {
-		err = fmt.Errorf("queen: %w", err) // the transport names the method and path
+		err = fmt.Errorf("queen: %w", err) // the transport names the method and URL
 		if errors.Is(err, transport.ErrOutcomeUnknown) {
 			err = outcomeUnknown(err)
 		}
 		return nil, err
 	}
-	out := &response{status: resp.Status, header: resp.Header, body: resp.Body}
+	out := &response{status: resp.Status, header: resp.Header, body: resp.Body, url: resp.URL + r.path}
 	if resp.Status < 200 || resp.Status > 299 {
-		be := brokerError(r.method, r.path, resp.Status, resp.Header, resp.Body)
+		be := brokerError(r.method, r.path, out)
 		be.Attempts = resp.Attempts
-		if r.once && ambiguous(be) {
+		if r.once && transport.MayHaveApplied(resp.Status, resp.Body) {
 			return out, outcomeUnknown(be)
 		}
 		return out, be
 	}
 	return out, nil
-}
-
-// ambiguous reports whether a refusal of a request that is not safe to
-// repeat leaves open whether the broker applied it (PROTOCOL.md §1.1): a
-// code outcome_unknown (a 2.x 503), and every 5xx but those that say the
-// request was refused before it was applied: 501 (no such route), 503
-// (2.x: no leader, leader changed, timeout, all transient and not applied)
-// and 507 (storage full, refused before writing). A 500 is a broker fault
-// that may strike after applying; a 502 or 504 comes from a proxy that may
-// have forwarded the request. 4xx are refusals.
-func ambiguous(be *BrokerError) bool {
-	if be.Code == wire.CodeOutcomeUnknown {
-		return true
-	}
-	switch be.Status {
-	case http.StatusNotImplemented, http.StatusServiceUnavailable, http.StatusInsufficientStorage:
-		return false
-	}
-	return be.Status >= 500
 }
 
 // doJSON sends a request and decodes a 2xx JSON answer into out (if out is
@@ -423,7 +417,7 @@ func decodeAnswer(resp *response, r call, out any) error {
 // refusal is the *BrokerError of a 2xx answer that says the request
 // failed or cannot be read.
 func (resp *response) refusal(method, path, msg string) *BrokerError {
-	return &BrokerError{Status: resp.status, Method: method, Path: path, Body: resp.body, Message: msg}
+	return &BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body, Message: msg}
 }
 
 // doObject is doJSON for routes whose 2xx answer is never the broker's
@@ -457,38 +451,56 @@ func errorObject(resp *response, method, path string) *BrokerError {
 	if json.Unmarshal(body, &eb) != nil || eb.Error == nil || *eb.Error == "" || (eb.Success != nil && *eb.Success) {
 		return nil
 	}
-	return &BrokerError{Status: resp.status, Method: method, Path: path, Body: resp.body, Code: eb.Code, Message: *eb.Error}
+	return &BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body, Code: eb.Code, Message: *eb.Error}
 }
 
-func brokerError(method, path string, status int, h http.Header, body []byte) *BrokerError {
-	e := &BrokerError{Status: status, Method: method, Path: path, Body: body}
+// brokerError is the refusal of a non-2xx answer to method path: the
+// broker's code and message from its error envelope, or else an excerpt of
+// the body (a proxy's HTML page, say), and its Retry-After.
+func brokerError(method, path string, resp *response) *BrokerError {
+	e := &BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body,
+		ContentType: resp.header.Get("Content-Type")}
 	var eb wire.ErrorBody
-	if json.Unmarshal(body, &eb) == nil {
+	if json.Unmarshal(resp.body, &eb) == nil && (eb.Error != "" || eb.Code != "") {
 		e.Code, e.Message = eb.Code, eb.Error
-	} else if len(body) > 0 && len(body) < 512 {
-		e.Message = strings.TrimSpace(string(body))
+	} else {
+		e.Message = excerpt(resp.body)
 	}
 	if e.Message == "" {
-		e.Message = http.StatusText(status)
+		e.Message = http.StatusText(resp.status)
 	}
-	if h != nil {
-		e.RetryAfter = parseRetryAfter(h.Get("Retry-After"))
-	}
+	e.RetryAfter, _ = transport.ParseRetryAfter(resp.header.Get("Retry-After"), time.Now())
 	return e
 }
 
-func parseRetryAfter(v string) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
-		return time.Duration(secs * float64(time.Second))
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
+// excerptLen is how much of a body an error's message quotes.
+const excerptLen = 200
+
+// excerpt returns the start of body as one line of text: white space runs
+// (new lines included) as one space, control characters and invalid UTF-8
+// dropped, at most excerptLen bytes, with "…" when it was cut.
+func excerpt(body []byte) string {
+	var b strings.Builder
+	space := false
+	for _, r := range strings.ToValidUTF8(string(body[:min(len(body), 4*excerptLen)]), "") {
+		switch {
+		case unicode.IsSpace(r):
+			space = b.Len() > 0
+			continue
+		case unicode.IsControl(r):
+			continue
 		}
+		if b.Len() >= excerptLen {
+			return b.String() + "…"
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		b.WriteRune(r)
 	}
-	return 0
+	if len(body) > 4*excerptLen {
+		return b.String() + "…"
+	}
+	return b.String()
 }

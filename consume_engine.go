@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/queen-go/queen/internal/transport"
 )
 
 // The engine of one Execute: what the parts read of the options, and the
@@ -39,12 +37,11 @@ type engine struct {
 	onError     func(ctx context.Context, msg *Message, err error) Outcome
 	onLoopError func(ctx context.Context, err error)
 
-	execCtx    context.Context      // Execute's
-	consumeCtx context.Context      // Consume's (may be nil)
-	reqCtx     context.Context      // execCtx's values, not cancelled with it: acks, renewals
-	reqCancel  context.CancelFunc   // after the last request (run)
-	deadlines  *transport.Deadlines // the settles' deadlines, shared (nil: each its own)
-	pollCtx    context.Context      // pops; cancelled to abandon them
+	execCtx    context.Context    // Execute's
+	consumeCtx context.Context    // Consume's (may be nil)
+	reqCtx     context.Context    // execCtx's values, not cancelled with it: acks, renewals
+	reqCancel  context.CancelFunc // after the last request (run)
+	pollCtx    context.Context    // pops; cancelled to abandon them
 	pollCancel context.CancelFunc
 	hctx       context.Context // base of the handlers' ctxs: ends after the grace period
 	hcancel    context.CancelCauseFunc
@@ -117,7 +114,6 @@ func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 	}
 	e := newEngine(ctx, cb.ctx, b, cfg, qb.limit)
 	e.log, e.retry, e.hooks = qb.c.log, qb.c.cfg.retry, qb.c.hooks
-	e.deadlines = qb.c.tr.Deadlines()
 	e.handle, e.handleBatch = cb.handle, cb.handleBatch
 	e.onSuccess, e.onError, e.onLoopError = cb.onSuccess, cb.onError, cb.onLoopError
 	return e, nil
@@ -143,9 +139,7 @@ func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineC
 		limit:    limiter{on: limit > 0, left: limit},
 		lastBusy: time.Now(),
 	}
-	// reqCtx is cancelled once run's goroutines are done; a ctx of the
-	// context package is also one the transport shares deadlines under
-	// (transport.Deadlines), where WithoutCancel's is not.
+	// reqCtx is cancelled once run's goroutines are done.
 	e.reqCtx, e.reqCancel = context.WithCancel(context.WithoutCancel(execCtx))
 	e.pollCtx, e.pollCancel = context.WithCancel(e.reqCtx)
 	e.hctx, e.hcancel = context.WithCancelCause(context.WithoutCancel(hbase))

@@ -3,7 +3,6 @@ package queen
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/queen-go/queen/internal/transport"
@@ -204,11 +203,7 @@ func (o *outage) failed(err error, now time.Time) (time.Duration, bool) {
 	} else {
 		o.backoff = min(o.backoff*2, o.hi)
 	}
-	d := time.Duration(float64(o.backoff) * (0.8 + 0.4*rand.Float64())) // jitter: workers do not retry in step
-	var be *BrokerError
-	if errors.As(err, &be) && be.RetryAfter > d {
-		d = min(be.RetryAfter, time.Minute)
-	}
+	d := transport.Backoff(o.lo, o.hi, o.failures-1, retryAfterOf(err)) // the client's one backoff
 	say := o.failures == 1 || o.backoff != prev || now.Sub(o.logged) >= outageLogEvery
 	if say {
 		o.logged = now

@@ -70,9 +70,8 @@ func (e *engine) settle(b *batch) {
 // settleTimeout: a blip, at a stop above all, must not leave the messages
 // leased until their lease runs out.
 func (e *engine) sendAcks(b *batch, acks []Settlement) {
-	now := time.Now()
-	ctx, end := e.deadlines.Get(e.reqCtx, now.Add(settleTimeout), now)
-	defer end.Release()
+	ctx, end := context.WithTimeout(e.reqCtx, settleTimeout)
+	defer end()
 	backoff := newOutage(e.retry)
 	start := e.hooks.now()
 	var err error

@@ -1,8 +1,10 @@
 package queen
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,8 +54,10 @@ var (
 	ErrInvalidPayload = newArgError("payload is not valid JSON")
 	// ErrNoMessages: a call that needs at least one message got none.
 	ErrNoMessages = newArgError("no messages given")
-	// ErrNotAckable: the message has no transaction id or partition id (it did not come from a pop).
-	ErrNotAckable = newArgError("message cannot be acknowledged: missing transactionId or partitionId")
+	// ErrNotAckable: the message cannot be settled or renewed: it is nil,
+	// has no transaction id or partition id (it did not come from a pop),
+	// or has no lease (popped with commit on delivery). The error says which.
+	ErrNotAckable = newArgError("message cannot be acknowledged")
 	// ErrNotReplayable: a dead letter to replay needs its ID, or its
 	// PartitionID and TransactionID.
 	ErrNotReplayable = newArgError("dead letter cannot be replayed: missing id, or partition id and transaction id")
@@ -96,6 +100,46 @@ var (
 	ErrOutcomeUnknown = errors.New("queen: outcome unknown")
 )
 
+// notAckable says why msg cannot be acknowledged, for an error wrapping
+// ErrNotAckable: nil, or no transaction id or partition id.
+func notAckable(msg *Message) string {
+	if msg == nil {
+		return "nil message"
+	}
+	return "missing transactionId or partitionId"
+}
+
+// noLease says why msg cannot be renewed, for an error wrapping
+// ErrNotAckable: nil, or no lease.
+func noLease(msg *Message) string {
+	if msg == nil {
+		return "nil message"
+	}
+	return "no lease (committed on delivery?)"
+}
+
+// messageName names m in an error by the ids it has.
+func messageName(m *Message) string {
+	switch {
+	case m.ID != "" && m.TransactionID != "":
+		return fmt.Sprintf("%q (transactionId %q)", m.ID, m.TransactionID)
+	case m.ID != "":
+		return strconv.Quote(m.ID)
+	case m.TransactionID != "":
+		return fmt.Sprintf("with transactionId %q", m.TransactionID)
+	}
+	return "without an id"
+}
+
+// retryAfterOf returns the Retry-After of the broker's refusal err wraps,
+// zero without one.
+func retryAfterOf(err error) time.Duration {
+	if be, ok := errors.AsType[*BrokerError](err); ok {
+		return be.RetryAfter
+	}
+	return 0
+}
+
 // outcomeUnknownError is the failure of a request that may or may not have
 // been applied. It matches ErrOutcomeUnknown and unwraps to the failure.
 type outcomeUnknownError struct{ err error }
@@ -120,9 +164,16 @@ type BrokerError struct {
 	Message string
 	// RetryAfter is the broker's Retry-After, zero when absent.
 	RetryAfter time.Duration
-	// Method and Path name the request.
+	// Method and Path name the request (Path is the API's, such as
+	// "/api/v1/push").
 	Method, Path string
-	// Body is the raw response body.
+	// URL is the URL requested: the broker URL the answer came from (with
+	// its proxy prefix, if any) and Path, without the query; "" for a
+	// refusal read from a 2xx answer's body by the call itself.
+	URL string
+	// ContentType is the answer's Content-Type.
+	ContentType string
+	// Body is the raw response body, whole.
 	Body []byte
 	// Attempts is how many times the request was sent, the answer's
 	// included, when the client retried it (for example 4 after four
@@ -130,9 +181,14 @@ type BrokerError struct {
 	Attempts int
 }
 
-// Error describes the refusal: status, method and path, code and message.
+// Error describes the refusal: status, method and URL (or path), the
+// content type of an answer that is not JSON, code and message (for an
+// answer that is not the broker's error envelope, an excerpt of its body).
 func (e *BrokerError) Error() string {
-	s := fmt.Sprintf("queen: broker answered %d to %s %s", e.Status, e.Method, e.Path)
+	s := fmt.Sprintf("queen: broker answered %d to %s %s", e.Status, e.Method, cmp.Or(e.URL, e.Path))
+	if e.ContentType != "" && !strings.Contains(e.ContentType, "json") {
+		s += " (" + e.ContentType + ")"
+	}
 	if e.Code != "" {
 		s += " (" + e.Code + ")"
 	}

@@ -63,7 +63,7 @@ func Decode[T any](msg *Message) (T, error) {
 		return v, fmt.Errorf("queen: decode: nil message")
 	}
 	if err := json.Unmarshal(msg.Raw, &v); err != nil {
-		return v, fmt.Errorf("queen: decode message %s: %w", msg.TransactionID, err)
+		return v, fmt.Errorf("queen: decode message %s: %w", messageName(msg), err)
 	}
 	return v, nil
 }

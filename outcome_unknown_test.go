@@ -62,7 +62,7 @@ func TestCommitAnswerLostIsOutcomeUnknown(t *testing.T) {
 	if res != nil || errors.Is(err, queen.ErrRolledBack) || errors.As(err, &te) {
 		t.Fatalf("Commit = %+v, %v; an unknown outcome is not a rollback", res, err)
 	}
-	if !strings.HasPrefix(err.Error(), "queen: outcome unknown: transport: POST /api/v1/transaction: ") {
+	if !strings.HasPrefix(err.Error(), "queen: outcome unknown: transport: POST "+srv.URL+"/api/v1/transaction: ") {
 		t.Fatalf("message %q", err)
 	}
 	if n := srv.Requests(queentest.RouteTransaction); n != 1 {

@@ -61,7 +61,7 @@ func (t *TransactionBuilder) Ack(msg *Message, status AckStatus, opts ...AckOpti
 		t.fail(fmt.Errorf("transaction op %d: %w: nil message", n, ErrNotAckable))
 		return t
 	case msg.TransactionID == "" || msg.PartitionID == "":
-		t.fail(fmt.Errorf("transaction op %d: %w", n, ErrNotAckable))
+		t.fail(fmt.Errorf("transaction op %d: %w: %s", n, ErrNotAckable, notAckable(msg)))
 		return t
 	case msg.LeaseID == "":
 		t.fail(fmt.Errorf("transaction op %d: %w: message %s has no lease (popped with commit on delivery?)",

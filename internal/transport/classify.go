@@ -10,25 +10,16 @@ import (
 )
 
 // Retryable reports whether an answer of that HTTP status may change when
-// the same request is sent again later. It is the one rule of the client:
-// the transport retries by it, the consume loop backs off and pops again
-// by it, and queen.BrokerError.Temporary reports it.
-//
-// Retryable: 408 (the server gave up waiting for the request), 429 (a full
-// admission budget or a proxy's rate limit, with Retry-After) and the 5xx
-// that a broker or a proxy sends while it is failing or busy: 500
-// (internal), 502 and 504 (a proxy without a healthy broker), 503 (2.x: no
-// leader, leader changed, timeout, with Retry-After), 507 (storage full,
-// until space is freed) and any 5xx not named below.
-//
-// Not retryable: every other status, and the 5xx that say the request can
-// never be served as sent: 501 (no such route or method: an older broker),
-// 505 (HTTP version), 506 and 510 (content negotiation and extension
-// misconfiguration), 508 (a proxy loop) and 511 (a captive portal wants a
-// login). Asking again cannot change those.
-//
-// Whether a retryable answer may be resent is a second question, decided
-// per request: see Request.NoRetryAfterSend.
+// the same request is sent again later: the client's one rule, by which
+// the transport retries, the consume loop pops again and
+// queen.BrokerError.Temporary answers. Retryable: 408, 429 (admission
+// budget, a proxy's rate limit) and the 5xx of a failing or busy broker or
+// proxy: 500, 502, 503 (no leader, leader changed, timeout), 504, 507
+// (storage full) and any 5xx not named next. Not retryable: every other
+// status, and the 5xx that say the request can never be served as sent:
+// 501 (no such route: an older broker), 505, 506, 508 (a proxy loop), 510
+// and 511 (a captive portal). Whether a request may be resent after a
+// retryable answer is a second question: see Request.NoRetryAfterSend.
 func Retryable(status int) bool {
 	switch status {
 	case http.StatusRequestTimeout, http.StatusTooManyRequests:

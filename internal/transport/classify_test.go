@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,7 +45,7 @@ func TestRetryableErrTable(t *testing.T) {
 		{"refused", urlErr(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), true},
 		{"reset", urlErr(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}), true},
 		{"EOF", urlErr(io.EOF), true},
-		{"attempt timeout", urlErr(&attemptTimeout{err: context.DeadlineExceeded, timeout: time.Second}), true},
+		{"attempt timeout", fmt.Errorf("attempt timeout of 1s exceeded: %w", urlErr(context.DeadlineExceeded)), true},
 		{"bare DNS failure", &net.DNSError{Err: "no such host", Name: "b"}, true},
 		{"caller's ctx cancelled", context.Canceled, false},
 		{"caller's deadline", context.DeadlineExceeded, false},
@@ -96,7 +95,7 @@ func TestPoolFromAnyDefaultTransport(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var pool *http.Transport
-			require.NotPanics(t, func() { pool = poolFrom(def, 40, 3) })
+			require.NotPanics(t, func() { pool = newPool(def, 40, 3) })
 			require.NotNil(t, pool)
 			assert.NotSame(t, std, pool)
 			assert.NotNil(t, pool.Proxy)

@@ -13,12 +13,13 @@ type endpoints struct {
 
 	mu   sync.Mutex
 	urls []endpoint
+	seq  uint64 // failures so far
 }
 
 type endpoint struct {
 	base      string    // normalised base URL, no trailing slash
 	downUntil time.Time // skipped until then
-	failedAt  time.Time // last failure; zero when it never failed
+	failed    uint64    // e.seq at its last failure; 0 when it never failed
 }
 
 func newEndpoints(bases []string, pause time.Duration, now func() time.Time) *endpoints {
@@ -41,7 +42,7 @@ func (e *endpoints) pick() (int, string) {
 		if !now.Before(e.urls[i].downUntil) {
 			return i, e.urls[i].base
 		}
-		if e.urls[i].failedAt.Before(e.urls[best].failedAt) {
+		if e.urls[i].failed < e.urls[best].failed {
 			best = i
 		}
 	}
@@ -56,7 +57,8 @@ func (e *endpoints) markDown(i int) bool {
 	defer e.mu.Unlock()
 	u := &e.urls[i]
 	wasUp := !now.Before(u.downUntil)
-	u.failedAt = now
+	e.seq++
+	u.failed = e.seq
 	u.downUntil = now.Add(e.pause)
 	return wasUp
 }

@@ -1,30 +1,27 @@
-// Package transport is the HTTP layer of the client: retries with capped
-// exponential backoff and jitter (go-retryablehttp), Retry-After, bearer
-// auth and failover across several broker URLs.
-//
-// A call's first attempt goes straight through net/http; a call to be tried
-// again goes on in a go-retryablehttp retry loop. Both run this package's
-// hooks: the retry decision (retryablehttp's error classification
-// plus URL health bookkeeping), the wait (computed here, slept through the
-// injectable Config.Sleep under the call's ctx), the URL of the next
-// attempt (failover) and the final answer (the last response is returned,
-// never swallowed). retryablehttp's own logger is off; events go to
-// Config.Logger.
+// Package transport is the HTTP layer of the client: a go-retryablehttp
+// Client whose CheckRetry hook is the one classifier of what is retried,
+// whose Backoff hook is the one wait (Backoff, with Retry-After), and whose
+// RequestLogHook and PrepareRetry hooks start each attempt and fail a retry
+// over to the next healthy broker URL; http.Client sends every attempt,
+// redirects included, with bearer auth, on a keep-alive pool sized for long
+// polls. Events go to Config.Logger and Config.OnAttempt.
 package transport
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -36,38 +33,25 @@ type Request struct {
 	// Path is the escaped path, starting with "/", e.g. "/api/v1/pop/queue/orders".
 	Path  string
 	Query url.Values
-	// RawQuery is the query already encoded (url.Values.Encode), for a
-	// caller that sends the same one many times; used when Query is empty.
+	// RawQuery is the query already encoded, used when Query is empty.
 	RawQuery string
-	// Body is the JSON body, or nil for none. It is sent byte for byte on
-	// every attempt and must not be modified while Do runs.
+	// Body is the JSON body, nil for none, sent as it is on every attempt.
 	Body []byte
-	// Timeout overrides the per-request timeout (a long poll needs more
-	// than the broker's wait). Zero uses the configured one. Every call,
-	// a long poll included, makes at most RetryPolicy.MaxAttempts
-	// attempts.
-	Timeout time.Duration
-	// Attempts, when positive, overrides MaxAttempts for this call: a
-	// caller that retries on its own (the consume loop) asks for one
-	// attempt and sees every failure.
+	// Timeout, when positive, overrides Config.Timeout (a long poll needs
+	// more than the broker's wait); Attempts, RetryPolicy.MaxAttempts (the
+	// consume loop, which retries on its own, asks for one).
+	Timeout  time.Duration
 	Attempts int
-	// NoRetryAfterSend marks a call the broker does not apply
-	// idempotently (a transaction, a dead-letter replay) or that must not
-	// be repeated once it may have been applied (a pop, whose claim would
-	// keep its messages leased while a second pop answers "empty"; net/http's
-	// own resend of a GET is stopped too, see noResend): it is retried
-	// only when the broker surely did not apply it. That is a failure
-	// before the request could be written (no connection was got: a
-	// refused or timed out dial, a DNS or TLS handshake failure), retried
-	// and failed over as usual, and the answers 429 and 503, which the
-	// broker sends without applying the request; a 503 whose code is
-	// "outcome_unknown" is the exception and is returned as the answer.
-	// Any other answer (500 and every other 5xx included) is returned at
-	// once. A network failure once the request may have been written (a
-	// reset, EOF, a timeout waiting for the answer, an answer cut short)
-	// ends the call at once with an error matching ErrOutcomeUnknown, and
-	// so does a ctx that ends then; an answer received as the ctx ends is
-	// returned. Do then never returns the answer of an earlier attempt.
+	// NoRetryAfterSend marks a call not applied idempotently (a
+	// transaction, a DLQ replay) or not to be repeated once it may have
+	// been (a pop, whose claim leases messages). It is sent again only
+	// after a failure before the request could be written (see
+	// mayHaveSent) or a 429 or 503 that MayHaveApplied says was not
+	// applied; any other answer is returned at once. A failure after the
+	// request may have been written, or a ctx that ends then, is an error
+	// matching ErrOutcomeUnknown (never an earlier attempt's answer); an
+	// answer received as the ctx ends is returned. net/http's own resend
+	// of a GET is stopped too (see noResend).
 	NoRetryAfterSend bool
 }
 
@@ -76,25 +60,21 @@ type Request struct {
 // broker: the broker may or may not have applied it.
 var ErrOutcomeUnknown = errors.New("transport: outcome unknown")
 
-// outcomeUnknown is the error of a NoRetryAfterSend call cut after its
-// request may have reached the broker. It matches ErrOutcomeUnknown and
-// unwraps to the failure.
+// outcomeUnknown matches ErrOutcomeUnknown and unwraps to the failure.
 type outcomeUnknown struct{ err error }
 
 func (e *outcomeUnknown) Error() string        { return e.err.Error() }
 func (e *outcomeUnknown) Unwrap() error        { return e.err }
 func (e *outcomeUnknown) Is(target error) bool { return target == ErrOutcomeUnknown }
 
-// Response is what the broker answered. Every status is returned as a
-// Response (the caller decides what is an error) once retries are spent.
+// Response is what the broker answered, whatever the status: the base URL
+// that answered (the request went to URL + Path) and the number of
+// attempts the call made, this one included.
 type Response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-	// URL is the base URL that answered.
-	URL string
-	// Attempts is the number of attempts the call made, this one
-	// included (1 when it was not retried).
+	Status   int
+	Header   http.Header
+	Body     []byte
+	URL      string
 	Attempts int
 }
 
@@ -103,26 +83,11 @@ type Response struct {
 type Transport struct {
 	cfg    Config
 	eps    *endpoints
-	client http.Client       // template of each call's client (see newCall)
-	next   http.RoundTripper // what each call's client sends through
-	owned  *http.Transport   // the pool New built, nil with the user's client
-	rand   func() float64
+	client http.Client     // what each call's client copies (its Timeout is the call's)
+	owned  *http.Transport // the pool New built, nil with the user's client
+	header [2]http.Header  // every request's headers, without and with a body
 	now    func() time.Time
-	// header is the header every request carries, as key/value pairs.
-	header [][2]string
-	// shared are the headers of requests without and with a body, built
-	// once, that requests share when they go through the pool New built
-	// (nothing on that path writes a request's header; a user's
-	// RoundTripper might, against http.RoundTripper's contract, so the
-	// user's client gets a header of its own per request).
-	shared [2]http.Header
-	// deadlines bounds the attempts (see Deadlines); wall is the real
-	// time they start at (a test may stop it: now may be a fake clock).
-	deadlines Deadlines
-	wall      func() time.Time
-	// calls recycles the per-call machinery (see call): building it for
-	// every request would cost a handful of allocations each time.
-	calls sync.Pool
+	calls  sync.Pool // of *call, built once (newCall), reset per Do
 }
 
 // New checks cfg, fills in defaults and returns a Transport. A bad or
@@ -138,170 +103,186 @@ func New(cfg Config) (*Transport, error) {
 			return nil, err
 		}
 	}
-	t := &Transport{cfg: cfg, rand: cfg.Rand, now: time.Now, wall: time.Now}
-	if t.rand == nil {
-		t.rand = rand.Float64
-	}
+	t := &Transport{cfg: cfg, now: time.Now}
 	t.eps = newEndpoints(bases, cfg.Retry.FailoverPause, func() time.Time { return t.now() })
-
-	if cfg.HTTPClient != nil {
+	if cfg.HTTPClient != nil { // as it is, but its pool (see keepIdle)
 		t.client = *cfg.HTTPClient
+		t.client.Transport = keepIdle{cmp.Or[http.RoundTripper](t.client.Transport, http.DefaultTransport)}
 	} else {
-		t.owned = newPool(cfg.IdleConns, len(bases))
+		t.owned = newPool(http.DefaultTransport, cfg.IdleConns, len(bases))
 		t.client = http.Client{Transport: t.owned}
 	}
-	t.next = t.client.Transport
-	if t.next == nil {
-		t.next = http.DefaultTransport
-	}
-	// Each call's client sends through the call itself (call.RoundTrip),
-	// which bounds every attempt by its own deadline: no Client.Timeout.
-	t.client.Transport, t.client.Timeout = nil, 0
-
-	t.header = append(t.header, [2]string{"Accept", "application/json"})
+	h := http.Header{"Accept": {"application/json"}}
 	if cfg.BearerToken != "" {
-		t.header = append(t.header, [2]string{"Authorization", "Bearer " + cfg.BearerToken})
+		h.Set("Authorization", "Bearer "+cfg.BearerToken)
 	}
 	if cfg.UserAgent != "" {
-		t.header = append(t.header, [2]string{"User-Agent", cfg.UserAgent})
+		h.Set("User-Agent", cfg.UserAgent)
 	}
-	if t.owned != nil {
-		for i := range t.shared {
-			t.shared[i] = http.Header{}
-			t.setHeader(t.shared[i], i == 1)
-		}
-	}
+	t.header = [2]http.Header{h, h.Clone()}
+	t.header[1].Set("Content-Type", "application/json")
 	t.calls.New = func() any { return t.newCall() }
 	return t, nil
 }
 
-// newPool returns a keep-alive transport with the standard settings that
-// keeps up to idle idle connections per host: a clone of
-// http.DefaultTransport when it is an *http.Transport, otherwise (a
-// program or a test that wrapped it, for instrumentation or a mock) a new
-// one with net/http's default settings. The pool never sends through a
-// replaced http.DefaultTransport; WithHTTPClient is the way to that.
-func newPool(idle, hosts int) *http.Transport {
-	return poolFrom(http.DefaultTransport, idle, hosts)
-}
+// keepIdle is the user's RoundTripper without its CloseIdleConnections,
+// which retryablehttp calls after a failed call.
+type keepIdle struct{ http.RoundTripper }
 
-// poolFrom is newPool with the default transport given.
-func poolFrom(def http.RoundTripper, idle, hosts int) *http.Transport {
+// newPool returns a keep-alive pool that keeps up to idle idle connections
+// per host: a clone of def (http.DefaultTransport) when it is an
+// *http.Transport, else (a program that wrapped it, for instrumentation
+// or a mock) one with net/http's default settings: never a replaced
+// http.DefaultTransport (WithHTTPClient is the way to that).
+func newPool(def http.RoundTripper, idle, hosts int) *http.Transport {
 	tr, ok := def.(*http.Transport)
 	if ok && tr != nil {
 		tr = tr.Clone()
 	} else {
-		tr = standardTransport()
+		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+		tr = &http.Transport{ // the settings of net/http's DefaultTransport
+			Proxy: http.ProxyFromEnvironment, DialContext: d.DialContext, ForceAttemptHTTP2: true,
+			MaxIdleConns: 100, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
 	}
 	tr.MaxIdleConnsPerHost = idle
 	tr.MaxIdleConns = max(tr.MaxIdleConns, idle*hosts)
 	return tr
 }
 
-// standardTransport returns a new transport with the settings of
-// net/http's DefaultTransport: the proxy from the environment, 30 s dial
-// timeout and keep-alive, an HTTP/2 attempt, 100 idle connections kept
-// 90 s, 10 s TLS handshake and 1 s Expect: 100-continue timeouts.
-func standardTransport() *http.Transport {
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: 1 * time.Second,
-	}
-}
-
-// Close closes the idle connections of the pool New built and ends the
-// shared attempt deadlines. The user's own HTTPClient is left alone. Call
-// it once no call is in flight.
+// Close closes the idle connections of the pool New built. The user's own
+// HTTPClient is left alone. Call it once no call is in flight.
 func (t *Transport) Close() {
-	t.deadlines.Close()
 	if t.owned != nil {
 		t.owned.CloseIdleConnections()
 	}
 }
 
-// Deadlines returns the deadlines the attempts share (see Deadlines), for
-// a caller that bounds several calls by one deadline too: those of the pool
-// New built, or nil (nothing shared) with the user's own HTTPClient, whose
-// RoundTripper may hold on to a request's ctx until it ends (each attempt
-// has its own, cancelled when the attempt ends).
-func (t *Transport) Deadlines() *Deadlines {
-	if t.owned == nil {
-		return nil
-	}
-	return &t.deadlines
+// call is the machinery of a Do: a retryablehttp.Client whose hooks are
+// the call's methods (run one after another on Do's goroutine), the
+// http.Client it sends with, the probe (whether the attempt asked net/http
+// for a connection, and got one: see mayHaveSent), and the call's state.
+type call struct {
+	t                *Transport
+	hc               http.Client
+	rc               retryablehttp.Client
+	getConn, gotConn atomic.Bool
+	trace            httptrace.ClientTrace
+	callState
 }
 
-// Do sends r and returns the broker's answer, retrying what RetryableErr
-// and Retryable accept, at most RetryPolicy.MaxAttempts attempts in all,
-// on the next healthy URL after a network error or 5xx. Every HTTP status is returned as a
-// *Response; an error means no answer at all: ctx ended (the error wraps
-// ctx.Err()), attempts ran out without any answer, or the request could
-// not be built or sent (e.g. a TLS certificate error, not retried).
-// When the ctx deadline would pass during a wait, the answer in hand is
-// returned at once instead of waiting for a bare deadline error. A
-// request with NoRetryAfterSend is retried less (see Request) and its
-// failure after the request may have been sent matches ErrOutcomeUnknown.
+type callState struct {
+	ctx      context.Context
+	req      Request
+	query    string // encoded query, "" without one
+	ep       int    // index of the URL of the current attempt
+	base     string // its base URL
+	max      int    // attempt budget
+	attempts int    // attempts made so far
+	began    time.Time
+	status   int       // the current attempt's answer status, 0 without one
+	answer   *Response // the last answer received, if any
+	final    bool      // answer is the outcome
+	lastErr  error     // the last attempt's failure, nil when it was answered
+	stop     error     // set by backoff: end the loop with the answer in hand
+	unknown  bool      // NoRetryAfterSend: the last attempt failed after it may have been sent
+}
+
+// errNoTime ends a call whose ctx would end during the wait (see backoff).
+var errNoTime = errors.New("no time left to retry")
+
+// newCall builds the machinery of one Do.
+func (t *Transport) newCall() *call {
+	c := &call{t: t, hc: t.client}
+	c.rc = retryablehttp.Client{
+		HTTPClient:     &c.hc,
+		RetryWaitMin:   t.cfg.Retry.MinBackoff,
+		RetryWaitMax:   t.cfg.Retry.MaxBackoff,
+		RequestLogHook: c.startAttempt,
+		CheckRetry:     c.checkRetry,
+		Backoff:        c.backoff,
+		PrepareRetry:   c.prepareRetry,
+		ErrorHandler:   retryablehttp.PassthroughErrorHandler, // Do reads the call's state
+	}
+	c.trace.GetConn = func(string) { c.getConn.Store(true) }
+	c.trace.GotConn = func(httptrace.GotConnInfo) { c.gotConn.Store(true) }
+	return c
+}
+
+// Do sends r and returns the broker's answer, retrying what checkRetry
+// accepts, at most RetryPolicy.MaxAttempts attempts, on the next healthy
+// URL after a network error or 5xx. Every status is a *Response (the last
+// answer when later attempts got none, or when the ctx would end during
+// the wait); an error means no answer: ctx ended (the error wraps
+// ctx.Err()), attempts ran out, or the request cannot be sent (e.g. an
+// untrusted certificate). See Request.NoRetryAfterSend for ErrOutcomeUnknown.
 func (t *Transport) Do(ctx context.Context, r Request) (*Response, error) {
 	if !strings.HasPrefix(r.Path, "/") {
 		return nil, fmt.Errorf("transport: path %q must start with /", r.Path)
 	}
 	c := t.calls.Get().(*call)
 	resp, err := c.do(ctx, r)
-	c.ctx, c.callState = nil, callState{} // keep nothing of this call alive
+	c.callState = callState{} // keeps nothing of the call alive
 	t.calls.Put(c)
 	return resp, err
 }
 
-// do runs one Do on a clean call.
 func (c *call) do(ctx context.Context, r Request) (*Response, error) {
-	c.ctx = ctx
-	c.callState = callState{req: r, timeout: c.t.cfg.Timeout}
-	if r.Timeout > 0 {
-		c.timeout = r.Timeout
-	}
-	c.query = r.RawQuery
+	c.callState = callState{ctx: ctx, req: r, query: r.RawQuery, max: c.t.cfg.Retry.MaxAttempts}
 	if len(r.Query) > 0 {
 		c.query = r.Query.Encode()
 	}
-	c.max = c.t.cfg.Retry.MaxAttempts
 	if r.Attempts > 0 {
 		c.max = r.Attempts
 	}
+	c.rc.RetryMax = c.max - 1
+	c.hc.Timeout = cmp.Or(r.Timeout, c.t.cfg.Timeout)
 	c.ep, c.base = c.t.eps.pick()
-
-	req, err := http.NewRequestWithContext(ctx, r.Method, c.url(c.base), nil)
-	if err != nil {
-		return nil, fmt.Errorf("transport: %s %s: %w", r.Method, r.Path, err)
+	if err := ctx.Err(); err != nil {
+		return nil, c.failure(err) // nothing sent
 	}
-	c.t.putHeader(req, len(r.Body) > 0)
-
-	resp, err := c.send(req)
-	closeBody(resp) // its content is in c.answer
+	hctx := ctx
+	if trace := &c.trace; r.NoRetryAfterSend {
+		if httptrace.ContextClientTrace(ctx) != nil {
+			cp := c.trace // WithClientTrace composes the trace of ctx into it
+			trace = &cp
+		}
+		hctx = httptrace.WithClientTrace(ctx, trace)
+	}
+	req, err := http.NewRequestWithContext(hctx, r.Method, c.url(c.base), nil)
+	if err != nil {
+		return nil, c.failure(err)
+	}
+	req.Header = c.t.header[min(len(r.Body), 1)] // read only: net/http and retryablehttp never write it
+	if c.t.owned == nil {
+		req.Header = req.Header.Clone() // the user's RoundTripper might
+	}
+	rreq := &retryablehttp.Request{Request: req}
+	switch {
+	case len(r.Body) > 0:
+		if err := rreq.SetBody(r.Body); err != nil {
+			return nil, c.failure(err)
+		}
+	case r.NoRetryAfterSend && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions):
+		req.Body, req.TransferEncoding = noResend{}, []string{"identity"}
+	}
+	resp, err := c.rc.Do(rreq)
+	if resp != nil {
+		resp.Body.Close() // read by checkRetry
+	}
 	switch {
 	case c.unknown:
-		// Never an earlier attempt's answer: the last one may have been
-		// applied.
-		return nil, c.failure(err)
-	case err == nil && c.answer != nil:
+		return nil, c.failure(cmp.Or(c.lastErr, err))
+	case c.final || (c.answer != nil && c.ctx.Err() == nil):
 		return c.answer, nil
-	case c.ctx.Err() != nil || c.abort != nil:
-		return nil, c.failure(err)
-	case err != nil && c.answer != nil:
-		// The last attempts got no answer, an earlier one did: that
-		// answer is the outcome (the caller maps its status).
-		return c.answer, nil
-	default:
-		return nil, c.failure(err)
+	case c.ctx.Err() != nil:
+		return nil, c.failure(c.ctx.Err())
 	}
+	return nil, c.failure(cmp.Or(c.lastErr, err))
 }
 
-// url returns the request URL on base: the escaped path and the query.
+// url returns the request URL on base.
 func (c *call) url(base string) string {
 	if c.query == "" {
 		return base + c.req.Path
@@ -309,279 +290,84 @@ func (c *call) url(base string) string {
 	return base + c.req.Path + "?" + c.query
 }
 
-// putHeader gives req its headers: the shared ones on the pool New built,
-// its own otherwise.
-func (t *Transport) putHeader(req *http.Request, withBody bool) {
-	if h := t.shared[btoi(withBody)]; h != nil {
-		req.Header = h
-		return
-	}
-	t.setHeader(req.Header, withBody)
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// setHeader sets the headers of a request, with Content-Type when it has a
-// body. The values share one array (each slice capped at its one value).
-func (t *Transport) setHeader(h http.Header, withBody bool) {
-	n := len(t.header)
-	vals := make([]string, n, n+1)
-	for i, kv := range t.header {
-		vals[i] = kv[1]
-		h[kv[0]] = vals[i : i+1 : i+1]
-	}
-	if withBody {
-		vals = append(vals, "application/json")
-		h["Content-Type"] = vals[n : n+1 : n+1]
+// startAttempt, the RequestLogHook, resets the probe and starts the clock.
+func (c *call) startAttempt(_ retryablehttp.Logger, _ *http.Request, _ int) {
+	c.getConn.Store(false)
+	c.gotConn.Store(false)
+	if c.t.cfg.OnAttempt != nil {
+		c.began = time.Now()
 	}
 }
 
-// newCall returns a new call of t (see init). Calls are recycled, so this
-// runs rarely.
-func (t *Transport) newCall() *call {
-	c := &call{t: t}
-	c.init()
-	return c
-}
-
-// init builds the machinery of a call of c.t: its http.Client, which sends
-// through the call (call.RoundTrip) into the shared pool, and the
-// retryablehttp client whose hooks are the call's methods.
-func (c *call) init() {
-	c.hc = c.t.client
-	c.hc.Transport = c
-	rc := &c.rc
-	rc.HTTPClient = &c.hc
-	rc.Logger = nil // retryablehttp logs to stderr by default; we log via slog
-	rc.RetryWaitMin = c.t.cfg.Retry.MinBackoff
-	rc.RetryWaitMax = c.t.cfg.Retry.MaxBackoff
-	rc.CheckRetry = c.checkRetry
-	rc.Backoff = c.backoff
-	rc.PrepareRetry = c.prepareRetry
-	rc.ErrorHandler = c.giveUp
-	c.identity[0] = "identity"
-}
-
-// send runs the attempts of the call on req (its body is c.req.Body) and
-// returns what retryablehttp's loop would: the final response, or the
-// error giveUp made of the failure.
-//
-// The first attempt goes straight to the pool (exchange), and runs
-// the hooks as retryablehttp's loop runs them after an attempt: checkRetry,
-// then giveUp unless the answer is clean and final. Only a call that is
-// to be tried again enters the loop, after the wait checkRetry chose
-// (backoff) and the failover to the URL of the next attempt
-// (prepareRetry), which the loop runs before each attempt but its first,
-// with the attempts that are left. Most calls get their answer at the
-// first attempt: they skip the loop's wrapping of the request, a body
-// reader per attempt and its bookkeeping.
-func (c *call) send(req *http.Request) (*http.Response, error) {
-	body := c.req.Body
-	if len(body) > 0 {
-		req.ContentLength = int64(len(body))
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+// prepareRetry, the PrepareRetry hook, ends a call whose ctx ended or whose
+// wait was cut (errNoTime), and points the retry at the next healthy URL.
+func (c *call) prepareRetry(req *http.Request) error {
+	if c.stop != nil {
+		return c.stop
 	}
-	resp, doErr := c.exchange(req)
-	retry, err := c.checkRetry(req.Context(), resp, doErr)
-	if !retry && err == nil && doErr == nil {
-		return resp, nil
+	if err := c.ctx.Err(); err != nil {
+		return err
 	}
-	if err == nil {
-		err = doErr
+	ep, base := c.t.eps.pick()
+	u, err := url.Parse(c.url(base))
+	if err != nil {
+		return err
 	}
-	if !retry || c.attempts >= c.max {
-		return c.giveUp(resp, err, 1)
+	if ep != c.ep {
+		c.logEvent(slog.LevelDebug, "queen transport: failing over", "to", base)
 	}
-	closeBody(resp) // kept in c.answer
-	c.backoff(0, 0, 0, nil)
-	if err := c.prepareRetry(req); err != nil {
-		return c.giveUp(nil, err, 1)
-	}
-	rc := c.retryClient()
-	rc.RetryMax = c.max - c.attempts - 1
-	var rbody any // stays a nil interface without a body
-	if len(body) > 0 {
-		rbody = body
-	}
-	rreq := &retryablehttp.Request{Request: req}
-	if err := rreq.SetBody(rbody); err != nil {
-		return nil, err
-	}
-	return rc.Do(rreq)
-}
-
-// retryClient returns the retryablehttp client running this call's loop,
-// with the attempt budget of this call.
-func (c *call) retryClient() *retryablehttp.Client {
-	if c.rc.HTTPClient == nil { // a call not made by newCall
-		c.init()
-	}
-	c.rc.RetryMax = max(c.max-1, 0)
-	return &c.rc
+	c.ep, c.base = ep, base
+	req.URL, req.Host = u, "" // the host from the URL
+	return nil
 }
 
 // failure turns the error of a call that got no usable answer into the
-// error Do returns.
+// error Do returns; it names the URL of the last attempt.
 func (c *call) failure(err error) error {
-	m, p := c.req.Method, c.req.Path
-	if err == nil {
-		err = errors.New("no answer")
+	where := c.req.Method + " " + c.base + c.req.Path
+	ctxErr := c.ctx.Err()
+	switch {
+	case c.unknown:
+		return &outcomeUnknown{fmt.Errorf("transport: %s: no answer after the request may have reached the broker, "+
+			"not retried (attempt %d): %w", where, c.attempts, cmp.Or(ctxErr, err))}
+	case ctxErr != nil && c.lastErr != nil && !errors.Is(c.lastErr, ctxErr):
+		return fmt.Errorf("transport: %s: %w (after %d attempt(s), last error: %v)", where, ctxErr, c.attempts, c.lastErr)
+	case ctxErr != nil:
+		return fmt.Errorf("transport: %s: %w (after %d attempt(s))", where, ctxErr, c.attempts)
 	}
-	if c.unknown {
-		if ctxErr := c.ctx.Err(); ctxErr != nil {
-			err = ctxErr
-		}
-		return &outcomeUnknown{fmt.Errorf("transport: %s %s: no answer after the request may have reached the broker, "+
-			"not retried (attempt %d): %w", m, p, c.attempts, err)}
-	}
-	if ctxErr := c.ctx.Err(); ctxErr != nil {
-		if c.lastErr != nil {
-			return fmt.Errorf("transport: %s %s: %w (after %d attempt(s), last error: %v)", m, p, ctxErr, c.attempts, c.lastErr)
-		}
-		return fmt.Errorf("transport: %s %s: %w (after %d attempt(s))", m, p, ctxErr, c.attempts)
-	}
-	return fmt.Errorf("transport: %s %s: no answer after %d attempt(s): %w", m, p, c.attempts, err)
+	return fmt.Errorf("transport: %s: no answer after %d attempt(s): %w", where, c.attempts, err)
 }
 
-// RoundTrip makes the call its client's http.RoundTripper, between
-// http.Client and the pool. It bounds each attempt by the per-attempt
-// timeout (one deadline for all the redirect hops of an attempt, as
-// http.Client.Timeout would, without the timer goroutine that costs for
-// a RoundTripper other than *http.Transport; attempts that start together
-// under one ctx share it, see Deadlines) and reads the answer
-// completely inside the attempt, so that a connection dropped in the
-// middle of a body is a retryable network error of that attempt and the
-// timeout covers the body. The body is kept in the call for checkRetry;
-// the response goes on with an empty one. A call has no
-// CloseIdleConnections on purpose: retryablehttp calls it on the client
-// after a failed call, which would empty the shared pool (and touch the
-// user's own client).
-func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
-	if n := c.attempts + 1; c.deadlineOf != n { // first hop of attempt n
-		c.started = c.t.wall()
-		c.deadline, c.deadlineOf = c.started.Add(c.timeout), n
-		if c.req.NoRetryAfterSend {
-			c.probe = newSendProbe()
-		}
+// observe reports the current attempt to Config.OnAttempt.
+func (c *call) observe() {
+	if f := c.t.cfg.OnAttempt; f != nil {
+		f(c.ctx, Attempt{Method: c.req.Method, Path: c.req.Path, URL: c.base, Number: c.attempts,
+			Status: c.status, Duration: time.Since(c.began), Err: c.lastErr})
 	}
-	// actx is the attempt's ctx: the caller's with the attempt's own
-	// deadline (own) and the probe's trace, if any. (A ctx is never
-	// compared with ==: a caller's ctx may be a value of a type that
-	// cannot be compared.)
-	ctx := req.Context()
-	actx, own := ctx, false
-	if dl, ok := ctx.Deadline(); !ok || c.deadline.Before(dl) {
-		// Derived from the caller's ctx itself, so that the attempts of
-		// its calls share it (see Deadlines).
-		var end Deadline
-		actx, end = c.t.Deadlines().Get(ctx, c.deadline, c.started)
-		defer end.Release()
-		own = true
-	}
-	if c.probe != nil {
-		actx = httptrace.WithClientTrace(actx, &c.probe.trace)
-	}
-	if own || c.probe != nil {
-		req = req.WithContext(actx) // a copy, which the probe may change
-	}
-	if c.probe != nil {
-		if err := actx.Err(); err != nil {
-			return nil, c.attemptError(err, ctx, actx, own) // ended before anything was sent
-		}
-		if resendable(req) {
-			req.Body, req.GetBody, req.ContentLength = noResend{}, nil, 0 // see noResend
-			req.TransferEncoding = c.identity[:]
-		}
-		c.probe.sending = true
-	}
-	var began time.Time
-	if c.t.cfg.OnAttempt != nil {
-		began = time.Now()
-	}
-	resp, err := c.t.next.RoundTrip(req)
-	if err != nil {
-		err = c.attemptError(err, ctx, actx, own)
-		c.observe(ctx, began, 0, err)
-		return nil, err
-	}
-	body, err := readBody(resp.Body, resp.ContentLength)
-	resp.Body.Close()
-	if err != nil {
-		err = c.attemptError(fmt.Errorf("reading response body: %w", err), ctx, actx, own)
-		c.observe(ctx, began, resp.StatusCode, err)
-		return nil, err
-	}
-	c.observe(ctx, began, resp.StatusCode, nil)
-	c.body, c.bodyOf = body, resp
-	resp.Body = http.NoBody
-	resp.ContentLength = int64(len(body))
-	return resp, nil
 }
 
-// observe reports one attempt to Config.OnAttempt, if set.
-func (c *call) observe(ctx context.Context, began time.Time, status int, err error) {
-	f := c.t.cfg.OnAttempt
-	if f == nil {
-		return
-	}
-	f(ctx, Attempt{Method: c.req.Method, Path: c.req.Path, URL: c.base, Number: c.attempts + 1,
-		Status: status, Duration: time.Since(began), Err: err})
-}
+// noResend is the body of a NoRetryAfterSend GET: net/http resends a GET
+// without a body when a reused connection closes after the request was
+// written, and a body it cannot rewind stops that. Empty, sent unchunked
+// ("identity"), it is on the wire no body. (No 307 or 308 is followed.)
+type noResend struct{}
 
-// attemptError marks err as a timeout of the attempt when the attempt's
-// own deadline (own: actx has one) passed but the caller's ctx did not end.
-func (c *call) attemptError(err error, ctx, actx context.Context, own bool) error {
-	if own && actx.Err() != nil && ctx.Err() == nil {
-		return &attemptTimeout{err: err, timeout: c.timeout}
-	}
-	return err
-}
+func (noResend) Read([]byte) (int, error)         { return 0, io.EOF }
+func (noResend) Close() error                     { return nil }
+func (noResend) WriteTo(io.Writer) (int64, error) { return 0, nil } // spares io.Copy a buffer
 
-// attemptTimeout is the error of an attempt cut by the per-attempt timeout.
-// Like net/http's error for http.Client.Timeout, it is a net.Error whose
-// Timeout is true and it matches context.DeadlineExceeded.
-type attemptTimeout struct {
-	err     error
-	timeout time.Duration
-}
-
-func (e *attemptTimeout) Error() string {
-	return fmt.Sprintf("%v (attempt timeout of %s exceeded)", e.err, e.timeout)
-}
-
-func (e *attemptTimeout) Unwrap() error        { return e.err }
-func (e *attemptTimeout) Timeout() bool        { return true }
-func (e *attemptTimeout) Temporary() bool      { return true }
-func (e *attemptTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
-
-// maxPrealloc bounds the buffer readBody sizes by the announced length.
-const maxPrealloc = 4 << 20
-
-// readBody reads a body to its end. A body of announced length n (at most
-// maxPrealloc) is read into one buffer of that size, plus one byte to
-// meet the end; others grow as io.ReadAll does.
+// readBody reads a body to its end, into one buffer of the announced
+// length n (at most 4 MiB) and bytes.MinRead to meet the end.
 func readBody(r io.Reader, n int64) ([]byte, error) {
-	if n < 0 || n > maxPrealloc {
-		return io.ReadAll(r)
-	}
-	b := make([]byte, 0, n+1)
-	for {
-		m, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+m]
-		switch {
-		case err == io.EOF:
-			return b, nil
-		case err != nil:
-			return b, err
-		case len(b) == cap(b): // longer than announced
-			rest, err := io.ReadAll(r)
-			return append(b, rest...), err
-		}
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(n, 0), 4<<20)+bytes.MinRead))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
+}
+
+// logEvent logs an event of the current attempt.
+func (c *call) logEvent(level slog.Level, msg string, extra ...any) {
+	if log := c.t.cfg.Logger; log.Enabled(c.ctx, level) {
+		log.Log(c.ctx, level, msg, append([]any{"method", c.req.Method, "path", c.req.Path, "url", c.base,
+			"attempt", c.attempts, "status", c.status, "error", c.lastErr}, extra...)...)
 	}
 }

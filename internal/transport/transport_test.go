@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -46,55 +48,54 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// sleeper records the waits a Transport asks for and returns at once.
-type sleeper struct {
-	clock *fakeClock
-	// onSleep, when set, runs after the n-th wait was recorded (n from 1).
-	onSleep func(n int)
-
+// waitLog records the waits a Transport logs before its retries (the
+// "retrying" Debug record of its Backoff hook).
+type waitLog struct {
 	mu    sync.Mutex
 	waits []time.Duration
 }
 
-func (s *sleeper) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.waits = append(s.waits, d)
-	n := len(s.waits)
-	s.mu.Unlock()
-	s.clock.Advance(d)
-	if s.onSleep != nil {
-		s.onSleep(n)
-	}
-	return ctx.Err()
+func (w *waitLog) Enabled(context.Context, slog.Level) bool { return true }
+func (w *waitLog) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *waitLog) WithGroup(string) slog.Handler            { return w }
+func (w *waitLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "wait" {
+			w.mu.Lock()
+			w.waits = append(w.waits, a.Value.Duration())
+			w.mu.Unlock()
+		}
+		return true
+	})
+	return nil
 }
 
-func (s *sleeper) Waits() []time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Duration(nil), s.waits...)
+func (w *waitLog) Waits() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Duration(nil), w.waits...)
 }
 
-// newTransport builds a Transport on cfg with a recording sleep, a fixed
-// jitter of 0.5 (so exponential waits are exact and Retry-After gets +10 %)
-// and a fake clock, unless cfg sets its own Sleep.
-func newTransport(t *testing.T, cfg Config) (*Transport, *sleeper, *fakeClock) {
+// newTransport builds a Transport on cfg with a fake clock (for the URLs'
+// health and Retry-After dates) and, unless cfg sets its own Logger, a
+// logger that records the waits. Without a backoff in cfg, the waits are
+// short (1 to 2 ms): tests of their lengths call backoff itself, or run in
+// a synctest bubble.
+func newTransport(t *testing.T, cfg Config) (*Transport, *waitLog, *fakeClock) {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	sl := &sleeper{clock: clock}
-	if cfg.Sleep == nil {
-		cfg.Sleep = sl.Sleep
+	wl := &waitLog{}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(wl)
 	}
-	if cfg.Rand == nil {
-		cfg.Rand = func() float64 { return 0.5 }
+	if cfg.Retry.MinBackoff == 0 && cfg.Retry.MaxBackoff == 0 {
+		cfg.Retry.MinBackoff, cfg.Retry.MaxBackoff = time.Millisecond, 2*time.Millisecond
 	}
 	tr, err := New(cfg)
 	require.NoError(t, err)
 	tr.now = clock.Now
 	t.Cleanup(tr.Close)
-	return tr, sl, clock
+	return tr, wl, clock
 }
 
 type recorded struct {
@@ -195,14 +196,12 @@ func TestRetriesTransientFailuresThenSucceeds(t *testing.T) {
 			assert.JSONEq(t, okBody, string(resp.Body))
 			assert.Equal(t, srv.URL, resp.URL)
 			assert.Equal(t, 3, srv.Hits())
-			// Capped exponential from MinBackoff, jitter factor 1.0 at rand 0.5.
-			assert.Equal(t, []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}, sl.Waits())
+			assert.Len(t, sl.Waits(), 2, "one wait before each retry")
 		})
 	}
 }
 
 func TestBackoffIsCappedExponentialWithJitter(t *testing.T) {
-	srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusServiceUnavailable) })
 	for _, tc := range []struct {
 		name string
 		rand float64
@@ -213,54 +212,86 @@ func TestBackoffIsCappedExponentialWithJitter(t *testing.T) {
 		{"high jitter +20% capped", 0.999999, []int{119, 239, 479, 959, 1000, 1000}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr, sl, _ := newTransport(t, Config{URLs: []string{srv.URL}, Rand: func() float64 { return tc.rand },
-				Retry: RetryPolicy{MaxAttempts: 7, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}})
-			_, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x"})
-			require.NoError(t, err)
-			got := sl.Waits()
-			require.Len(t, got, len(tc.want))
-			for i := range got {
-				assert.Equal(t, tc.want[i], int(got[i]/time.Millisecond), "wait %d in ms", i)
+			for n, want := range tc.want {
+				got := backoff(100*time.Millisecond, time.Second, n, 0, tc.rand)
+				assert.Equal(t, want, int(got/time.Millisecond), "wait %d in ms", n)
 			}
 		})
+	}
+	assert.Equal(t, time.Second, backoff(100*time.Millisecond, time.Second, 1000, 0, 0.5), "no overflow")
+	for range 100 { // the random draw stays in the jitter's bounds
+		d := Backoff(100*time.Millisecond, time.Second, 1, 0)
+		assert.True(t, d >= 160*time.Millisecond && d <= 240*time.Millisecond, "%v", d)
 	}
 }
 
 func TestRetryAfterIsHonoured(t *testing.T) {
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) // the fake clock's start
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name       string
-		status     int
 		retryAfter string
-		want       time.Duration // first wait; jitter at rand 0.5 adds 10 %
+		want       time.Duration // first wait of the default policy; jitter at rand 0.5 adds 10 %
 	}{
-		{"429 whole seconds", 429, "2", 2200 * time.Millisecond},
-		{"503 one second", 503, "1", 1100 * time.Millisecond},
-		{"fractional seconds", 429, "0.5", 550 * time.Millisecond},
-		{"HTTP date", 503, now.Add(10 * time.Second).Format(http.TimeFormat), 11 * time.Second},
-		{"date in the past waits MinBackoff", 429, now.Add(-time.Hour).Format(http.TimeFormat), 200 * time.Millisecond},
-		{"zero waits MinBackoff", 429, "0", 200 * time.Millisecond},
-		{"capped", 429, "3600", MaxRetryAfter},
-		{"capped after jitter", 503, "59", MaxRetryAfter},
-		{"unparseable falls back to backoff", 429, "soon", 200 * time.Millisecond},
-		{"negative falls back to backoff", 429, "-3", 200 * time.Millisecond},
-		{"longer than exponential backoff wins", 500, "7", 7700 * time.Millisecond},
+		{"whole seconds", "2", 2200 * time.Millisecond},
+		{"one second", "1", 1100 * time.Millisecond},
+		{"fractional seconds", "0.5", 550 * time.Millisecond},
+		{"HTTP date", now.Add(10 * time.Second).Format(http.TimeFormat), 11 * time.Second},
+		{"date in the past waits MinBackoff", now.Add(-time.Hour).Format(http.TimeFormat), 200 * time.Millisecond},
+		{"zero waits MinBackoff", "0", 200 * time.Millisecond},
+		{"capped", "3600", MaxRetryAfter},
+		{"capped after jitter", "59", MaxRetryAfter},
+		{"unparseable falls back to backoff", "soon", 200 * time.Millisecond},
+		{"negative falls back to backoff", "-3", 200 * time.Millisecond},
+		{"longer than exponential backoff wins", "7", 7700 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
-				if n == 0 {
-					reply(w, tc.status, "Retry-After", tc.retryAfter)
-					return
-				}
-				_, _ = io.WriteString(w, okBody)
+			ra, _ := ParseRetryAfter(tc.retryAfter, now)
+			assert.Equal(t, tc.want, backoff(DefaultMinBackoff, DefaultMaxBackoff, 0, ra, 0.5))
+		})
+	}
+	// The exponential wait wins when it is the longer one.
+	assert.Equal(t, 1600*time.Millisecond, backoff(DefaultMinBackoff, DefaultMaxBackoff, 3, time.Second, 0.5))
+}
+
+// The transport waits what Backoff says with the answer's Retry-After,
+// for 429, 503 and any other retryable answer, before the next attempt
+// (in a bubble: the waits are the fake clock's).
+func TestTransportWaitsRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		status   int
+		header   string
+		min, max time.Duration
+	}{
+		{429, "2", 2 * time.Second, 2400 * time.Millisecond},
+		{503, "1", time.Second, 1200 * time.Millisecond},
+		{500, "7", 7 * time.Second, 8400 * time.Millisecond},
+		{429, "3600", MaxRetryAfter, MaxRetryAfter},
+		{503, "", 160 * time.Millisecond, 240 * time.Millisecond}, // no header: MinBackoff, jittered
+	} {
+		t.Run(strconv.Itoa(tc.status)+" "+tc.header, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var at []time.Time
+				rt := roundTripFunc(func(*http.Request) (*http.Response, error) {
+					at = append(at, time.Now())
+					if len(at) == 1 {
+						h := http.Header{}
+						if tc.header != "" {
+							h.Set("Retry-After", tc.header)
+						}
+						return &http.Response{StatusCode: tc.status, Header: h, Body: io.NopCloser(strings.NewReader(`{}`))}, nil
+					}
+					return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(okBody))}, nil
+				})
+				tr, err := New(Config{URLs: []string{"http://broker.invalid"}, HTTPClient: &http.Client{Transport: rt}})
+				require.NoError(t, err)
+				resp, err := tr.Do(context.Background(), Request{Method: http.MethodPost, Path: "/api/v1/push", Body: []byte(`{}`)})
+				require.NoError(t, err)
+				assert.Equal(t, http.StatusOK, resp.Status)
+				require.Len(t, at, 2)
+				wait := at[1].Sub(at[0])
+				assert.True(t, wait >= tc.min && wait <= tc.max, "waited %v, want %v to %v", wait, tc.min, tc.max)
 			})
-			tr, sl, _ := newTransport(t, Config{URLs: []string{srv.URL}})
-			resp, err := tr.Do(context.Background(), Request{Method: http.MethodPost, Path: "/api/v1/push", Body: []byte(`{}`)})
-			require.NoError(t, err)
-			assert.Equal(t, http.StatusOK, resp.Status)
-			assert.Equal(t, []time.Duration{tc.want}, sl.Waits())
-			assert.Equal(t, 2, srv.Hits())
 		})
 	}
 }
@@ -268,20 +299,9 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 func TestRetryAfterNeverShortened(t *testing.T) {
 	// Whatever the jitter draws, the wait is at least what the broker asked.
 	for _, r := range []float64{0, 0.25, 0.5, 0.999} {
-		srv := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
-			if n == 0 {
-				reply(w, http.StatusTooManyRequests, "Retry-After", "3")
-				return
-			}
-			_, _ = io.WriteString(w, okBody)
-		})
-		tr, sl, _ := newTransport(t, Config{URLs: []string{srv.URL}, Rand: func() float64 { return r }})
-		_, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x"})
-		require.NoError(t, err)
-		w := sl.Waits()
-		require.Len(t, w, 1)
-		assert.GreaterOrEqual(t, w[0], 3*time.Second, "rand %v", r)
-		assert.LessOrEqual(t, w[0], 3600*time.Millisecond, "rand %v", r)
+		w := backoff(DefaultMinBackoff, DefaultMaxBackoff, 0, 3*time.Second, r)
+		assert.GreaterOrEqual(t, w, 3*time.Second, "rand %v", r)
+		assert.LessOrEqual(t, w, 3600*time.Millisecond, "rand %v", r)
 	}
 }
 
@@ -297,11 +317,11 @@ func TestParseRetryAfter(t *testing.T) {
 		{"1.25", 1250 * time.Millisecond, true},
 		{".5", 500 * time.Millisecond, true},
 		{"0", 0, true},
-		{"61", MaxRetryAfter, true},
-		{"99999999999999999999999", MaxRetryAfter, true},
+		{"61", 61 * time.Second, true},
+		{"99999999999999999999999", math.MaxInt64, true},
 		{now.Add(30 * time.Second).Format(http.TimeFormat), 30 * time.Second, true},
 		{now.Add(30 * time.Second).Format(time.RFC850), 30 * time.Second, true},
-		{now.Add(time.Hour).Format(http.TimeFormat), MaxRetryAfter, true},
+		{now.Add(time.Hour).Format(http.TimeFormat), time.Hour, true},
 		{now.Add(-time.Minute).Format(http.TimeFormat), 0, true},
 		{"", 0, false},
 		{"-1", 0, false},
@@ -313,7 +333,7 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
-			got, ok := parseRetryAfter(tc.in, now)
+			got, ok := ParseRetryAfter(tc.in, now)
 			assert.Equal(t, tc.ok, ok)
 			assert.Equal(t, tc.want, got)
 		})
@@ -382,7 +402,8 @@ func TestOrdinaryCallsAreBounded(t *testing.T) {
 		assert.Nil(t, resp)
 		assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 		assert.NotErrorIs(t, err, context.Canceled)
-		assert.Contains(t, err.Error(), "POST /api/v1/ack")
+		assert.Contains(t, err.Error(), "POST http://127.0.0.1:")
+		assert.Contains(t, err.Error(), "/api/v1/ack: ", "the URL requested")
 		assert.Contains(t, err.Error(), "3 attempt(s)")
 		assert.Len(t, sl.Waits(), 2)
 	})
@@ -401,7 +422,7 @@ func TestLongPollIsBounded(t *testing.T) {
 		assert.Nil(t, resp)
 		assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 		assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a refused connection sent nothing")
-		assert.Contains(t, err.Error(), "GET /api/v1/pop/queue/q: no answer after 3 attempt(s)")
+		assert.Contains(t, err.Error(), "/api/v1/pop/queue/q: no answer after 3 attempt(s)")
 		assert.Len(t, sl.Waits(), 2)
 	})
 	t.Run("503", func(t *testing.T) {
@@ -761,59 +782,6 @@ func TestPerAttemptTimeout(t *testing.T) {
 	assert.Len(t, sl.Waits(), 1)
 }
 
-// Attempts under one parent that start together share one deadline
-// context; an attempt that hangs still ends at its timeout.
-func TestAttemptsShareDeadline(t *testing.T) {
-	srv := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hang" {
-			<-r.Context().Done()
-			return
-		}
-		_, _ = io.WriteString(w, okBody)
-	})
-	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, Timeout: time.Minute, Retry: RetryPolicy{MaxAttempts: 1}})
-	start := time.Now()
-	tr.wall = func() time.Time { return start } // every attempt starts at once
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	shared := func() *shared {
-		for _, s := range tr.deadlines.slots {
-			if s != nil && s.parent == ctx {
-				return s
-			}
-		}
-		return nil
-	}
-	_, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x"})
-	require.NoError(t, err)
-	first := shared()
-	require.NotNil(t, first, "the attempt's deadline is kept for the next one")
-	_, err = tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x"})
-	require.NoError(t, err)
-	assert.Same(t, first, shared(), "the next attempt shares it")
-	assert.NoError(t, first.ctx.Err())
-	assert.Zero(t, first.users, "released by both")
-	dl, _ := first.ctx.Deadline()
-	assert.Equal(t, start.Add(time.Minute), dl)
-
-	// A shorter timeout is a deadline of its own, and it ends the attempt
-	// as a timeout of the attempt.
-	_, err = tr.Do(ctx, Request{Method: http.MethodGet, Path: "/hang", Timeout: 100 * time.Millisecond})
-	require.Error(t, err)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Contains(t, err.Error(), "attempt timeout of 100ms exceeded")
-	assert.Less(t, time.Since(start), 30*time.Second)
-	assert.Same(t, first, shared(), "an earlier deadline does not take the shared one's place")
-	assert.NoError(t, first.ctx.Err())
-
-	tr.Close()
-	for _, s := range tr.deadlines.slots {
-		assert.Nil(t, s, "Close keeps no deadline")
-	}
-	assert.ErrorIs(t, first.ctx.Err(), context.Canceled, "Close ends what nobody uses")
-}
-
 func TestBodyCutShortIsRetried(t *testing.T) {
 	srv := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
 		if n == 0 {
@@ -938,8 +906,7 @@ func TestLogging(t *testing.T) {
 	assert.NotContains(t, out, "tok-secret")
 
 	// retryablehttp's own logger (stderr by default) is off.
-	c := &call{t: tr, ctx: context.Background()}
-	assert.Nil(t, c.retryClient().Logger)
+	assert.Nil(t, tr.newCall().rc.Logger)
 }
 
 type lockedWriter struct {
@@ -960,14 +927,14 @@ func TestNewValidates(t *testing.T) {
 		err  string
 	}{
 		{"no URL", Config{}, "no broker URL"},
-		{"bad scheme", Config{URLs: []string{"ftp://h"}}, "scheme"},
-		{"host:port without scheme", Config{URLs: []string{"localhost:6632"}}, "scheme"},
-		{"no host", Config{URLs: []string{"http://"}}, "no host"},
+		{"bad scheme", Config{URLs: []string{"ftp://h"}}, "want http(s)://host"},
+		{"host:port without scheme", Config{URLs: []string{"localhost:6632"}}, "want http(s)://host"},
+		{"no host", Config{URLs: []string{"http://"}}, "want http(s)://host"},
 		{"unparseable", Config{URLs: []string{"http://h:x:y/%zz"}}, "broker URL"},
 		{"query", Config{URLs: []string{"http://h/?a=1"}}, "query"},
 		{"fragment", Config{URLs: []string{"http://h/#f"}}, "fragment"},
 		{"user info", Config{URLs: []string{"http://u:p@h"}}, "user info"},
-		{"second URL bad", Config{URLs: []string{"http://h", "h2"}}, "scheme"},
+		{"second URL bad", Config{URLs: []string{"http://h", "h2"}}, `"h2": want http(s)://host`},
 		{"negative timeout", Config{URLs: []string{"http://h"}, Timeout: -1}, "negative"},
 		{"negative attempts", Config{URLs: []string{"http://h"}, Retry: RetryPolicy{MaxAttempts: -1}}, "negative"},
 		{"min above max", Config{URLs: []string{"http://h"}, Retry: RetryPolicy{MinBackoff: time.Second, MaxBackoff: time.Millisecond}}, "MinBackoff"},
@@ -1001,69 +968,87 @@ func TestNewValidates(t *testing.T) {
 }
 
 // Requests through the pool New built share one read-only header map per
-// shape (with or without a body); many at once leave it as it was (-race
-// sees any write). A user's RoundTripper gets a header of its own per
-// request, so one that writes into it (against http.RoundTripper's
-// contract) changes no other request.
-func TestSharedHeaders(t *testing.T) {
+// shape (with or without a body): many at once leave it as it was (-race
+// sees any write).
+func TestSharedHeadersStayUnchanged(t *testing.T) {
 	srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, okBody) })
-	t.Run("pool", func(t *testing.T) {
-		tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, UserAgent: "ua"})
-		var wg sync.WaitGroup
-		for i := range 16 {
-			wg.Go(func() {
-				r := Request{Method: http.MethodGet, Path: "/x"}
-				if i%2 == 1 {
-					r.Method, r.Body = http.MethodPost, []byte(`{}`)
-				}
-				_, err := tr.Do(context.Background(), r)
-				assert.NoError(t, err)
-			})
-		}
-		wg.Wait()
-		assert.Equal(t, http.Header{"Accept": {"application/json"}, "User-Agent": {"ua"}}, tr.shared[0])
-		assert.Equal(t, http.Header{"Accept": {"application/json"}, "User-Agent": {"ua"}, "Content-Type": {"application/json"}}, tr.shared[1])
-	})
-	t.Run("user client", func(t *testing.T) {
-		var seen []string
-		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			seen = append(seen, r.Header.Get("X-Mark"))
-			r.Header.Set("X-Mark", "written") // against the contract
-			return http.DefaultTransport.RoundTrip(r)
+	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, UserAgent: "ua", BearerToken: "tok"})
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			r := Request{Method: http.MethodGet, Path: "/x", NoRetryAfterSend: i%3 == 0}
+			if i%2 == 1 {
+				r.Method, r.Body = http.MethodPost, []byte(`{}`)
+			}
+			_, err := tr.Do(context.Background(), r)
+			assert.NoError(t, err)
 		})
-		tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, HTTPClient: &http.Client{Transport: rt}})
-		for range 2 {
-			_, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x"})
-			require.NoError(t, err)
-		}
-		assert.Equal(t, []string{"", ""}, seen)
-		assert.Nil(t, tr.shared[0])
-	})
+	}
+	wg.Wait()
+	want := http.Header{"Accept": {"application/json"}, "User-Agent": {"ua"}, "Authorization": {"Bearer tok"}}
+	assert.Equal(t, want, tr.header[0])
+	want.Set("Content-Type", "application/json")
+	assert.Equal(t, want, tr.header[1])
+	for _, r := range srv.Requests() {
+		assert.Equal(t, "Bearer tok", r.Header.Get("Authorization"))
+	}
 }
 
-// A pop's attempts (NoRetryAfterSend, each with its own connection probe)
-// share their deadline too.
-func TestOnceAttemptsShareDeadline(t *testing.T) {
+// Every request gets a header of its own: a user's RoundTripper that
+// writes into it (against http.RoundTripper's contract) changes no other
+// request.
+func TestHeaderPerRequest(t *testing.T) {
 	srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, okBody) })
-	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}})
-	start := time.Now()
-	tr.wall = func() time.Time { return start }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pop := Request{Method: http.MethodGet, Path: "/api/v1/pop/queue/q", Timeout: 35 * time.Second, NoRetryAfterSend: true}
-	var seen []*shared
-	for range 3 {
-		_, err := tr.Do(ctx, pop)
+	var seen []string
+	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		seen = append(seen, r.Header.Get("X-Mark"))
+		r.Header.Set("X-Mark", "written") // against the contract
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, HTTPClient: &http.Client{Transport: rt}})
+	for range 2 {
+		_, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x"})
 		require.NoError(t, err)
-		for _, s := range tr.deadlines.slots {
-			if s != nil && s.parent == ctx {
-				seen = append(seen, s)
-			}
-		}
 	}
-	require.Len(t, seen, 3, "one deadline of the caller's ctx after each pop")
-	assert.Same(t, seen[0], seen[1])
-	assert.Same(t, seen[0], seen[2])
+	assert.Equal(t, []string{"", ""}, seen)
+}
+
+// Redirects are followed by http.Client, with its default policy: a 307
+// keeps the method and the body, a 302 goes on with GET, and a hop to
+// another host goes without the credentials.
+func TestRedirectsFollowedByHTTPClient(t *testing.T) {
+	var srvURL string
+	srv := newServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/307":
+			w.Header().Set("Location", "/new")
+			w.WriteHeader(http.StatusTemporaryRedirect)
+		case "/302":
+			w.Header().Set("Location", "/new")
+			w.WriteHeader(http.StatusFound)
+		case "/away":
+			w.Header().Set("Location", strings.Replace(srvURL, "127.0.0.1", "localhost", 1)+"/new")
+			w.WriteHeader(http.StatusTemporaryRedirect)
+		default:
+			_, _ = io.WriteString(w, okBody)
+		}
+	})
+	srvURL = srv.URL
+	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, BearerToken: "tok"})
+	for _, path := range []string{"/307", "/302", "/away"} {
+		resp, err := tr.Do(context.Background(), Request{Method: http.MethodPost, Path: path, Body: []byte(`{"a":1}`)})
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, resp.Status, path)
+		assert.Equal(t, 1, resp.Attempts, "a redirect is part of its attempt")
+	}
+	reqs := srv.Requests()
+	require.Len(t, reqs, 6)
+	got := func(r recorded) string {
+		return r.Method + " " + r.Path + " " + string(r.Body) + " auth=" + r.Header.Get("Authorization")
+	}
+	assert.Equal(t, "POST /new {\"a\":1} auth=Bearer tok", got(reqs[1]))
+	assert.Equal(t, "GET /new  auth=Bearer tok", got(reqs[3]))
+	assert.Equal(t, "POST /new {\"a\":1} auth=", got(reqs[5]))
 }
 
 // tagCtx is a caller's ctx of a type that == cannot compare.

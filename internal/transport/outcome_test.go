@@ -199,6 +199,7 @@ func TestNoRetryAfterSendStatuses(t *testing.T) {
 		{http.StatusBadGateway, ``, false},
 		{http.StatusGatewayTimeout, ``, false},
 		{http.StatusInsufficientStorage, envelope("storage_full"), false},
+		{http.StatusRequestTimeout, ``, false},
 	}
 	for _, tc := range tests {
 		t.Run(strconv.Itoa(tc.status)+" "+tc.body, func(t *testing.T) {
@@ -279,7 +280,7 @@ func TestNoRetryAfterSendCtx(t *testing.T) {
 		srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, okBody) })
 		for _, flag := range []bool{true, false} {
 			ctx, cancel := context.WithCancel(context.Background())
-			pool := newPool(1, 1)
+			pool := newPool(http.DefaultTransport, 1, 1)
 			t.Cleanup(pool.CloseIdleConnections)
 			rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 				resp, err := pool.RoundTrip(r)
