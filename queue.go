@@ -121,29 +121,30 @@ type QueueConfig struct {
 // Ptr returns a pointer to v, for the optional fields of QueueConfig.
 func Ptr[T any](v T) *T { return &v }
 
-// A duration option of QueueConfig: its name, its broker's unit and where
-// it goes on the wire.
+// A duration option of QueueConfig: its name, its broker's unit, its field
+// and its field on the wire.
 type durationOption struct {
 	name string
 	unit time.Duration
-	d    *time.Duration
+	d    **time.Duration
 	wire **int
 }
 
-// durations lists q's duration options against the fields of o.
+// durations pairs each duration option of q with its field of o, in the
+// broker's unit (the one table of those units).
 func (q *QueueConfig) durations(o *wire.QueueOptions) []durationOption {
 	return []durationOption{
-		{"LeaseTime", time.Second, q.LeaseTime, &o.LeaseTime},
-		{"RetryDelay", time.Millisecond, q.RetryDelay, &o.RetryDelay},
-		{"DelayedProcessing", time.Second, q.DelayedProcessing, &o.DelayedProcessing},
-		{"WindowBuffer", time.Second, q.WindowBuffer, &o.WindowBuffer},
-		{"TTL", time.Second, q.TTL, &o.TTL},
-		{"Retention", time.Second, q.Retention, &o.RetentionSeconds},
-		{"CompletedRetention", time.Second, q.CompletedRetention, &o.CompletedRetentionSeconds},
-		{"MaxWaitTime", time.Second, q.MaxWaitTime, &o.MaxWaitTimeSeconds},
-		{"MinPopWaitTime", time.Millisecond, q.MinPopWaitTime, &o.MinPopWaitTime},
-		{"DedupWindow", time.Second, q.DedupWindow, &o.DedupWindowSeconds},
-		{"RetentionSinkHoldMax", time.Second, q.RetentionSinkHoldMax, &o.RetentionSinkHoldMaxSeconds},
+		{"LeaseTime", time.Second, &q.LeaseTime, &o.LeaseTime},
+		{"RetryDelay", time.Millisecond, &q.RetryDelay, &o.RetryDelay},
+		{"DelayedProcessing", time.Second, &q.DelayedProcessing, &o.DelayedProcessing},
+		{"WindowBuffer", time.Second, &q.WindowBuffer, &o.WindowBuffer},
+		{"TTL", time.Second, &q.TTL, &o.TTL},
+		{"Retention", time.Second, &q.Retention, &o.RetentionSeconds},
+		{"CompletedRetention", time.Second, &q.CompletedRetention, &o.CompletedRetentionSeconds},
+		{"MaxWaitTime", time.Second, &q.MaxWaitTime, &o.MaxWaitTimeSeconds},
+		{"MinPopWaitTime", time.Millisecond, &q.MinPopWaitTime, &o.MinPopWaitTime},
+		{"DedupWindow", time.Second, &q.DedupWindow, &o.DedupWindowSeconds},
+		{"RetentionSinkHoldMax", time.Second, &q.RetentionSinkHoldMax, &o.RetentionSinkHoldMaxSeconds},
 	}
 }
 
@@ -178,7 +179,7 @@ func brokerUnits(name string, d, unit time.Duration) (int, error) {
 }
 
 // wire converts q to the broker's options and units; nil fields stay nil.
-// q must have passed validate.
+// It refuses what validate refuses of the durations.
 func (q *QueueConfig) wire() (*wire.QueueOptions, error) {
 	o := &wire.QueueOptions{
 		RetryLimit: q.RetryLimit, Priority: q.Priority, MaxSize: q.MaxSize,
@@ -186,10 +187,10 @@ func (q *QueueConfig) wire() (*wire.QueueOptions, error) {
 		EncryptionEnabled: q.EncryptionEnabled, RetentionSinkHold: q.RetentionSinkHold,
 	}
 	for _, f := range q.durations(o) {
-		if f.d == nil {
+		if *f.d == nil {
 			continue
 		}
-		n, err := brokerUnits(f.name, *f.d, f.unit)
+		n, err := brokerUnits(f.name, **f.d, f.unit)
 		if err != nil {
 			return nil, err
 		}
@@ -211,8 +212,8 @@ const (
 // refuses rather than clamps.
 func (q *QueueConfig) validate() error {
 	for _, f := range q.durations(&wire.QueueOptions{}) {
-		if f.d != nil {
-			if _, err := brokerUnits(f.name, *f.d, f.unit); err != nil {
+		if *f.d != nil {
+			if _, err := brokerUnits(f.name, **f.d, f.unit); err != nil {
 				return err
 			}
 		}
@@ -243,19 +244,12 @@ func queueConfigFromWire(o wire.QueueOptions, ns, task *string) QueueConfig {
 		RetentionEnabled: o.RetentionEnabled, DeadLetterQueue: o.DeadLetterQueue, DLQAfterMaxRetries: o.DLQAfterMaxRetries,
 		EncryptionEnabled: o.EncryptionEnabled, RetentionSinkHold: o.RetentionSinkHold,
 	}
-	in := func(n *int, unit time.Duration) *time.Duration {
-		if n == nil {
-			return nil
+	for _, f := range c.durations(&o) {
+		if n := *f.wire; n != nil {
+			d := time.Duration(*n) * f.unit
+			*f.d = &d
 		}
-		d := time.Duration(*n) * unit
-		return &d
 	}
-	c.LeaseTime, c.RetryDelay = in(o.LeaseTime, time.Second), in(o.RetryDelay, time.Millisecond)
-	c.DelayedProcessing, c.WindowBuffer = in(o.DelayedProcessing, time.Second), in(o.WindowBuffer, time.Second)
-	c.TTL, c.Retention = in(o.TTL, time.Second), in(o.RetentionSeconds, time.Second)
-	c.CompletedRetention, c.MaxWaitTime = in(o.CompletedRetentionSeconds, time.Second), in(o.MaxWaitTimeSeconds, time.Second)
-	c.MinPopWaitTime, c.DedupWindow = in(o.MinPopWaitTime, time.Millisecond), in(o.DedupWindowSeconds, time.Second)
-	c.RetentionSinkHoldMax = in(o.RetentionSinkHoldMaxSeconds, time.Second)
 	if ns != nil {
 		c.Namespace = *ns
 	}

@@ -270,3 +270,22 @@ func TestCreateRefusesDurations(t *testing.T) {
 		})
 	}
 }
+
+// Each duration of a broker's answer is read in its own unit (seconds, or
+// milliseconds for retryDelay and minPopWaitTime); one absent stays nil and
+// a zero one is a pointer to zero.
+func TestCreateAnswerUnits(t *testing.T) {
+	_, c := newRecorder(t, answer{status: http.StatusOK, body: `{"configured":true,"queue":"orders","options":{
+		"leaseTime":1,"retryDelay":2,"delayedProcessing":3,"windowBuffer":4,"ttl":5,"retentionSeconds":6,
+		"completedRetentionSeconds":7,"maxWaitTimeSeconds":8,"minPopWaitTime":9,"dedupWindowSeconds":0}}`})
+	info, err := c.Queue("orders").Create().Execute(context.Background())
+	require.NoError(t, err)
+	got := info.Config
+	want := QueueConfig{
+		LeaseTime: Ptr(time.Second), RetryDelay: Ptr(2 * time.Millisecond), DelayedProcessing: Ptr(3 * time.Second),
+		WindowBuffer: Ptr(4 * time.Second), TTL: Ptr(5 * time.Second), Retention: Ptr(6 * time.Second),
+		CompletedRetention: Ptr(7 * time.Second), MaxWaitTime: Ptr(8 * time.Second), MinPopWaitTime: Ptr(9 * time.Millisecond),
+		DedupWindow: Ptr(time.Duration(0)),
+	}
+	assert.Equal(t, want, got, "RetentionSinkHoldMax is absent: nil")
+}
