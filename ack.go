@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -312,7 +311,7 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	if d <= 0 {
 		return nil, fmt.Errorf("%w: renew duration %v must be positive", ErrInvalidOption, d)
 	}
-	secs := int(math.Ceil(d.Seconds()))
+	secs := int(ceilUnits(d, time.Second))
 	var leases []string
 	seen := map[string]bool{}
 	for i, m := range msgs {

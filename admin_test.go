@@ -268,7 +268,7 @@ func TestListAndGetQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRoute(t, stub.only(), http.MethodGet, "/api/v1/resources/queues/orders")
-	if d.Name != "orders" || d.Partitions != 1 || d.Messages.Total != 4 || len(d.PartitionList) != 1 || *d.Config.LeaseTime != 60 {
+	if d.Name != "orders" || d.Partitions != 1 || d.Messages.Total != 4 || len(d.PartitionList) != 1 || *d.Config.LeaseTime != time.Minute {
 		t.Fatalf("detail = %+v", d)
 	}
 	p := d.PartitionList[0]
@@ -302,7 +302,7 @@ func TestConfigureAndDeleteQueue(t *testing.T) {
 	}
 
 	stub, c = newWireStub(t, 200, `{"configured":true,"queue":"orders","options":{}}`)
-	if _, err := c.Admin().ReplaceQueueConfig(t.Context(), "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30)}); err != nil {
+	if _, err := c.Admin().ReplaceQueueConfig(t.Context(), "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}
 	jsonEqual(t, stub.only().Body, `{"queue":"orders","options":{"leaseTime":30},"mode":"replace"}`)

@@ -242,7 +242,7 @@ func TestConsumePopQueryMatchesPop(t *testing.T) {
 		"conflation":       func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Group("g").Conflation(true) },
 		"short poll":       func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Wait(false) },
 		"timeout":          func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").TimeoutMillis(60000) },
-		"lease seconds":    func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").LeaseSeconds(120) },
+		"lease time":       func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").LeaseTime(2 * time.Minute) },
 		"pinned partition": func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Partition("p-1").Batch(5) },
 		"large limit":      func(c *queen.Client) *queen.QueueBuilder { return c.Queue("q").Batch(10).Limit(100) },
 	}

@@ -95,12 +95,13 @@
 // explicitly:
 //
 //	client.Queue("orders").Config(queen.QueueConfig{
-//		LeaseTime:       queen.Ptr(30),
+//		LeaseTime:       queen.Ptr(30 * time.Second),
 //		RetryLimit:      queen.Ptr(5),
 //		DeadLetterQueue: queen.Ptr(true),
 //	}).Create().Execute(ctx)
 //
-// QueueConfig fields left nil are not sent. Delete removes a queue with its
+// QueueConfig fields left nil are not sent; durations travel in the
+// broker's whole seconds or milliseconds, rounded up. Delete removes a queue with its
 // messages and positions.
 //
 // # Pushing
@@ -127,7 +128,7 @@
 // SubscriptionFrom (where a new group starts), Batch, Partitions (1 to 64
 // partitions per pop, all under one lease), Wait and TimeoutMillis (long
 // poll, at most 60 s; on by default for 30 s), Autopilot, Conflation,
-// CommitOnDelivery and LeaseSeconds. Partition pins a pop to one partition;
+// CommitOnDelivery and LeaseTime. Partition pins a pop to one partition;
 // Client.Namespace and Client.Task pop across every queue tagged so.
 //
 // Options you set are sent as they are. Batch and Partitions left unset

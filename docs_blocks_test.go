@@ -62,7 +62,7 @@ func TestDocCreateQueue(t *testing.T) {
 	_, _, client, ctx := docBroker(t)
 
 	client.Queue("orders").Config(queen.QueueConfig{
-		LeaseTime:       queen.Ptr(30),
+		LeaseTime:       queen.Ptr(30 * time.Second),
 		RetryLimit:      queen.Ptr(5),
 		DeadLetterQueue: queen.Ptr(true),
 	}).Create().Execute(ctx)
@@ -71,7 +71,7 @@ func TestDocCreateQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := q.Config; c.LeaseTime == nil || *c.LeaseTime != 30 || *c.RetryLimit != 5 || !*c.DeadLetterQueue {
+	if c := q.Config; c.LeaseTime == nil || *c.LeaseTime != 30*time.Second || *c.RetryLimit != 5 || !*c.DeadLetterQueue {
 		t.Fatalf("config = %+v", c)
 	}
 }
@@ -79,9 +79,9 @@ func TestDocCreateQueue(t *testing.T) {
 // queue.go, QueueConfig: options set with Ptr.
 func TestDocQueueConfigPtr(t *testing.T) {
 	_, _, client, ctx := docBroker(t)
-	cfg := queen.QueueConfig{RetryLimit: queen.Ptr(5), DeadLetterQueue: queen.Ptr(true)}
+	cfg := queen.QueueConfig{RetryLimit: queen.Ptr(5), DeadLetterQueue: queen.Ptr(true), Retention: queen.Ptr(7 * 24 * time.Hour)}
 	info, err := client.Queue("orders").Config(cfg).Create().Execute(ctx)
-	if err != nil || *info.Config.RetryLimit != 5 || !*info.Config.DeadLetterQueue {
+	if err != nil || *info.Config.RetryLimit != 5 || !*info.Config.DeadLetterQueue || *info.Config.Retention != 7*24*time.Hour {
 		t.Fatalf("create = %+v, %v", info, err)
 	}
 }

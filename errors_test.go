@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -56,7 +57,13 @@ func TestBadInputSendsNothing(t *testing.T) {
 			return c.Queue("q").SubscriptionFrom("2026-10-22T00:00:00Z")
 		}), ErrInvalidSubscription},
 		{"task on a named queue (discovery pops only)", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Task("billing") }), ErrInvalidOption},
-		{"negative lease seconds", pop(func(c *Client) *QueueBuilder { return c.Queue("q").LeaseSeconds(-1) }), ErrInvalidOption},
+		{"negative lease time", pop(func(c *Client) *QueueBuilder { return c.Queue("q").LeaseTime(-time.Nanosecond) }), ErrInvalidOption},
+		{"lease time the broker cannot store", pop(func(c *Client) *QueueBuilder {
+			return c.Queue("q").LeaseTime((math.MaxInt32 + 1) * time.Second)
+		}), ErrInvalidOption},
+		{"negative lease time: consume", func(c *Client) error {
+			return c.Queue("q").LeaseTime(-time.Second).Consume(ctx, func(context.Context, *Message) error { return nil }).Execute(ctx)
+		}, ErrInvalidOption},
 		{"empty queue: pop", pop(func(c *Client) *QueueBuilder { return c.Queue("") }), ErrEmptyQueue},
 		{"empty namespace: pop", pop(func(c *Client) *QueueBuilder { return c.Namespace("") }), ErrEmptyQueue},
 		{"empty queue: push", push(func(c *Client) *PushBuilder { return c.Queue("").Push(1) }), ErrEmptyQueue},
@@ -69,12 +76,12 @@ func TestBadInputSendsNothing(t *testing.T) {
 			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHold: Ptr(strings.Repeat("a", 65))}).Create().Execute(ctx)
 			return err
 		}, ErrInvalidOption},
-		{"sink hold ceiling under 60 s", func(c *Client) error {
-			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHoldMaxSeconds: Ptr(59)}).Create().Execute(ctx)
+		{"sink hold ceiling under a minute", func(c *Client) error {
+			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHoldMax: Ptr(59 * time.Second)}).Create().Execute(ctx)
 			return err
 		}, ErrInvalidOption},
 		{"sink hold ceiling over a year", func(c *Client) error {
-			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHoldMaxSeconds: Ptr(31536001)}).Create().Execute(ctx)
+			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHoldMax: Ptr(365*24*time.Hour + time.Nanosecond)}).Create().Execute(ctx)
 			return err
 		}, ErrInvalidOption},
 		{"empty queue: delete", func(c *Client) error { _, err := c.Queue("").Delete().Execute(ctx); return err }, ErrEmptyQueue},

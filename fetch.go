@@ -185,9 +185,10 @@ func FetchMaxBytes(n int) FetchOption {
 	}
 }
 
-// FetchWait makes the fetch wait up to d (at most MaxFetchWait, rounded to
-// milliseconds) for a record to arrive when there is none to read yet
-// (default: answer at once).
+// FetchWait makes the fetch wait up to d (at most MaxFetchWait; whole
+// milliseconds on the wire, rounded up as QueueConfig's durations are) for
+// a record to arrive when there is none to read yet (default: answer at
+// once).
 func FetchWait(d time.Duration) FetchOption {
 	return func(f *fetchConfig) {
 		if d < 0 || d > MaxFetchWait {
@@ -261,7 +262,7 @@ func (b *QueueBuilder) Fetch(ctx context.Context, partitions []string, opts ...F
 		}
 		entries[i] = e
 	}
-	out, err := b.c.fetch(ctx, wire.FetchRequest{Entries: entries, MaxWaitMs: int(cfg.wait / time.Millisecond)})
+	out, err := b.c.fetch(ctx, wire.FetchRequest{Entries: entries, MaxWaitMs: int(ceilUnits(cfg.wait, time.Millisecond))})
 	if err != nil {
 		return nil, err
 	}

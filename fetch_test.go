@@ -58,6 +58,16 @@ func TestFetchOptionsOnTheWire(t *testing.T) {
 	if len(read) != 3 || read["b"].From != 7 || read["b"].NextOffset() != 7 {
 		t.Fatalf("read = %+v", read)
 	}
+
+	// A wait that is not whole milliseconds is rounded up: never to zero
+	// (answer at once).
+	for d, want := range map[time.Duration]string{1500 * time.Microsecond: "2", time.Nanosecond: "1"} {
+		stub, c = newWireStub(t, 200, `{"entries":[{"queue":"q","partition":"a","records":[],"highWatermark":0,"logStartOffset":0}]}`)
+		if _, err := c.Queue("q").Fetch(t.Context(), []string{"a"}, queen.FetchWait(d)); err != nil {
+			t.Fatal(err)
+		}
+		jsonEqual(t, stub.only().Body, `{"entries":[{"queue":"q","partition":"a","offset":0}],"maxWaitMs":`+want+`}`)
+	}
 }
 
 func TestFetchPerPartitionErrors(t *testing.T) {

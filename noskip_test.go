@@ -48,7 +48,7 @@ type noSkip struct {
 const (
 	noSkipQueue = "noskip"
 	noSkipGroup = "g"
-	noSkipLease = 10 // seconds
+	noSkipLease = 10 * time.Second
 )
 
 func noSkipRun(t *testing.T, p queentest.Profile, seed uint64) {
@@ -60,7 +60,7 @@ func noSkipRun(t *testing.T, p queentest.Profile, seed uint64) {
 		owed: map[string]bool{}, at: map[string]time.Time{},
 	}
 	s.c = s.client()
-	lease, retries, delay := noSkipLease, 1000, 0
+	lease, retries, delay := noSkipLease, 1000, time.Duration(0)
 	if _, err := s.c.Admin().ConfigureQueue(ctx, noSkipQueue, queen.QueueConfig{LeaseTime: &lease, RetryLimit: &retries, RetryDelay: &delay}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func noSkipRun(t *testing.T, p queentest.Profile, seed uint64) {
 			s.pop(1 + s.rnd.IntN(5))
 		case r < 17:
 			s.step("lease expiry")
-			clk.Advance((noSkipLease + 1) * time.Second)
+			clk.Advance(noSkipLease + time.Second)
 		case r < 19:
 			s.step("new client")
 			s.c = s.client()
@@ -253,7 +253,7 @@ func (s *noSkip) drain() {
 			if empty++; empty == 3 {
 				return
 			}
-			s.clk.Advance((noSkipLease + 1) * time.Second)
+			s.clk.Advance(noSkipLease + time.Second)
 			continue
 		}
 		empty = 0

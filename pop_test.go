@@ -119,8 +119,14 @@ func TestPopOptionsOnTheWire(t *testing.T) {
 		{"CommitOnDelivery(false) sends nothing", func(c *Client) *QueueBuilder { return orders(c).CommitOnDelivery(false) }, path,
 			q(auto...)},
 		{"Conflation(false) sends nothing", func(c *Client) *QueueBuilder { return orders(c).Conflation(false) }, path, q(auto...)},
-		{"LeaseSeconds", func(c *Client) *QueueBuilder { return orders(c).LeaseSeconds(90) }, path,
+		{"LeaseTime", func(c *Client) *QueueBuilder { return orders(c).LeaseTime(90 * time.Second) }, path,
 			q(with(auto, "leaseSeconds", "90")...)},
+		{"LeaseTime rounds up to whole seconds", func(c *Client) *QueueBuilder { return orders(c).LeaseTime(1500 * time.Millisecond) }, path,
+			q(with(auto, "leaseSeconds", "2")...)},
+		{"LeaseTime under a second is one second, not unset", func(c *Client) *QueueBuilder { return orders(c).LeaseTime(time.Nanosecond) }, path,
+			q(with(auto, "leaseSeconds", "1")...)},
+		{"LeaseTime(0) is unset: the queue's lease time", func(c *Client) *QueueBuilder { return orders(c).LeaseTime(0) }, path,
+			q(auto...)},
 		{"queue name is path-escaped", func(c *Client) *QueueBuilder { return c.Queue("a b?c%d#e") }, "/api/v1/pop/queue/a%20b%3Fc%25d%23e", q(auto...)},
 		{"the spec page's consumer-group options", func(c *Client) *QueueBuilder {
 			return orders(c).Group("billing").SubscriptionMode(SubscriptionModeAll).Batch(100).Partitions(10)
@@ -398,7 +404,7 @@ func TestPopBrokerErrors(t *testing.T) {
 // The wire query type encodes exactly the fields set; this pins the names.
 func TestPopQueryNames(t *testing.T) {
 	r := mustPopRequest(t, (&Client{}).Queue("q").Group("g").SubscriptionMode(SubscriptionModeAll).
-		SubscriptionFrom("now").Batch(3).Partitions(2).TimeoutMillis(10).CommitOnDelivery(true).LeaseSeconds(5))
+		SubscriptionFrom("now").Batch(3).Partitions(2).TimeoutMillis(10).CommitOnDelivery(true).LeaseTime(5*time.Second))
 	v, err := r.query.Values()
 	require.NoError(t, err)
 	raw, err := json.Marshal(v)

@@ -383,8 +383,8 @@ func TestQueentestConfigure2xOptions(t *testing.T) {
 	_, c := newBroker(t)
 	ctx := t.Context()
 	info, err := c.Admin().ConfigureQueue(ctx, "lake", queen.QueueConfig{
-		MinPopWaitTime: queen.Ptr(250), DedupWindowSeconds: queen.Ptr(600),
-		RetentionSinkHold: queen.Ptr("s3-main"), RetentionSinkHoldMaxSeconds: queen.Ptr(3600),
+		MinPopWaitTime: queen.Ptr(250 * time.Millisecond), DedupWindow: queen.Ptr(10 * time.Minute),
+		RetentionSinkHold: queen.Ptr("s3-main"), RetentionSinkHoldMax: queen.Ptr(time.Hour),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -397,9 +397,9 @@ func TestQueentestConfigure2xOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, cfg := range []queen.QueueConfig{info.Config, q.Config} {
-		if cfg.MinPopWaitTime == nil || *cfg.MinPopWaitTime != 250 || cfg.DedupWindowSeconds == nil || *cfg.DedupWindowSeconds != 600 ||
+		if cfg.MinPopWaitTime == nil || *cfg.MinPopWaitTime != 250*time.Millisecond || cfg.DedupWindow == nil || *cfg.DedupWindow != 10*time.Minute ||
 			cfg.RetentionSinkHold == nil || *cfg.RetentionSinkHold != "s3-main" ||
-			cfg.RetentionSinkHoldMaxSeconds == nil || *cfg.RetentionSinkHoldMaxSeconds != 3600 {
+			cfg.RetentionSinkHoldMax == nil || *cfg.RetentionSinkHoldMax != time.Hour {
 			t.Fatalf("config = %+v", cfg)
 		}
 	}

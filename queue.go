@@ -3,19 +3,47 @@ package queen
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
+	"time"
 
 	"github.com/queen-go/queen/internal/wire"
 )
 
 // QueueConfig holds the options of a queue, as the broker's configure route
-// takes them. A nil field is not sent: the broker keeps its current value
-// (or its default for a new queue). Use Ptr to set one:
+// takes them.
 //
-//	queen.QueueConfig{RetryLimit: queen.Ptr(5), DeadLetterQueue: queen.Ptr(true)}
+// Every option is a pointer, and a pointer has three states that the
+// broker tells apart: nil is not sent (a 2.x broker keeps the queue's
+// current value, or its default for a new queue; 0.15.1 always replaces),
+// a pointer to zero sends zero (DedupWindow zero turns deduplication off),
+// and a pointer to a value sends it. Set one with Ptr (or the built-in
+// new, which takes an expression since Go 1.26):
+//
+//	queen.QueueConfig{RetryLimit: queen.Ptr(5), DeadLetterQueue: queen.Ptr(true), Retention: queen.Ptr(7 * 24 * time.Hour)}
+//
+// (A zero duration is queen.Ptr(time.Duration(0)): queen.Ptr(0) is an *int
+// and does not compile there.)
+//
+// Pointers rather than an option type of this package: they are what
+// encoding/json and the Go SDKs of other brokers use for "optional", they
+// need nothing but Ptr, a nil check reads them, and the broker's answers
+// (QueueInfo.Config, Admin.GetQueue) come back in the same form. Namespace
+// and Task are plain strings: a broker reads an empty one as not given,
+// so they have only two states.
+//
+// Durations travel in the broker's unit, whole seconds or whole
+// milliseconds depending on the option, rounded up the way RenewFor
+// rounds: 1500*time.Millisecond is sent as 2 seconds for LeaseTime, and a
+// positive duration is never sent as zero. Execute fails with
+// ErrInvalidOption before any request for a negative duration, or one
+// whose count of the broker's units does not fit in a 32-bit integer
+// (0.15.1 keeps each in a 32-bit column). The broker's answers are whole
+// units and read back exactly.
 type QueueConfig struct {
-	// LeaseTime is how long a pop leases its messages, in seconds.
-	LeaseTime *int
+	// LeaseTime is how long a pop leases its messages (whole seconds on
+	// the wire).
+	LeaseTime *time.Duration
 	// RetryLimit is how many failed acks the broker takes for a partition
 	// and consumer group before a failed ack dead-letters its message (or
 	// drops it when the queue has no dead-letter queue). Both broker
@@ -30,25 +58,29 @@ type QueueConfig struct {
 	// that should not count, or Batch(1), whose leases end with each
 	// message.
 	RetryLimit *int
-	// RetryDelay is how long a failed message waits before it comes back, in
-	// milliseconds.
-	RetryDelay *int
+	// RetryDelay is how long a failed message waits before it comes back
+	// (whole milliseconds on the wire).
+	RetryDelay *time.Duration
 	// Priority orders queues of one namespace/task for discovery pops.
 	Priority *int
-	// DelayedProcessing hides each new message for that many seconds.
-	DelayedProcessing *int
-	// WindowBuffer holds back a partition's messages until it has been quiet
-	// for that many seconds.
-	WindowBuffer *int
+	// DelayedProcessing hides each new message for that long (whole
+	// seconds on the wire).
+	DelayedProcessing *time.Duration
+	// WindowBuffer holds back a partition's messages until it has been
+	// quiet for that long (whole seconds on the wire).
+	WindowBuffer *time.Duration
 	// MaxSize caps the number of messages the queue holds.
 	MaxSize *int
-	// TTL drops messages older than that many seconds.
-	TTL *int
-	// RetentionSeconds and CompletedRetentionSeconds say how long messages
-	// (pending, and completed) are kept; RetentionEnabled turns retention on.
-	RetentionSeconds          *int
-	CompletedRetentionSeconds *int
-	RetentionEnabled          *bool
+	// TTL drops messages older than that (whole seconds on the wire).
+	TTL *time.Duration
+	// Retention is how long pending messages are kept (whole seconds on
+	// the wire); RetentionEnabled turns retention on.
+	Retention *time.Duration
+	// CompletedRetention is how long completed messages are kept (whole
+	// seconds on the wire).
+	CompletedRetention *time.Duration
+	// RetentionEnabled turns retention (Retention, CompletedRetention) on.
+	RetentionEnabled *bool
 	// DeadLetterQueue keeps messages whose failed ack found the retries
 	// spent (see RetryLimit: that may be a message's first failure), and
 	// those acked dlq, in the queue's dead-letter queue.
@@ -59,27 +91,28 @@ type QueueConfig struct {
 	DLQAfterMaxRetries *bool
 	// EncryptionEnabled stores payloads encrypted.
 	EncryptionEnabled *bool
-	// MaxWaitTimeSeconds is the age in seconds at which messages are dropped
-	// (on 2.x for every group, leased ones included, with no dead letter).
-	MaxWaitTimeSeconds *int
+	// MaxWaitTime is the age at which messages are dropped (on 2.x for
+	// every group, leased ones included, with no dead letter; whole
+	// seconds on the wire).
+	MaxWaitTime *time.Duration
 	// MinPopWaitTime lets a waiting pop hold an under-full batch for up to
-	// that many milliseconds so that it takes more messages at once (2.x;
-	// the broker clamps it to 0..60000).
-	MinPopWaitTime *int
-	// DedupWindowSeconds is how long a repeated transaction id is answered
-	// "duplicate" in its partition (2.x; default one hour). 0 turns
-	// deduplication off, and with it the promise that a retried push is
-	// never stored twice.
-	DedupWindowSeconds *int
+	// that long so that it takes more messages at once (2.x; whole
+	// milliseconds on the wire; the broker clamps it to at most a minute).
+	MinPopWaitTime *time.Duration
+	// DedupWindow is how long a repeated transaction id is answered
+	// "duplicate" in its partition (2.x; default one hour; whole seconds
+	// on the wire). Zero turns deduplication off, and with it the promise
+	// that a retried push is never stored twice.
+	DedupWindow *time.Duration
 	// RetentionSinkHold names the data-lake sink whose progress holds back
 	// retention (2.x): letters, digits, '.', '_' and '-', at most 64; ""
 	// turns the hold off. Any other name fails Execute with
 	// ErrInvalidOption.
 	RetentionSinkHold *string
-	// RetentionSinkHoldMaxSeconds caps how long that sink may hold
-	// retention (2.x): 60 to 31536000 seconds, else Execute fails with
-	// ErrInvalidOption.
-	RetentionSinkHoldMaxSeconds *int
+	// RetentionSinkHoldMax caps how long that sink may hold retention
+	// (2.x; whole seconds on the wire): from a minute to 365 days after
+	// rounding, else Execute fails with ErrInvalidOption.
+	RetentionSinkHoldMax *time.Duration
 	// Namespace and Task tag the queue for discovery pops (Client.Namespace).
 	Namespace string
 	Task      string
@@ -88,28 +121,103 @@ type QueueConfig struct {
 // Ptr returns a pointer to v, for the optional fields of QueueConfig.
 func Ptr[T any](v T) *T { return &v }
 
-func (q *QueueConfig) wire() *wire.QueueOptions {
-	return &wire.QueueOptions{
-		LeaseTime: q.LeaseTime, RetryLimit: q.RetryLimit, RetryDelay: q.RetryDelay, Priority: q.Priority,
-		DelayedProcessing: q.DelayedProcessing, WindowBuffer: q.WindowBuffer, MaxSize: q.MaxSize, TTL: q.TTL,
-		RetentionSeconds: q.RetentionSeconds, CompletedRetentionSeconds: q.CompletedRetentionSeconds,
-		RetentionEnabled: q.RetentionEnabled, DeadLetterQueue: q.DeadLetterQueue, DLQAfterMaxRetries: q.DLQAfterMaxRetries,
-		EncryptionEnabled: q.EncryptionEnabled, MaxWaitTimeSeconds: q.MaxWaitTimeSeconds,
-		MinPopWaitTime: q.MinPopWaitTime, DedupWindowSeconds: q.DedupWindowSeconds,
-		RetentionSinkHold: q.RetentionSinkHold, RetentionSinkHoldMaxSeconds: q.RetentionSinkHoldMaxSeconds,
+// A duration option of QueueConfig: its name, its broker's unit, its field
+// and its field on the wire.
+type durationOption struct {
+	name string
+	unit time.Duration
+	d    **time.Duration
+	wire **int
+}
+
+// durations pairs each duration option of q with its field of o, in the
+// broker's unit (the one table of those units).
+func (q *QueueConfig) durations(o *wire.QueueOptions) []durationOption {
+	return []durationOption{
+		{"LeaseTime", time.Second, &q.LeaseTime, &o.LeaseTime},
+		{"RetryDelay", time.Millisecond, &q.RetryDelay, &o.RetryDelay},
+		{"DelayedProcessing", time.Second, &q.DelayedProcessing, &o.DelayedProcessing},
+		{"WindowBuffer", time.Second, &q.WindowBuffer, &o.WindowBuffer},
+		{"TTL", time.Second, &q.TTL, &o.TTL},
+		{"Retention", time.Second, &q.Retention, &o.RetentionSeconds},
+		{"CompletedRetention", time.Second, &q.CompletedRetention, &o.CompletedRetentionSeconds},
+		{"MaxWaitTime", time.Second, &q.MaxWaitTime, &o.MaxWaitTimeSeconds},
+		{"MinPopWaitTime", time.Millisecond, &q.MinPopWaitTime, &o.MinPopWaitTime},
+		{"DedupWindow", time.Second, &q.DedupWindow, &o.DedupWindowSeconds},
+		{"RetentionSinkHoldMax", time.Second, &q.RetentionSinkHoldMax, &o.RetentionSinkHoldMaxSeconds},
 	}
+}
+
+// ceilUnits is the one rounding rule of durations sent to the broker: d in
+// whole units, rounded up, so that a positive duration is never sent as
+// zero. RenewFor and QueueBuilder.LeaseTime use it too. d must not be
+// negative.
+func ceilUnits(d, unit time.Duration) int64 {
+	n := d / unit
+	if d%unit != 0 {
+		n++
+	}
+	return int64(n)
+}
+
+// maxBrokerUnits is the largest count of units a broker stores for a
+// duration option: its columns are 32-bit integers.
+const maxBrokerUnits = math.MaxInt32
+
+// brokerUnits converts the duration option name to the broker's unit by
+// ceilUnits, refusing with ErrInvalidOption a negative duration or one
+// that the broker cannot store.
+func brokerUnits(name string, d, unit time.Duration) (int, error) {
+	if d < 0 {
+		return 0, fmt.Errorf("%w: %s %v must not be negative", ErrInvalidOption, name, d)
+	}
+	n := ceilUnits(d, unit)
+	if n > maxBrokerUnits {
+		return 0, fmt.Errorf("%w: %s %v is more than the broker stores (%v)", ErrInvalidOption, name, d, time.Duration(maxBrokerUnits)*unit)
+	}
+	return int(n), nil
+}
+
+// wire converts q to the broker's options and units; nil fields stay nil.
+// It refuses what validate refuses of the durations.
+func (q *QueueConfig) wire() (*wire.QueueOptions, error) {
+	o := &wire.QueueOptions{
+		RetryLimit: q.RetryLimit, Priority: q.Priority, MaxSize: q.MaxSize,
+		RetentionEnabled: q.RetentionEnabled, DeadLetterQueue: q.DeadLetterQueue, DLQAfterMaxRetries: q.DLQAfterMaxRetries,
+		EncryptionEnabled: q.EncryptionEnabled, RetentionSinkHold: q.RetentionSinkHold,
+	}
+	for _, f := range q.durations(o) {
+		if *f.d == nil {
+			continue
+		}
+		n, err := brokerUnits(f.name, **f.d, f.unit)
+		if err != nil {
+			return nil, err
+		}
+		*f.wire = &n
+	}
+	return o, nil
 }
 
 // Bounds of the retention sink options; the broker refuses the whole
 // configure outside them.
 const (
-	maxSinkHoldName       = 64
-	minSinkHoldMaxSeconds = 60
-	maxSinkHoldMaxSeconds = 31536000
+	maxSinkHoldName = 64
+	minSinkHoldMax  = time.Minute
+	maxSinkHoldMax  = 365 * 24 * time.Hour
 )
 
-// validate checks the options the broker refuses rather than clamps.
+// validate checks what Execute refuses before any request: a negative
+// duration or one the broker cannot store, and the options the broker
+// refuses rather than clamps.
 func (q *QueueConfig) validate() error {
+	for _, f := range q.durations(&wire.QueueOptions{}) {
+		if *f.d != nil {
+			if _, err := brokerUnits(f.name, **f.d, f.unit); err != nil {
+				return err
+			}
+		}
+	}
 	if h := q.RetentionSinkHold; h != nil {
 		ok := len(*h) <= maxSinkHoldName
 		for _, r := range *h {
@@ -119,22 +227,28 @@ func (q *QueueConfig) validate() error {
 			return fmt.Errorf("%w: RetentionSinkHold %q: letters, digits, '.', '_' and '-', at most %d", ErrInvalidOption, *h, maxSinkHoldName)
 		}
 	}
-	if s := q.RetentionSinkHoldMaxSeconds; s != nil && (*s < minSinkHoldMaxSeconds || *s > maxSinkHoldMaxSeconds) {
-		return fmt.Errorf("%w: RetentionSinkHoldMaxSeconds %d not in %d..%d", ErrInvalidOption, *s, minSinkHoldMaxSeconds, maxSinkHoldMaxSeconds)
+	if d := q.RetentionSinkHoldMax; d != nil {
+		// The bounds are whole seconds: compare what is sent.
+		if s := time.Duration(ceilUnits(*d, time.Second)) * time.Second; s < minSinkHoldMax || s > maxSinkHoldMax {
+			return fmt.Errorf("%w: RetentionSinkHoldMax %v not in %v..%v", ErrInvalidOption, *d, minSinkHoldMax, maxSinkHoldMax)
+		}
 	}
 	return nil
 }
 
-// queueConfigFromWire builds a QueueConfig from a broker's answer.
+// queueConfigFromWire builds a QueueConfig from a broker's answer, its
+// whole units read back as durations.
 func queueConfigFromWire(o wire.QueueOptions, ns, task *string) QueueConfig {
 	c := QueueConfig{
-		LeaseTime: o.LeaseTime, RetryLimit: o.RetryLimit, RetryDelay: o.RetryDelay, Priority: o.Priority,
-		DelayedProcessing: o.DelayedProcessing, WindowBuffer: o.WindowBuffer, MaxSize: o.MaxSize, TTL: o.TTL,
-		RetentionSeconds: o.RetentionSeconds, CompletedRetentionSeconds: o.CompletedRetentionSeconds,
+		RetryLimit: o.RetryLimit, Priority: o.Priority, MaxSize: o.MaxSize,
 		RetentionEnabled: o.RetentionEnabled, DeadLetterQueue: o.DeadLetterQueue, DLQAfterMaxRetries: o.DLQAfterMaxRetries,
-		EncryptionEnabled: o.EncryptionEnabled, MaxWaitTimeSeconds: o.MaxWaitTimeSeconds,
-		MinPopWaitTime: o.MinPopWaitTime, DedupWindowSeconds: o.DedupWindowSeconds,
-		RetentionSinkHold: o.RetentionSinkHold, RetentionSinkHoldMaxSeconds: o.RetentionSinkHoldMaxSeconds,
+		EncryptionEnabled: o.EncryptionEnabled, RetentionSinkHold: o.RetentionSinkHold,
+	}
+	for _, f := range c.durations(&o) {
+		if n := *f.wire; n != nil {
+			d := time.Duration(*n) * f.unit
+			*f.d = &d
+		}
 	}
 	if ns != nil {
 		c.Namespace = *ns
@@ -189,18 +303,21 @@ type QueueInfo struct {
 }
 
 // Execute sends POST /api/v1/configure and returns the queue's resulting
-// configuration. An empty queue name (ErrEmptyQueue) or a retention sink
-// option the broker would refuse (ErrInvalidOption) fails before any
-// request.
+// configuration. An empty queue name (ErrEmptyQueue), a negative duration
+// or one the broker cannot store, or a retention sink option the broker
+// would refuse (ErrInvalidOption) fails before any request.
 func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
 	b := cb.qb
-	if err := b.checkCreate(); err != nil {
+	err := b.checkCreate()
+	if err != nil {
 		return QueueInfo{}, err
 	}
 	req := configureBody{Queue: b.queue, Options: &wire.QueueOptions{}}
 	var ns string
 	if b.config != nil {
-		req.Options = b.config.wire()
+		if req.Options, err = b.config.wire(); err != nil {
+			return QueueInfo{}, err
+		}
 		ns, req.Task = b.config.Namespace, b.config.Task
 	}
 	if ns != "" || (req.Task == "" && *req.Options == (wire.QueueOptions{})) {

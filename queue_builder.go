@@ -3,6 +3,7 @@ package queen
 import (
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/queen-go/queen/internal/wire"
 )
@@ -66,7 +67,7 @@ type QueueBuilder struct {
 	autopilotOff     bool
 	conflation       bool
 	commitOnDelivery bool
-	leaseSeconds     int
+	lease            time.Duration // 0: the queue's LeaseTime
 
 	// consume options
 	each           bool
@@ -184,9 +185,13 @@ func (b *QueueBuilder) Conflation(on bool) *QueueBuilder { b.conflation = on; re
 // loop refuses it.
 func (b *QueueBuilder) CommitOnDelivery(on bool) *QueueBuilder { b.commitOnDelivery = on; return b }
 
-// LeaseSeconds overrides the queue's lease time for the messages of this
-// pop (2.x brokers).
-func (b *QueueBuilder) LeaseSeconds(s int) *QueueBuilder { b.leaseSeconds = s; return b }
+// LeaseTime overrides the queue's LeaseTime for the messages of the pops
+// of this builder (2.x brokers; 0.15.1 ignores it). It travels in whole
+// seconds, rounded up as QueueConfig's durations are (1500*time.Millisecond
+// leases for 2 s); zero, the default, keeps the queue's LeaseTime. A
+// negative one, or one the broker cannot store, fails Pop and Consume with
+// ErrInvalidOption.
+func (b *QueueBuilder) LeaseTime(d time.Duration) *QueueBuilder { b.lease = d; return b }
 
 // Each makes a consume loop call its handler once per message, in partition
 // order, instead of once per batch.
@@ -293,7 +298,7 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	}
 	q.AutoAck = b.commitOnDelivery
 	q.Conflation = b.conflation
-	q.LeaseSeconds = b.leaseSeconds
+	q.LeaseSeconds = int(ceilUnits(b.lease, time.Second)) // checked by checkPop
 
 	pinned := b.partition != "" && !discover
 	r.pinned = pinned

@@ -66,8 +66,8 @@ func (b *QueueBuilder) checkPop() error {
 	if b.timeoutSet && (b.timeoutMs < 0 || b.timeoutMs > MaxTimeoutMillis) {
 		return fmt.Errorf("%w: got %d", ErrTimeoutOutOfRange, b.timeoutMs)
 	}
-	if b.leaseSeconds < 0 {
-		return fmt.Errorf("%w: LeaseSeconds(%d) must not be negative", ErrInvalidOption, b.leaseSeconds)
+	if _, err := brokerUnits("LeaseTime", b.lease, time.Second); err != nil {
+		return err
 	}
 	switch b.subMode {
 	case "", SubscriptionModeNew, SubscriptionModeAll:

@@ -13,7 +13,7 @@ func TestSeek(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("seek")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, q, "", numbered(0, 3, nil)...)
 	time.Sleep(20 * time.Millisecond) // the second push gets later timestamps
 	push(t, c, q, "", numbered(3, 2, nil)...)

@@ -27,7 +27,7 @@ func TestConsumeOrderingUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("ordered")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	const parts, per = 4, 25
 	for p := range parts {
 		push(t, c, q, fmt.Sprintf("p%d", p), numbered(p*per, per, nil)...)
@@ -102,7 +102,7 @@ func TestConsumeRenewLeaseKeepsSlowHandler(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("slow")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(1), RetryLimit: queen.Ptr(3)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(1 * time.Second), RetryLimit: queen.Ptr(3)})
 	push(t, c, q, "", numbered(0, 1, nil)...)
 
 	// Another worker keeps trying to take the message while the slow
@@ -177,7 +177,7 @@ func TestStoppedWorkerLosesNothing(t *testing.T) {
 	c := newClient(t)
 	q := unique("stop")
 	// A long lease: a message left leased would be stuck for 30 s.
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	const total = 20
 	push(t, c, q, "a", numbered(0, total/2, nil)...)
 	push(t, c, q, "b", numbered(total/2, total/2, nil)...)
@@ -240,7 +240,7 @@ func TestDroppedResponsesLoseNothing(t *testing.T) {
 	q := unique("drops")
 	// A short lease: the messages of the pop whose answer is lost come back
 	// after it.
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(2), RetryLimit: queen.Ptr(5)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(2 * time.Second), RetryLimit: queen.Ptr(5)})
 	const total = 30
 
 	srv.ResetCounters()
@@ -320,7 +320,7 @@ func TestConsumeOutcomes(t *testing.T) {
 	c := newClient(t)
 	q := unique("outcomes")
 	newQueue(t, c, q, queen.QueueConfig{
-		LeaseTime: queen.Ptr(30), RetryLimit: queen.Ptr(1), RetryDelay: queen.Ptr(100), DeadLetterQueue: queen.Ptr(true),
+		LeaseTime: queen.Ptr(30 * time.Second), RetryLimit: queen.Ptr(1), RetryDelay: queen.Ptr(100 * time.Millisecond), DeadLetterQueue: queen.Ptr(true),
 	})
 	for i, kind := range []string{"ok", "permanent", "flaky", "again"} {
 		push(t, c, q, kind, map[string]any{"n": i, "kind": kind})

@@ -44,7 +44,7 @@ func TestFailedThenRedeliveredThenDeadLettered(t *testing.T) {
 	q := unique("poison")
 	const retryLimit = 2
 	newQueue(t, c, q, queen.QueueConfig{
-		LeaseTime: queen.Ptr(30), RetryLimit: queen.Ptr(retryLimit), RetryDelay: queen.Ptr(100),
+		LeaseTime: queen.Ptr(30 * time.Second), RetryLimit: queen.Ptr(retryLimit), RetryDelay: queen.Ptr(100 * time.Millisecond),
 		DeadLetterQueue: queen.Ptr(true),
 	})
 	push(t, c, q, "", numbered(0, 2, nil)...)
@@ -79,7 +79,7 @@ func TestRetrySpendsNothing(t *testing.T) {
 	c := newClient(t)
 	q := unique("retry")
 	newQueue(t, c, q, queen.QueueConfig{
-		LeaseTime: queen.Ptr(30), RetryLimit: queen.Ptr(1), RetryDelay: queen.Ptr(100),
+		LeaseTime: queen.Ptr(30 * time.Second), RetryLimit: queen.Ptr(1), RetryDelay: queen.Ptr(100 * time.Millisecond),
 		DeadLetterQueue: queen.Ptr(true),
 	})
 	push(t, c, q, "", numbered(0, 2, nil)...)
@@ -116,7 +116,7 @@ func TestDeadLetterAtOnce(t *testing.T) {
 	c := newClient(t)
 	q := unique("dlq")
 	newQueue(t, c, q, queen.QueueConfig{
-		LeaseTime: queen.Ptr(30), RetryLimit: queen.Ptr(5), DeadLetterQueue: queen.Ptr(true),
+		LeaseTime: queen.Ptr(30 * time.Second), RetryLimit: queen.Ptr(5), DeadLetterQueue: queen.Ptr(true),
 	})
 	push(t, c, q, "", numbered(0, 2, nil)...)
 	qb := c.Queue(q).Group("mailer").SubscriptionMode(queen.SubscriptionModeAll).Batch(1)
@@ -145,7 +145,7 @@ func TestExpiredLeaseIsRedelivered(t *testing.T) {
 	c := newClient(t)
 	q := unique("lease")
 	newQueue(t, c, q, queen.QueueConfig{
-		LeaseTime: queen.Ptr(1), RetryLimit: queen.Ptr(1), DeadLetterQueue: queen.Ptr(true),
+		LeaseTime: queen.Ptr(1 * time.Second), RetryLimit: queen.Ptr(1), DeadLetterQueue: queen.Ptr(true),
 	})
 	push(t, c, q, "", numbered(0, 1, nil)...)
 	crashed, next := newClient(t), newClient(t)
@@ -192,7 +192,7 @@ func TestRenewKeepsTheLease(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("renew")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(1)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(1 * time.Second)})
 	push(t, c, q, "", numbered(0, 1, nil)...)
 	slow, other := newClient(t), newClient(t)
 

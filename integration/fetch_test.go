@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/queen-go/queen"
 	"github.com/queen-go/queen/queentest"
@@ -15,7 +16,7 @@ func TestFetchByOffset(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("fetch")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, q, "customer-42", numbered(0, 5, nil)...)
 	ctx := testCtx(t)
 

@@ -107,7 +107,7 @@ func benchQueue(b *testing.B, c *queen.Client, base string, n int) string {
 	defer b.StartTimer()
 	ctx := context.Background()
 	q := unique("bench-" + base)
-	lease := 60
+	lease := time.Minute
 	if _, err := c.Queue(q).Config(queen.QueueConfig{LeaseTime: &lease}).Create().Execute(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestQueueModeSharesMessages(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("shared")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	const parts, per = 3, 10
 	for p := range parts {
 		push(t, c, q, fmt.Sprintf("p%d", p), numbered(p*per, per, nil)...)
@@ -57,7 +57,7 @@ func TestQueueModeSharesMessages(t *testing.T) {
 
 	t.Run("concurrent workers each get their own messages", func(t *testing.T) {
 		q := unique("shared-conc")
-		newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+		newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 		for p := range parts {
 			push(t, c, q, fmt.Sprintf("p%d", p), numbered(p*per, per, nil)...)
 		}
@@ -121,7 +121,7 @@ func TestEveryGroupGetsEveryMessage(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("fanout")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, q, "a", numbered(0, 10, nil)...)
 	push(t, c, q, "b", numbered(10, 10, nil)...)
 
@@ -156,7 +156,7 @@ func TestSubscriptionModes(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("subscribe")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, q, "", numbered(0, 5, nil)...)
 
 	// "new" and default groups register with their first pop, before the
@@ -202,7 +202,7 @@ func TestConflation(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("prices")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, q, "A-1",
 		map[string]any{"sku": "A-1", "price": 10},
 		map[string]any{"sku": "A-1", "price": 11},
@@ -263,7 +263,7 @@ func TestCommitOnDelivery(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("metrics")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, q, "", numbered(0, 5, nil)...)
 
 	live := c.Queue(q).Group("live-chart").SubscriptionMode(queen.SubscriptionModeAll).CommitOnDelivery(true).Batch(100)

@@ -26,7 +26,7 @@ func TestDeadLetterInABatchLeavesTheRestFree(t *testing.T) {
 	c := newClient(t)
 	q := unique("budget")
 	newQueue(t, c, q, queen.QueueConfig{
-		LeaseTime: queen.Ptr(30), RetryLimit: queen.Ptr(2), RetryDelay: queen.Ptr(100), DeadLetterQueue: queen.Ptr(true),
+		LeaseTime: queen.Ptr(30 * time.Second), RetryLimit: queen.Ptr(2), RetryDelay: queen.Ptr(100 * time.Millisecond), DeadLetterQueue: queen.Ptr(true),
 	})
 	push(t, c, q, "p", numbered(0, 10, nil)...)
 	errOnce := errors.New("fails once")
@@ -83,7 +83,7 @@ func TestLoopSizesItsPops(t *testing.T) {
 		})
 	})
 	q := unique("sizing")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	const total = 200
 	push(t, c, q, "p", numbered(0, total, nil)...)
 

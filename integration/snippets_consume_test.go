@@ -21,7 +21,7 @@ import (
 func TestSnippetQueueMode(t *testing.T) {
 	t.Parallel()
 	c, _ := snippetClient(t, "orders")
-	newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, "orders", "", order(1, 10), order(2, 20), order(3, 30))
 
 	out := &recorder{}
@@ -40,7 +40,7 @@ func TestSnippetBilling(t *testing.T) {
 	t.Run("total above zero is completed", func(t *testing.T) {
 		t.Parallel()
 		c, _ := snippetClient(t, "orders")
-		newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+		newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 		for p := range 3 {
 			push(t, c, "orders", fmt.Sprintf("customer-%d", p), order(2*p, 10), order(2*p+1, 20))
 		}
@@ -67,7 +67,7 @@ func TestSnippetBilling(t *testing.T) {
 	t.Run("total of zero is failed and comes back", func(t *testing.T) {
 		t.Parallel()
 		c, _ := snippetClient(t, "orders")
-		newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30), RetryDelay: queen.Ptr(100)})
+		newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second), RetryDelay: queen.Ptr(100 * time.Millisecond)})
 		push(t, c, "orders", "", order(0, 0))
 		snippetBilling(snippetCtx(t), c, fatal{t})
 
@@ -82,7 +82,7 @@ func TestSnippetArchiveBatch(t *testing.T) {
 	names := aliases("events")
 	acks := &ackCounter{}
 	c := newClientVia(t, be.url, names, acks.wrap)
-	newQueue(t, c, "events", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, "events", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	const total = 1000 // the snippet's Limit: it stops once that many are handled
 	for p := range 4 {
 		push(t, c, "events", fmt.Sprintf("source-%d", p), numbered(p*250, 250, nil)...)
@@ -134,7 +134,7 @@ func TestSnippetMailer(t *testing.T) {
 			t.Parallel()
 			c, names := snippetClient(t, "emails")
 			newQueue(t, c, "emails", queen.QueueConfig{
-				LeaseTime: queen.Ptr(30), RetryDelay: queen.Ptr(100), RetryLimit: queen.Ptr(3), DeadLetterQueue: queen.Ptr(true),
+				LeaseTime: queen.Ptr(30 * time.Second), RetryDelay: queen.Ptr(100 * time.Millisecond), RetryLimit: queen.Ptr(3), DeadLetterQueue: queen.Ptr(true),
 			})
 			push(t, c, "emails", "", map[string]any{"n": 1, "to": "ada@example.com"})
 			var (
@@ -179,7 +179,7 @@ func TestSnippetMailer(t *testing.T) {
 func TestSnippetWorker(t *testing.T) {
 	t.Parallel()
 	c, names := snippetClient(t, "tasks")
-	newQueue(t, c, "tasks", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, "tasks", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	const parts, per = 4, 3
 	for p := range parts {
 		push(t, c, "tasks", fmt.Sprintf("tenant-%d", p), numbered(p*per, per, map[string]any{"tenant": p})...)
@@ -253,7 +253,7 @@ func TestSnippetAudit(t *testing.T) {
 		t.Skip("the page's date 2026-10-22 is still in the future here: the audit group would find nothing to read again")
 	}
 	c, _ := snippetClient(t, "orders")
-	newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, "orders", "", order(1, 10), order(2, 20))
 	// Another group has read them already; audit reads them again.
 	drain(t, c, c.Queue("orders").Group("billing").SubscriptionMode(queen.SubscriptionModeAll).Batch(10), "billing", 0)

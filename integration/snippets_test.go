@@ -51,7 +51,7 @@ func checkLines(t *testing.T, got, want []string) {
 func TestSnippetSeek(t *testing.T) {
 	t.Parallel()
 	c, _ := snippetClient(t, "events")
-	newQueue(t, c, "events", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, "events", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, "events", "", numbered(0, 3, nil)...)
 	archiver := c.Queue("events").Group("archiver").SubscriptionMode(queen.SubscriptionModeAll).Batch(100)
 	checkExactlyOnce(t, "archiver before the seek", nums(t, drain(t, c, archiver, "archiver", 0)), 0, 3)
@@ -70,7 +70,7 @@ func TestSnippetSeek(t *testing.T) {
 func TestSnippetConflation(t *testing.T) {
 	t.Parallel()
 	c, _ := snippetClient(t, "prices")
-	newQueue(t, c, "prices", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, "prices", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, "prices", "A-1",
 		map[string]any{"sku": "A-1", "price": 10},
 		map[string]any{"sku": "A-1", "price": 11},
@@ -100,7 +100,7 @@ func TestSnippetConflation(t *testing.T) {
 func TestSnippetCommitOnDelivery(t *testing.T) {
 	t.Parallel()
 	c, _ := snippetClient(t, "metrics")
-	newQueue(t, c, "metrics", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, "metrics", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, "metrics", "", numbered(0, 5, map[string]any{"cpu": 0.5})...)
 
 	readings := snippetCommitOnDelivery(snippetCtx(t), c, fatal{t})
@@ -119,7 +119,7 @@ func TestSnippetCommitOnDelivery(t *testing.T) {
 func TestSnippetFetch(t *testing.T) {
 	t.Parallel()
 	c, _ := snippetClient(t, "orders")
-	newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, "orders", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, "orders", "customer-42", order(1, 10), order(2, 20), order(3, 30))
 	_, err := c.Queue("orders").Fetch(testCtx(t), []string{"customer-42"})
 	if be.profile == queentest.Profile015 {

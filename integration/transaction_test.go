@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/queen-go/queen"
 )
@@ -15,8 +16,8 @@ func TestTransactionAllOrNothing(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	orders, invoices := unique("tx-orders"), unique("tx-invoices")
-	newQueue(t, c, orders, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
-	newQueue(t, c, invoices, queen.QueueConfig{LeaseTime: queen.Ptr(30)})
+	newQueue(t, c, orders, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
+	newQueue(t, c, invoices, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, orders, "", numbered(0, 2, nil)...)
 	billing := c.Queue(orders).Group("billing").SubscriptionMode(queen.SubscriptionModeAll).Batch(1)
 	opts := queen.AckOptions{ConsumerGroup: "billing"}

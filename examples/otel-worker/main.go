@@ -79,8 +79,8 @@ func run(ctx context.Context, url string, orders int, out io.Writer) error {
 
 	queue := fmt.Sprintf("otel-orders-%d", time.Now().UnixNano())
 	if _, err := client.Queue(queue).Config(queen.QueueConfig{
-		RetryDelay:      queen.Ptr(0),    // a failed order comes back at once
-		DeadLetterQueue: queen.Ptr(true), // keep what is dead-lettered
+		RetryDelay:      queen.Ptr(time.Duration(0)), // a failed order comes back at once
+		DeadLetterQueue: queen.Ptr(true),             // keep what is dead-lettered
 	}).Create().Execute(ctx); err != nil {
 		return fmt.Errorf("create queue: %w", err)
 	}

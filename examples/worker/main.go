@@ -105,10 +105,10 @@ func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 
 	queue := fmt.Sprintf("worker-orders-%d", time.Now().UnixNano())
 	_, err = client.Queue(queue).Config(queen.QueueConfig{
-		LeaseTime:       queen.Ptr(30),   // seconds; RenewLease keeps slow orders leased
-		RetryLimit:      queen.Ptr(3),    // failed three times: dead-lettered
-		RetryDelay:      queen.Ptr(50),   // ms before a failed order comes back
-		DeadLetterQueue: queen.Ptr(true), // keep what runs out of retries
+		LeaseTime:       queen.Ptr(30 * time.Second),      // RenewLease keeps slow orders leased
+		RetryLimit:      queen.Ptr(3),                     // failed three times: dead-lettered
+		RetryDelay:      queen.Ptr(50 * time.Millisecond), // before a failed order comes back
+		DeadLetterQueue: queen.Ptr(true),                  // keep what runs out of retries
 	}).Create().Execute(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
