@@ -120,6 +120,14 @@ const (
 	DefaultProbeTimeout = 3 * time.Second
 )
 
+// reaperImage is the image testcontainers-go runs its reaper from. The
+// exported name is deprecated for an internal one, whose value it still
+// carries; no other exported name says which image the reaper needs.
+func reaperImage() string {
+	//lint:ignore SA1019 the only exported name of the reaper's image (same value as the internal one)
+	return testcontainers.ReaperDefaultImage
+}
+
 // logTail is how much of the container's log a start error carries.
 const logTail = 60
 
@@ -510,9 +518,9 @@ func Start(ctx context.Context, opts ...Option) (*Container, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrNoImage, s.image, err)
 	}
 	if cfg := testcontainers.ReadConfig(); !cfg.RyukDisabled && cfg.Config.HubImageNamePrefix == "" {
-		if err := ensureImage(startCtx, cli, testcontainers.ReaperDefaultImage); err != nil {
-			return nil, fmt.Errorf("%w: its image %s: %v (to run without it, set TESTCONTAINERS_RYUK_DISABLED=true or ryuk.disabled=true in ~/.testcontainers.properties; %s removes its own containers, labelled %s=true)",
-				ErrNoReaper, testcontainers.ReaperDefaultImage, err, "queencontainer", Label)
+		if err := ensureImage(startCtx, cli, reaperImage()); err != nil {
+			return nil, fmt.Errorf("%w: its image %s: %v (to run without it, set TESTCONTAINERS_RYUK_DISABLED=true or ryuk.disabled=true in ~/.testcontainers.properties; queencontainer removes its own containers, labelled %s=true)",
+				ErrNoReaper, reaperImage(), err, Label)
 		}
 	}
 
