@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -222,6 +224,64 @@ func TestStartFailureShowsLog(t *testing.T) {
 	}
 	if left := mark.containers(t); len(left) > 0 {
 		t.Errorf("after a failed start the engine still has %v", ids(left))
+	}
+}
+
+// reaperChildEnv marks the child process of TestStartWithoutReaperImage.
+const reaperChildEnv = "QUEENCONTAINER_TEST_REAPER_CHILD"
+
+// TestStartWithoutReaperImage: with testcontainers-go's reaper on and its
+// image neither on the engine nor pullable, Start fails with ErrNoReaper,
+// says how to run without it, and creates nothing. testcontainers-go reads
+// the reaper switch once per process, so the test runs in a child process
+// whose environment turns the reaper on.
+func TestStartWithoutReaperImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("talks to the engine; skipped with -short")
+	}
+	if os.Getenv(reaperChildEnv) == "" {
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "TESTCONTAINERS_RYUK_DISABLED=") {
+				env = append(env, kv)
+			}
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStartWithoutReaperImage$", "-test.v", "-test.timeout=3m")
+		cmd.Env = append(env, reaperChildEnv+"=1", "TESTCONTAINERS_RYUK_DISABLED=false")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		if i := strings.Index(string(out), "--- SKIP"); i >= 0 {
+			t.Skipf("child skipped:\n%s", out)
+		}
+		if !strings.Contains(string(out), "--- PASS: TestStartWithoutReaperImage") {
+			t.Fatalf("child did not pass the test:\n%s", out)
+		}
+		return
+	}
+	mark := testMark(t)
+	//lint:ignore SA1019 the only exported name of the reaper's image
+	reaper := testcontainers.ReaperDefaultImage
+	if _, err := mark.cli.ImageInspect(context.Background(), reaper); err == nil {
+		t.Skip("the reaper's image is on this engine; this test is about engines without it")
+	}
+	c, err := queencontainer.Start(context.Background(), queencontainer.FromEnv(), mark.option())
+	if err == nil {
+		terminate(t, c)
+		t.Skip("the reaper started (its image was pulled); this test is about engines without it")
+	}
+	if errors.Is(err, queencontainer.ErrNoImage) {
+		t.Skipf("the broker's image is missing, which Start checks first: %v", err)
+	}
+	if !errors.Is(err, queencontainer.ErrNoReaper) {
+		t.Fatalf("Start with the reaper on and no reaper image: %v, want ErrNoReaper", err)
+	}
+	if !strings.Contains(err.Error(), "TESTCONTAINERS_RYUK_DISABLED=true") {
+		t.Errorf("ErrNoReaper does not say how to run without the reaper: %v", err)
+	}
+	if left := mark.containers(t); len(left) > 0 {
+		t.Errorf("Start created %v before it found the reaper missing", ids(left))
 	}
 }
 
