@@ -138,7 +138,8 @@ var (
 	ErrNoDocker = errors.New("queencontainer: no Docker engine answers")
 	// ErrNoImage is matched by the error of Start when the image is not on
 	// the engine and cannot be pulled. Run skips its test on it when the
-	// image is DefaultImage (nobody chose it), and fails it otherwise.
+	// image was not chosen (no WithImage, no QUEEN_IMAGE), and fails it
+	// otherwise.
 	ErrNoImage = errors.New("queencontainer: image not available")
 	// ErrNoReaper is matched by the error of Start when testcontainers-go's
 	// reaper is on but its image is not on the engine and cannot be pulled.
@@ -150,7 +151,7 @@ var (
 // Container is a running broker container.
 type Container struct {
 	// URL is the broker's base URL as seen from the test process, such as
-	// "http://localhost:32768"; pass it to queen.New.
+	// "http://127.0.0.1:32768"; pass it to queen.New.
 	URL string
 	// Image is the image the container runs.
 	Image string
