@@ -66,12 +66,20 @@ func chooseBackend(ctx context.Context) (*backend, error) {
 	if strings.EqualFold(imageEnv, "none") {
 		noContainer = queencontainer.ImageEnv + "=none turns the container path off"
 	} else {
+		// FromEnv: QUEEN_IMAGE, and QUEEN_PG_* for a broker that needs a
+		// database (a 0.15.1 broker image with a PostgreSQL on the host).
 		image := queencontainer.ImageFromEnv()
-		c, err := queencontainer.Start(ctx, queencontainer.WithImage(image), queencontainer.WithProbeTimeout(probeTimeout))
+		c, err := queencontainer.Start(ctx, queencontainer.FromEnv(), queencontainer.WithProbeTimeout(probeTimeout))
 		switch {
 		case err == nil:
-			return &backend{kind: kindContainer, url: c.URL, ctr: c,
-				why: "a Docker engine answers; container of " + image}, nil
+			why := "a Docker engine answers; container " + shortID(c.ID) + " of image " + image
+			if pg := strings.TrimSpace(os.Getenv(queencontainer.PGHostEnv)); pg != "" {
+				why += " with its PostgreSQL at " + pg
+				if port := strings.TrimSpace(os.Getenv(queencontainer.PGPortEnv)); port != "" {
+					why += ":" + port
+				}
+			}
+			return &backend{kind: kindContainer, url: c.URL, ctr: c, why: why}, nil
 		case errors.Is(err, queencontainer.ErrNoDocker):
 			noContainer = err.Error()
 		case imageEnv != "":
@@ -88,6 +96,14 @@ func chooseBackend(ctx context.Context) (*backend, error) {
 		why:         "QUEEN_URL is unset and no broker container: " + noContainer,
 		noContainer: noContainer,
 	}, nil
+}
+
+// shortID is the 12-character form of a container ID that docker ps shows.
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
 
 // ProfilesEnv lists the queentest profiles the in-process backend runs the

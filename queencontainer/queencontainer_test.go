@@ -2,11 +2,19 @@ package queencontainer_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/queen-go/queen/queencontainer"
 )
@@ -44,7 +52,31 @@ func TestImageFromEnv(t *testing.T) {
 	}
 }
 
-// TestRunServesHealth starts the real broker when Docker is there (skipped
+// TestBadOptionsFailBeforeDocker: a wrong option is an error of Start
+// before it talks to any engine.
+func TestBadOptionsFailBeforeDocker(t *testing.T) {
+	for name, opt := range map[string]queencontainer.Option{
+		"empty host": queencontainer.WithPostgres(queencontainer.Postgres{Port: 5432}),
+		"bad port":   queencontainer.WithPostgres(queencontainer.Postgres{Host: "db", Port: 70000}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := queencontainer.Start(context.Background(), opt)
+			if c != nil || err == nil || errors.Is(err, queencontainer.ErrNoDocker) {
+				t.Fatalf("Start = %v, %v; want an option error", c, err)
+			}
+		})
+	}
+	t.Run("QUEEN_PG_PORT", func(t *testing.T) {
+		t.Setenv(queencontainer.PGHostEnv, "127.0.0.1")
+		t.Setenv(queencontainer.PGPortEnv, "five")
+		_, err := queencontainer.Start(context.Background(), queencontainer.FromEnv())
+		if err == nil || !strings.Contains(err.Error(), queencontainer.PGPortEnv) {
+			t.Fatalf("Start with %s=five: %v, want an error naming it", queencontainer.PGPortEnv, err)
+		}
+	})
+}
+
+// TestRunServesHealth starts the broker when Docker is there (skipped
 // otherwise, by Run) and checks that it is ready when Run returns.
 func TestRunServesHealth(t *testing.T) {
 	if testing.Short() {
@@ -71,6 +103,188 @@ func TestRunServesHealth(t *testing.T) {
 	}
 }
 
+// TestRunLeavesNothing: the container Run started carries the package's
+// label while the test runs, and is gone from the engine once the test's
+// cleanup ran.
+func TestRunLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a container; skipped with -short")
+	}
+	mark := testMark(t)
+	var id string
+	t.Run("run", func(t *testing.T) {
+		c := queencontainer.Run(t, mark.option())
+		id = c.ID
+		got := mark.containers(t)
+		if len(got) != 1 || got[0].ID != id {
+			t.Fatalf("containers labelled for this test while it runs: %v, want just %s", ids(got), id)
+		}
+		if got[0].Labels[queencontainer.Label] != "true" {
+			t.Errorf("container labels %v, want %s=true", got[0].Labels, queencontainer.Label)
+		}
+	})
+	if id == "" {
+		t.Skip("Run did not start a container (see the subtest)")
+	}
+	if left := mark.containers(t); len(left) > 0 {
+		t.Errorf("after Run's cleanup the engine still has %v", ids(left))
+	}
+}
+
+// TestStartRemovesOnContextEnd: ending Start's ctx removes the container.
+func TestStartRemovesOnContextEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a container; skipped with -short")
+	}
+	mark := testMark(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := start(t, ctx, mark.option())
+	if n := len(mark.containers(t)); n != 1 {
+		t.Fatalf("%d containers labelled for this test, want 1", n)
+	}
+	cancel()
+	// The removal began with cancel; Terminate only waits for it.
+	if err := c.Terminate(context.Background()); err != nil {
+		t.Fatalf("Terminate after the ctx ended: %v", err)
+	}
+	if left := mark.containers(t); len(left) > 0 {
+		t.Errorf("after the ctx ended the engine still has %v", ids(left))
+	}
+	if err := c.Terminate(context.Background()); err != nil {
+		t.Errorf("second Terminate: %v", err)
+	}
+}
+
+// TestHostNetwork: in the host's network the broker answers on a loopback
+// port of the host.
+func TestHostNetwork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a container; skipped with -short")
+	}
+	mark := testMark(t)
+	c := start(t, context.Background(), queencontainer.WithHostNetwork(), mark.option())
+	defer terminate(t, c)
+	if !strings.HasPrefix(c.URL, "http://127.0.0.1:") {
+		t.Errorf("URL in host networking = %q, want http://127.0.0.1:<port>", c.URL)
+	}
+	resp, err := http.Get(c.URL + "/health")
+	if err != nil {
+		t.Fatalf("GET /health: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /health = %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestQueentestImageProfile: the repository's image serves the 0.15.1 API
+// when QUEENTEST_PROFILE says so (its /health then names no engine).
+func TestQueentestImageProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a container; skipped with -short")
+	}
+	needQueentestImage(t)
+	mark := testMark(t)
+	c := start(t, context.Background(), queencontainer.WithEnv("QUEENTEST_PROFILE", "0.15.1"), mark.option())
+	defer terminate(t, c)
+	resp, err := http.Get(c.URL + "/health")
+	if err != nil {
+		t.Fatalf("GET /health: %v", err)
+	}
+	defer resp.Body.Close()
+	var health map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&health); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := health["engine"]; ok || health["version"] != "1.0.0" {
+		t.Errorf("/health = %v, want the 0.15.1 profile's (version 1.0.0, no engine)", health)
+	}
+}
+
+// TestStartFailureShowsLog: a broker that exits at once makes Start fail
+// with the end of its log, and leaves no container behind.
+func TestStartFailureShowsLog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a container; skipped with -short")
+	}
+	needQueentestImage(t)
+	mark := testMark(t)
+	c, err := queencontainer.Start(context.Background(), queencontainer.FromEnv(),
+		queencontainer.WithEnv("QUEENTEST_PROFILE", "1.9"), // queentest refuses it and exits
+		queencontainer.WithStartupTimeout(time.Minute), mark.option())
+	if err == nil {
+		terminate(t, c)
+		t.Fatal("Start of a broker that exits at once succeeded")
+	}
+	for _, want := range []string{"container stopped", "exit code 2", "container log", `unknown broker profile "1.9"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Start error does not say %q:\n%v", want, err)
+		}
+	}
+	if left := mark.containers(t); len(left) > 0 {
+		t.Errorf("after a failed start the engine still has %v", ids(left))
+	}
+}
+
+// reaperChildEnv marks the child process of TestStartWithoutReaperImage.
+const reaperChildEnv = "QUEENCONTAINER_TEST_REAPER_CHILD"
+
+// TestStartWithoutReaperImage: with testcontainers-go's reaper on and its
+// image neither on the engine nor pullable, Start fails with ErrNoReaper,
+// says how to run without it, and creates nothing. testcontainers-go reads
+// the reaper switch once per process, so the test runs in a child process
+// whose environment turns the reaper on.
+func TestStartWithoutReaperImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("talks to the engine; skipped with -short")
+	}
+	if os.Getenv(reaperChildEnv) == "" {
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "TESTCONTAINERS_RYUK_DISABLED=") {
+				env = append(env, kv)
+			}
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStartWithoutReaperImage$", "-test.v", "-test.timeout=3m")
+		cmd.Env = append(env, reaperChildEnv+"=1", "TESTCONTAINERS_RYUK_DISABLED=false")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		if i := strings.Index(string(out), "--- SKIP"); i >= 0 {
+			t.Skipf("child skipped:\n%s", out)
+		}
+		if !strings.Contains(string(out), "--- PASS: TestStartWithoutReaperImage") {
+			t.Fatalf("child did not pass the test:\n%s", out)
+		}
+		return
+	}
+	mark := testMark(t)
+	//lint:ignore SA1019 the only exported name of the reaper's image
+	reaper := testcontainers.ReaperDefaultImage
+	if _, err := mark.cli.ImageInspect(context.Background(), reaper); err == nil {
+		t.Skip("the reaper's image is on this engine; this test is about engines without it")
+	}
+	c, err := queencontainer.Start(context.Background(), queencontainer.FromEnv(), mark.option())
+	if err == nil {
+		terminate(t, c)
+		t.Skip("the reaper started (its image was pulled); this test is about engines without it")
+	}
+	if errors.Is(err, queencontainer.ErrNoImage) {
+		t.Skipf("the broker's image is missing, which Start checks first: %v", err)
+	}
+	if !errors.Is(err, queencontainer.ErrNoReaper) {
+		t.Fatalf("Start with the reaper on and no reaper image: %v, want ErrNoReaper", err)
+	}
+	if !strings.Contains(err.Error(), "TESTCONTAINERS_RYUK_DISABLED=true") {
+		t.Errorf("ErrNoReaper does not say how to run without the reaper: %v", err)
+	}
+	if left := mark.containers(t); len(left) > 0 {
+		t.Errorf("Start created %v before it found the reaper missing", ids(left))
+	}
+}
+
 // ExampleRun shows the shape of a test against a broker container.
 func ExampleRun() {
 	// In a test function:
@@ -81,4 +295,104 @@ func ExampleRun() {
 	//		t.Fatal(err)
 	//	}
 	//	defer client.Close(context.Background())
+}
+
+// start is Start with the environment's image and database, skipping the
+// test where Run would.
+func start(t *testing.T, ctx context.Context, opts ...queencontainer.Option) *queencontainer.Container {
+	t.Helper()
+	c, err := queencontainer.Start(ctx, append([]queencontainer.Option{queencontainer.FromEnv()}, opts...)...)
+	if errors.Is(err, queencontainer.ErrNoDocker) ||
+		(errors.Is(err, queencontainer.ErrNoImage) && queencontainer.ImageFromEnv() == queencontainer.DefaultImage) {
+		t.Skip(err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func terminate(t *testing.T, c *queencontainer.Container) {
+	t.Helper()
+	if err := c.Terminate(context.Background()); err != nil {
+		t.Error(err)
+	}
+}
+
+// testLabel marks the containers of one test, so that checks by label see
+// only them even when other processes use the engine.
+const testLabel = "dev.queen-go.queencontainer.test"
+
+type mark struct {
+	value string
+	cli   *testcontainers.DockerClient
+}
+
+// testMark returns a fresh mark, and skips the test when no engine answers.
+func testMark(t *testing.T) mark {
+	t.Helper()
+	cli, err := testcontainers.NewDockerClientWithOpts(context.Background())
+	if err == nil {
+		_, err = cli.Ping(context.Background(), client.PingOptions{})
+	}
+	if err != nil {
+		t.Skipf("%v: %v", queencontainer.ErrNoDocker, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return mark{value: t.Name() + "-" + hex.EncodeToString(b[:]), cli: cli}
+}
+
+func (m mark) option() queencontainer.Option {
+	return queencontainer.WithCustomizer(testcontainers.WithLabels(map[string]string{testLabel: m.value}))
+}
+
+// containers lists every container (running or not) with the mark.
+func (m mark) containers(t *testing.T) []containerSummary {
+	t.Helper()
+	res, err := m.cli.ContainerList(context.Background(), client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", testLabel+"="+m.value),
+	})
+	if err != nil {
+		t.Fatalf("list containers: %v", err)
+	}
+	out := make([]containerSummary, len(res.Items))
+	for i, it := range res.Items {
+		out[i] = containerSummary{ID: it.ID, Labels: it.Labels}
+	}
+	return out
+}
+
+type containerSummary struct {
+	ID     string
+	Labels map[string]string
+}
+
+func ids(cs []containerSummary) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.ID
+	}
+	return out
+}
+
+// needQueentestImage skips the test unless the image in use is the
+// repository's queentest image (Dockerfile label org.opencontainers.image.title).
+func needQueentestImage(t *testing.T) {
+	t.Helper()
+	image := queencontainer.ImageFromEnv()
+	cli, err := testcontainers.NewDockerClientWithOpts(context.Background())
+	if err != nil {
+		t.Skipf("%v: %v", queencontainer.ErrNoDocker, err)
+	}
+	defer cli.Close()
+	res, err := cli.ImageInspect(context.Background(), image)
+	if err != nil {
+		t.Skipf("needs the repository's queentest image; %s is not on the engine: %v", image, err)
+	}
+	if res.Config == nil || res.Config.Labels["org.opencontainers.image.title"] != "queentest" {
+		t.Skipf("needs the repository's queentest image (QUEEN_IMAGE); %s is another", image)
+	}
 }

@@ -37,9 +37,15 @@ func TestBinaryServesAndStops(t *testing.T) {
 		{[]string{"-profile", "0.15.1"}, "1.0.0", false},
 	} {
 		t.Run(strings.Join(append([]string{"args"}, tc.args...), " "), func(t *testing.T) {
-			runBinary(t, bin, tc.args, tc.wantVersion, tc.wantEngine)
+			runBinary(t, bin, tc.args, nil, tc.wantVersion, tc.wantEngine)
 		})
 	}
+	t.Run("profile from QUEENTEST_PROFILE", func(t *testing.T) {
+		runBinary(t, bin, nil, []string{"QUEENTEST_PROFILE=0.15.1"}, "1.0.0", false)
+	})
+	t.Run("flag wins over QUEENTEST_PROFILE", func(t *testing.T) {
+		runBinary(t, bin, []string{"-profile", "2.x"}, []string{"QUEENTEST_PROFILE=0.15.1"}, "2.0.1-queentest", true)
+	})
 	t.Run("unknown profile", func(t *testing.T) {
 		err := exec.Command(bin, "-addr", "127.0.0.1:0", "-profile", "1.9").Run()
 		var exit *exec.ExitError
@@ -49,8 +55,9 @@ func TestBinaryServesAndStops(t *testing.T) {
 	})
 }
 
-func runBinary(t *testing.T, bin string, args []string, wantVersion string, wantEngine bool) {
+func runBinary(t *testing.T, bin string, args, env []string, wantVersion string, wantEngine bool) {
 	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +75,10 @@ func runBinary(t *testing.T, bin string, args []string, wantVersion string, want
 		t.Fatalf("no URL in %q", line)
 	}
 	url := strings.TrimSpace(line[i:])
+	// The probe mode (the image's health check) agrees that it is up.
+	if out, err := exec.Command(bin, "probe", url).CombinedOutput(); err != nil {
+		t.Errorf("probe %s: %v: %s", url, err, out)
+	}
 	resp, err := http.Get(url + "/health")
 	if err != nil {
 		t.Fatal(err)
