@@ -142,7 +142,7 @@ func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	start := c.hooks.now()
 	res, group, sent, err := c.settleBatch(ctx, acks, opts)
 	if sent {
-		c.hooks.settled(ctx, group, acks, start, err)
+		c.hooks.settled(ctx, group, nil, acks, res, start, err)
 	}
 	return res, err
 }

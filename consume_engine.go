@@ -38,6 +38,8 @@ type engine struct {
 	onSuccess   func(ctx context.Context, msg *Message) Outcome
 	onError     func(ctx context.Context, msg *Message, err error) Outcome
 	onLoopError func(ctx context.Context, err error)
+	failures    *failureCounter // each message's failures (consume_failures.go)
+	rules       ruleReader      // the queue's retryLimit and retryDelay, read once
 
 	execCtx    context.Context      // Execute's
 	consumeCtx context.Context      // Consume's (may be nil)
@@ -141,6 +143,7 @@ func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineC
 		kickPop:  make(chan struct{}),
 		kickWork: make(chan struct{}),
 		limit:    limiter{on: limit > 0, left: limit},
+		failures: newFailureCounter(maxCountedFailures),
 		lastBusy: time.Now(),
 	}
 	// reqCtx is cancelled once run's goroutines are done; a ctx of the
