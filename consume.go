@@ -212,8 +212,8 @@ func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err 
 // lease the broker reports lost. f runs on the loop's goroutines, with the
 // values of the ctx given to Execute; keep it short (count, export health).
 // The loop logs the same failures (pops: a Warn at the first failure, then
-// at most one line per backoff step or per 30 s, an Info when pops succeed
-// again); a panic in f is recovered and logged.
+// at most one line per backoff step or per 30 s, and a Warn when pops
+// succeed again: the end of an outage at the level of its start); a panic in f is recovered and logged.
 func (cb *ConsumeBuilder) OnLoopError(f func(ctx context.Context, err error)) *ConsumeBuilder {
 	cb.onLoopError = f
 	return cb
@@ -245,7 +245,7 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 // RetryPolicy bounds when lower; a longer Retry-After is honoured), so that
 // a loop resumes within about 0.2 s of its broker's restart, however long
 // the outage; they are logged (a Warn at the first failure, then
-// at most one line per backoff step or per 30 s, an Info on recovery) and
+// at most one line per backoff step or per 30 s, a Warn on recovery) and
 // handed to OnLoopError. By default each pop long polls (wait=true, 30 s)
 // when the loop holds no other pop. With Concurrency above 1, a pop sent
 // while the loop holds others does not wait: the partitions it finds leased
