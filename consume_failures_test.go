@@ -211,3 +211,81 @@ func TestSettleHookSaysChosenSentAnswered(t *testing.T) {
 		{Outcome: StatusCompleted, Sent: StatusCompleted, Answer: AnswerLeaseReleased},
 	}, got)
 }
+
+// failureRequests runs issue 20's failures (4 partitions of 100, every
+// 7th message failing once) through the engine over the fake broker, one
+// slot, Batch(50), and returns the requests it sent (pops, batch acks,
+// reads of the queue's settings) and the failures. known: the queue's
+// retry settings can be read (the loop counts), or not (the broker does).
+func failureRequests(tb testing.TB, known bool, fail bool) (requests, failures int) {
+	f := newFakeBroker(50)
+	if known {
+		f.rule = &retryRule{known: true, limit: 2}
+	}
+	for p := range 4 {
+		f.add(fmt.Sprintf("p%d", p), 100)
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	e, _ := testEngine(tb, context.Background(), f, engineConfig{each: true}, 400+56,
+		func(_ context.Context, m *Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			i := int(m.Offset)
+			if fail && (i+1)%7 == 0 && !seen[m.TransactionID] {
+				seen[m.TransactionID] = true
+				failures++
+				return errors.New("once")
+			}
+			return nil
+		})
+	if !fail {
+		e.limit = limiter{on: true, left: 400}
+	}
+	if err := e.run(); err != nil {
+		tb.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.parts["p0"])+len(f.parts["p1"])+len(f.parts["p2"])+len(f.parts["p3"]) != 0 {
+		tb.Fatal("messages left")
+	}
+	return len(f.pops) + len(f.acks) + f.ruleReads, failures
+}
+
+// The loop's own count costs at most one request per failure over the
+// broker's count, and in fact none: its retry and dlq ride in the pop's
+// batch ack, as failed did, and the queue's settings are read once per
+// loop. (A failure itself costs what it always did, about one pop and one
+// ack for the rest of its partition: logged, not asserted.)
+func TestFailureCostsAtMostOneRequest(t *testing.T) {
+	clean, _ := failureRequests(t, true, false)
+	loop, n := failureRequests(t, true, true)
+	broker, _ := failureRequests(t, false, true)
+	t.Logf("requests: %d without failures, %d with %d failures counted by the loop, %d counted by the broker", clean, loop, n, broker)
+	if n != 56 {
+		t.Fatalf("%d failures, want 56", n)
+	}
+	if loop-broker > n {
+		t.Fatalf("the loop's count sent %d requests, the broker's %d: more than one per failure", loop, broker)
+	}
+	if loop-broker > 1 {
+		t.Fatalf("the loop's count sent %d requests, the broker's %d: want at most the one read of the queue's settings more", loop, broker)
+	}
+}
+
+// BenchmarkFailureCost reports what the loop's count costs per failure
+// over the broker's (count-req/failure: at most one, in fact about zero),
+// and what a failure costs over the same messages without failures
+// (extra-req/failure: the pop and ack of the rest of its partition, the
+// same under both counts).
+func BenchmarkFailureCost(b *testing.B) {
+	var clean, loop, broker, n int
+	for b.Loop() {
+		clean, _ = failureRequests(b, true, false)
+		loop, n = failureRequests(b, true, true)
+		broker, _ = failureRequests(b, false, true)
+	}
+	b.ReportMetric(float64(loop-clean)/float64(n), "extra-req/failure")
+	b.ReportMetric(float64(loop-broker)/float64(n), "count-req/failure")
+}
