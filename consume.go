@@ -251,9 +251,10 @@ func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err 
 // failed or was partly refused, a renewal that failed on the way, and a
 // lease the broker reports lost. f runs on the loop's goroutines, with the
 // values of the ctx given to Execute; keep it short (count, export health).
-// The loop logs the same failures (pops: a Warn at the first failure, then
-// at most one line per backoff step or per 30 s, and a Warn when pops
-// succeed again: the end of an outage at the level of its start); a panic in f is recovered and logged.
+// The loop logs the same failures (pops: a Warn at the first failure,
+// then at most one line per backoff step or per 30 s, and a Warn when pops
+// succeed again: the end of an outage at the level of its start); a panic
+// in f is recovered and logged.
 func (cb *ConsumeBuilder) OnLoopError(f func(ctx context.Context, err error)) *ConsumeBuilder {
 	cb.onLoopError = f
 	return cb
