@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -288,4 +291,55 @@ func BenchmarkFailureCost(b *testing.B) {
 	}
 	b.ReportMetric(float64(loop-clean)/float64(n), "extra-req/failure")
 	b.ReportMetric(float64(loop-broker)/float64(n), "count-req/failure")
+}
+
+// The queue's settings: from the queue's view (2.x options); a view
+// without them (0.15.1, get_queue_v2) sends the loop to the failed
+// message's view (queueConfig); an unknown queue is errQueueUnknown. Each
+// read is one request.
+func TestRetryRuleReads(t *testing.T) {
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api/v1/resources/queues/v2":
+			_, _ = io.WriteString(w, `{"name":"v2","options":{"retryLimit":4,"retryDelay":250,"leaseTime":60,"deadLetterQueue":false,"dlqAfterMaxRetries":false}}`)
+		case "/api/v1/resources/queues/v015":
+			_, _ = io.WriteString(w, `{"id":"7d1c","name":"v015","namespace":null,"task":null,"createdAt":"2026-12-01T10:00:00.000Z","partitions":[],"totals":{"total":1,"pending":1,"processing":0,"completed":0,"failed":0,"deadLetter":0}}`)
+		case "/api/v1/messages/pid-1/txn-1":
+			_, _ = io.WriteString(w, `{"id":"m","queueConfig":{"leaseTime":300,"retryLimit":1,"retryDelay":1000,"ttl":3600,"priority":0}}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"error":"Queue not found"}`)
+		}
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, WithRetryPolicy(RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}))
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+	read := func(q string, m *Message) (retryRule, error) {
+		b, err := newClientBroker(c.Queue(q))
+		require.NoError(t, err)
+		return b.retryRule(t.Context(), m)
+	}
+	r, err := read("v2", nil)
+	require.NoError(t, err)
+	assert.Equal(t, retryRule{known: true, limit: 4, delay: 250 * time.Millisecond, lease: time.Minute, dlqOff: true}, r)
+
+	_, err = read("v015", nil)
+	require.Error(t, err, "a view without retryLimit and no message to ask about")
+	r, err = read("v015", &Message{PartitionID: "pid-1", TransactionID: "txn-1"})
+	require.NoError(t, err)
+	assert.Equal(t, retryRule{known: true, limit: 1, delay: time.Second, lease: 300 * time.Second}, r)
+
+	_, err = read("typo", nil)
+	require.ErrorIs(t, err, errQueueUnknown)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"/api/v1/resources/queues/v2", "/api/v1/resources/queues/v015",
+		"/api/v1/resources/queues/v015", "/api/v1/messages/pid-1/txn-1", "/api/v1/resources/queues/typo"}, paths)
 }

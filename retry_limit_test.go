@@ -273,3 +273,44 @@ func TestRetryLimitPerMessageWorkload(t *testing.T) {
 		})
 	}
 }
+
+// A 2.x queue whose dead-letter queue is off: the failure past RetryLimit
+// goes out as failed, and the broker drops the message once its own
+// per-partition count is spent (here at the next failure: the loop's
+// retries charged nothing). Nothing is dead-lettered, and the partition's
+// other messages are completed.
+func TestRetryLimitWithoutDLQDrops(t *testing.T) {
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) {
+		q.RetryLimit, q.RetryDelay, q.DeadLetterQueue, q.DLQAfterMaxRetries = 1, 0, false, false
+	}))
+	e.push("q", "p", map[string]int{"n": 1}, map[string]int{"n": 2}, map[string]int{"n": 3})
+	var mu sync.Mutex
+	calls := map[int]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := e.c.Queue("q").Batch(10).Each().Limit(5).
+		Consume(ctx, func(_ context.Context, m *queen.Message) error {
+			n := int(m.Data["n"].(float64))
+			mu.Lock()
+			defer mu.Unlock()
+			calls[n]++
+			if n == 2 {
+				return errors.New("poison")
+			}
+			return nil
+		}).Execute(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[int]int{1: 1, 2: 3, 3: 1}; fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("deliveries %v, want %v (the poison: retry, failed charged, failed dropped)", calls, want)
+	}
+	if n := e.srv.DLQCount("q"); n != 0 {
+		t.Fatalf("%d dead letters, want none (the queue has no dead-letter queue)", n)
+	}
+	if left := e.peek("q", ""); len(left) != 0 {
+		t.Fatalf("left %v", keys(left))
+	}
+}
