@@ -21,6 +21,8 @@ const DefaultGracePeriod = 10 * time.Second
 //     partition at a time, in order;
 //   - consume_lease.go: the lease keeper, renews what is in flight;
 //   - consume_settle.go: the settler, one batch ack per pop;
+//   - consume_failures.go: the failure count, each message's failures
+//     against the queue's RetryLimit (the statuses the settler sends);
 //   - consume_engine.go: the engine of one Execute, the state the parts
 //     share;
 //   - consume_loop.go: how the fetchers and workers take their tasks;
