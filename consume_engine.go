@@ -23,6 +23,7 @@ type engineConfig struct {
 	idle         time.Duration // IdleMillis; 0: none
 	renewEvery   time.Duration // RenewLease interval; 0: no renewal
 	renewSecs    int
+	leaseSecs    int // LeaseSeconds: the pops' lease, over the queue's (0: the queue's)
 	grace        time.Duration
 }
 
@@ -103,12 +104,13 @@ func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 	}
 	cfg := engineConfig{
 		queue: qb.queue, group: qb.group,
-		each:   qb.each || cb.handle != nil,
-		ackOff: qb.autoAckOff,
-		slots:  max(qb.concurrency, 1),
-		want:   autopilotMaxBatch,
-		idle:   time.Duration(qb.idleMs) * time.Millisecond,
-		grace:  cb.grace,
+		each:      qb.each || cb.handle != nil,
+		ackOff:    qb.autoAckOff,
+		slots:     max(qb.concurrency, 1),
+		want:      autopilotMaxBatch,
+		idle:      time.Duration(qb.idleMs) * time.Millisecond,
+		grace:     cb.grace,
+		leaseSecs: qb.leaseSeconds,
 	}
 	if b.req.query.Batch != nil {
 		cfg.want = max(*b.req.query.Batch, 1)

@@ -343,3 +343,29 @@ func TestRetryRuleReads(t *testing.T) {
 	assert.Equal(t, []string{"/api/v1/resources/queues/v2", "/api/v1/resources/queues/v015",
 		"/api/v1/resources/queues/v015", "/api/v1/messages/pid-1/txn-1", "/api/v1/resources/queues/typo"}, paths)
 }
+
+// Without RenewLease the hold ends by half the pops' lease (LeaseSeconds
+// over the queue's leaseTime), so that the retry ack finds the lease.
+func TestConsumeHoldEndsBeforeTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour, lease: 300 * time.Second}
+		f.add("p", 1)
+		var mu sync.Mutex
+		var at []time.Time
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, leaseSecs: 20}, 2,
+			func(context.Context, *Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				at = append(at, time.Now())
+				if len(at) == 1 {
+					return errors.New("once")
+				}
+				return nil
+			})
+		require.NoError(t, e.run())
+		require.Len(t, at, 2)
+		assert.GreaterOrEqual(t, at[1].Sub(at[0]), 9*time.Second)
+		assert.Less(t, at[1].Sub(at[0]), 11*time.Second, "the hold outlasted half the lease")
+	})
+}

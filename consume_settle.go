@@ -89,9 +89,12 @@ func (e *engine) settle(b *batch) {
 // RenewLease; without it, the hold ends by half the lease time after the
 // pop); a stop ends the hold at once.
 func (e *engine) holdFailed(b *batch, rule retryRule) {
-	d := rule.delay
-	if b.keeper == nil && rule.lease > 0 {
-		d = min(d, rule.lease/2-time.Since(b.poppedAt))
+	d, lease := rule.delay, rule.lease
+	if e.cfg.leaseSecs > 0 {
+		lease = time.Duration(e.cfg.leaseSecs) * time.Second
+	}
+	if b.keeper == nil && lease > 0 {
+		d = min(d, lease/2-time.Since(b.poppedAt))
 	}
 	if d <= 0 || e.stopping() {
 		return
