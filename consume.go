@@ -212,8 +212,10 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 // Execute, counts each message's failures in memory (by partition and
 // transaction id), sends retry (charged nothing) while the message has
 // failures left, after holding its pop for retryDelay (a retry comes back
-// at once; the hold keeps the lease, renewed under RenewLease, else at most
-// half the lease time after the pop, and ends at once on a stop), and sends
+// at once; the pop's other partitions are acked meanwhile, in one request
+// more; the hold keeps the lease and the handler's slot, renewed under
+// RenewLease, else at most half the lease time after the pop, and ends at
+// once on a stop), and sends
 // dlq with the error's text at the failure that passes the limit. Where the
 // promise ends:
 //   - the counts live in one Execute: after a restart, or in another

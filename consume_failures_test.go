@@ -369,3 +369,39 @@ func TestConsumeHoldEndsBeforeTheLease(t *testing.T) {
 		assert.Less(t, at[1].Sub(at[0]), 11*time.Second, "the hold outlasted half the lease")
 	})
 }
+
+// A pop of two partitions, one with a failure held for retryDelay: the
+// other partition's outcomes are acked at once, the held one after the
+// hold (two requests: one more than without the hold).
+func TestConsumeHoldAcksOtherPartitionsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.rule = &retryRule{known: true, limit: 2, delay: 10 * time.Second}
+		f.add("a", 1)
+		f.add("b", 2)
+		var mu sync.Mutex
+		failed := false
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+			func(_ context.Context, m *Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if m.PartitionID == "a" && !failed {
+					failed = true
+					return errors.New("once")
+				}
+				return nil
+			})
+		require.NoError(t, e.run())
+		s := f.settles()
+		require.GreaterOrEqual(t, len(s), 2)
+		require.Len(t, s[0], 2, "partition b's acks first")
+		for _, a := range s[0] {
+			assert.Equal(t, "b", a.Message.PartitionID)
+			assert.Equal(t, StatusCompleted, a.Status)
+		}
+		require.Len(t, s[1], 1)
+		assert.Equal(t, "a", s[1][0].Message.PartitionID)
+		assert.Equal(t, StatusRetry, s[1][0].Status)
+		assert.Empty(t, f.left())
+	})
+}

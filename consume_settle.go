@@ -55,9 +55,11 @@ func (b *batch) lost() bool {
 }
 
 // settle ends a pop: its outcomes become the statuses sent (the loop's
-// own failure count, consume_failures.go), a pop with a failure given back
-// waits for the queue's retryDelay (holdFailed), the renewals stop, and
-// its batch ack goes out on a ctx of its own (never a cancelled one). It
+// own failure count, consume_failures.go), a partition with a failure
+// given back waits for the queue's retryDelay (holdFailed) while the pop's
+// other partitions are acked at once (one request more), the renewals
+// stop, and its batch ack goes out on a ctx of its own (never a cancelled
+// one). It
 // runs on the worker that ended the pop's last group, or after a stop on
 // the next free worker.
 func (e *engine) settle(b *batch) {
@@ -68,7 +70,14 @@ func (e *engine) settle(b *batch) {
 		if i := slices.IndexFunc(chosen, func(s Settlement) bool { return s.Status == StatusFailed }); i >= 0 {
 			rule := e.readRule(chosen[i].Message)
 			var retried bool
-			if sent, retried = e.failures.apply(rule, chosen); retried {
+			if sent, retried = e.failures.apply(rule, chosen); retried && e.holdFor(b, rule) > 0 {
+				// The partitions with no failure held back are acked now
+				// (a lease is held per partition), the rest after the hold.
+				var nowC, nowS []Settlement
+				chosen, sent, nowC, nowS = splitHeld(chosen, sent)
+				if len(nowS) > 0 {
+					e.sendAcks(b, nowC, nowS)
+				}
 				e.holdFailed(b, rule)
 			}
 		}
@@ -89,13 +98,7 @@ func (e *engine) settle(b *batch) {
 // RenewLease; without it, the hold ends by half the lease time after the
 // pop); a stop ends the hold at once.
 func (e *engine) holdFailed(b *batch, rule retryRule) {
-	d, lease := rule.delay, rule.lease
-	if e.cfg.leaseSecs > 0 {
-		lease = time.Duration(e.cfg.leaseSecs) * time.Second
-	}
-	if b.keeper == nil && lease > 0 {
-		d = min(d, lease/2-time.Since(b.poppedAt))
-	}
+	d := e.holdFor(b, rule)
 	if d <= 0 || e.stopping() {
 		return
 	}
@@ -106,6 +109,38 @@ func (e *engine) holdFailed(b *batch, rule retryRule) {
 	case <-e.stopCh:
 	case <-b.ctx.Done(): // the lease is lost
 	}
+}
+
+// holdFor is how long holdFailed holds b (0 or less: not at all).
+func (e *engine) holdFor(b *batch, rule retryRule) time.Duration {
+	d, lease := rule.delay, rule.lease
+	if e.cfg.leaseSecs > 0 {
+		lease = time.Duration(e.cfg.leaseSecs) * time.Second
+	}
+	if b.keeper == nil && lease > 0 {
+		d = min(d, lease/2-time.Since(b.poppedAt))
+	}
+	return d
+}
+
+// splitHeld parts a pop's ack (chosen and sent side by side) into the
+// partitions with a failure sent as retry, held for retryDelay, and the
+// others, acked at once.
+func splitHeld(chosen, sent []Settlement) (heldC, heldS, nowC, nowS []Settlement) {
+	var held []*Message
+	for i, s := range sent {
+		if chosen[i].Status == StatusFailed && s.Status == StatusRetry {
+			held = append(held, s.Message)
+		}
+	}
+	for i, s := range sent {
+		if slices.ContainsFunc(held, func(m *Message) bool { return samePartition(m, s.Message) }) {
+			heldC, heldS = append(heldC, chosen[i]), append(heldS, s)
+		} else {
+			nowC, nowS = append(nowC, chosen[i]), append(nowS, s)
+		}
+	}
+	return heldC, heldS, nowC, nowS
 }
 
 // sendAcks sends acks (the statuses sent for the outcomes chosen), and
