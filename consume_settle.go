@@ -59,9 +59,8 @@ func (b *batch) lost() bool {
 // given back waits for the queue's retryDelay (holdFailed) while the pop's
 // other partitions are acked at once (one request more), the renewals
 // stop, and its batch ack goes out on a ctx of its own (never a cancelled
-// one). It
-// runs on the worker that ended the pop's last group, or after a stop on
-// the next free worker.
+// one). It runs on the worker that ended the pop's last group, or after a
+// stop on the next free worker.
 func (e *engine) settle(b *batch) {
 	var chosen, sent []Settlement
 	if !b.lost() {
