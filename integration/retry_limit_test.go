@@ -109,6 +109,10 @@ func TestRetryLimitPerMessageThroughLoop(t *testing.T) {
 				t.Fatal(err)
 			}
 			dead = append(dead, key(body.R, body.P, body.I))
+			if dl.Error != "poison" || dl.RetryCount != 0 {
+				t.Errorf("dead letter %s: error %q, retryCount %d; want \"poison\" and 0 (the loop spends none of the broker's count)",
+					dead[len(dead)-1], dl.Error, dl.RetryCount)
+			}
 		}
 		sort.Strings(dead)
 		t.Logf("%s round %d: %d of %d once-failed completed at their 2nd delivery, %d not; other messages wrong: %d; dead letters %v",
