@@ -22,11 +22,12 @@ const (
 	// StatusCompleted: done; the group's cursor moves past the message.
 	StatusCompleted AckStatus = "completed"
 	// StatusFailed: spend one retry; the message and what follows it in its
-	// partition come back after the queue's retryDelay. The retries are
-	// counted per partition and group, across the leases that did not
+	// partition come back after the queue's retryDelay. The broker counts
+	// the retries per partition and group, across the leases that did not
 	// finish, not per message (see QueueConfig.RetryLimit): the failed ack
 	// that finds them spent dead-letters its message, which may be that
-	// message's first failure.
+	// message's first failure. A consume loop counts per message instead,
+	// and sends retry or dlq (see ConsumeBuilder.OnError).
 	StatusFailed AckStatus = "failed"
 	// StatusRetry: give the message back at once without spending a retry.
 	StatusRetry AckStatus = "retry"
@@ -141,7 +142,7 @@ func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	start := c.hooks.now()
 	res, group, sent, err := c.settleBatch(ctx, acks, opts)
 	if sent {
-		c.hooks.settled(ctx, group, acks, start, err)
+		c.hooks.settled(ctx, group, nil, acks, res, start, err)
 	}
 	return res, err
 }

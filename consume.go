@@ -21,6 +21,8 @@ const DefaultGracePeriod = 10 * time.Second
 //     partition at a time, in order;
 //   - consume_lease.go: the lease keeper, renews what is in flight;
 //   - consume_settle.go: the settler, one batch ack per pop;
+//   - consume_failures.go: the failure count, each message's failures
+//     against the queue's RetryLimit (the statuses the settler sends);
 //   - consume_engine.go: the engine of one Execute, the state the parts
 //     share;
 //   - consume_loop.go: how the fetchers and workers take their tasks;
@@ -82,7 +84,8 @@ func (e *LoopError) Unwrap() error { return e.Err }
 
 // Outcome is what happens to a message after its handler ran: one of the
 // four ack statuses, with an error text for failed and dead-lettered
-// messages. Build it with Complete, Fail, Retry or DLQ. The zero
+// messages (a consume loop sends a failure as retry or dlq, see
+// ConsumeBuilder.OnError). Build it with Complete, Fail, Retry or DLQ. The zero
 // Outcome stands for the loop's own choice (completed after success, failed
 // after an error).
 type Outcome struct {
@@ -96,19 +99,14 @@ type Outcome struct {
 // moves past it.
 func Complete() Outcome { return Outcome{Status: StatusCompleted} }
 
-// Fail is the outcome of a message to try again: one retry is spent and the
-// message (with what follows it in its partition) comes back after the
-// queue's retryDelay. err's text is stored as the reason.
-//
-// The broker counts retries per partition and consumer group, not per
-// message: every Fail adds one, and the count goes back to zero only when
-// a leased batch of the partition is finished with no failure (see
-// QueueConfig.RetryLimit). A Fail that finds the count at RetryLimit
-// dead-letters its message, even on that message's first failure. An
-// Each() consumer with a Batch larger than one therefore dead-letters
-// messages that failed once when others of their partition failed just
-// before: return Retry() for a failure that should not count (a timeout of
-// a service the handler calls, say), and Fail for one that should.
+// Fail is the outcome of a message to try again: the message (with what
+// follows it in its partition) comes back after the queue's retryDelay,
+// and err's text is kept as the reason. In a consume loop it counts as one
+// failure of that message alone: the failure that passes the queue's
+// RetryLimit dead-letters it (see ConsumeBuilder.OnError for how the loop
+// counts, and where that ends). Sent with Client.Settle or SettleBatch
+// (StatusFailed), the broker counts instead, per partition (see
+// QueueConfig.RetryLimit).
 func Fail(err error) Outcome { return Outcome{Status: StatusFailed, Error: errText(err)} }
 
 // Retry is the outcome of a message given back at once without spending a
@@ -147,9 +145,11 @@ type ConsumeBuilder struct {
 // when it returns an error it is acked failed with the error's text, and
 // the messages after it in its partition (in that pop) are given back with
 // retry, to come again after it. Every message of one pop is settled in
-// one batch ack. With AutoAck(false) h acks each message itself; the loop
-// then acks nothing after a nil, and still nacks (failed) after an error,
-// so that the partition is not stuck until the lease runs out. A panic in
+// one batch ack. A failure is counted for its message alone, against the
+// queue's RetryLimit (see OnError). With AutoAck(false) h acks each message
+// itself; the loop then acks nothing after a nil, and still nacks after an
+// error (counted as above), so that the partition is not stuck until the
+// lease runs out. A panic in
 // h is recovered, logged at Error with its stack and treated as an error
 // matching ErrHandlerPanic. See Execute for when the loop stops and what
 // it gives back, and OnLoopError for the loop's own failures.
@@ -172,9 +172,10 @@ func (b *QueueBuilder) Consume(ctx context.Context, h func(ctx context.Context, 
 // batch (which may span several partitions of the pop). When h returns nil
 // every message is acked completed in one batch ack; when it returns an
 // error every message is nacked: each partition's first message of the
-// batch is acked failed with the error's text, and the rest of the partition
-// is given back with retry in the same ack (it comes again after the failed
-// one). With Each() set, h is called once per message with a
+// batch is failed with the error's text (one failure of that message
+// against RetryLimit, see OnError), and the rest of the partition is given
+// back with retry in the same ack, uncharged (it comes again after the
+// failed one). With Each() set, h is called once per message with a
 // one-message slice, under the rules of Consume. Otherwise as Consume.
 func (b *QueueBuilder) ConsumeBatch(ctx context.Context, h func(ctx context.Context, msgs []*Message) error) *ConsumeBuilder {
 	return &ConsumeBuilder{qb: *b, ctx: ctx, handleBatch: h, grace: DefaultGracePeriod}
@@ -190,7 +191,7 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 }
 
 // OnError hands the outcome of every message whose handler returned an
-// error (or panicked) to f: the loop acks what f returns instead of failed,
+// error (or panicked) to f: the loop acks what f returns instead of Fail,
 // for example DLQ for an error that retrying cannot fix. Per message, after
 // Fail or Retry the rest of that partition in the pop is not handled: it is
 // given back with retry in the same ack, and comes again after the message;
@@ -201,6 +202,49 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 // (its error returned after its ctx was cancelled at the end of the grace
 // period, or an error matching context.Canceled returned once the loop is
 // stopping) is given back with Retry without calling f.
+//
+// RetryLimit, per message. The loop keeps the promise of
+// QueueConfig.RetryLimit for each message: a message is dead-lettered
+// when it has itself failed RetryLimit + 1 times (Fail, or an error with
+// no OnError), never because others of its partition failed. The broker
+// counts failed acks per partition, so the loop sends none: it reads the
+// queue's retryLimit, retryDelay, leaseTime and dead-letter flag once per
+// Execute, counts each message's failures in memory (by partition and
+// transaction id), sends retry (charged nothing) while the message has
+// failures left, after holding its pop for retryDelay (a retry comes back
+// at once; the pop's other partitions are acked meanwhile, in one request
+// more; the hold keeps the lease and the handler's slot, renewed under
+// RenewLease, else at most half the lease time after the pop, and ends at
+// once on a stop), and sends
+// dlq with the error's text at the failure that passes the limit. Where the
+// promise ends:
+//   - the counts live in one Execute: after a restart, or in another
+//     process of the group that takes the message next, it starts again
+//     from zero (never dead-lettered early, but perhaps delivered more
+//     often);
+//   - a handler that kills the process sends no ack: the lease runs out,
+//     which counts nothing, so such a message is never dead-lettered (a
+//     panic is recovered and counts as a failure);
+//   - the dead-letter row has the error's text, and the broker's own
+//     count as retryCount: 0, since the loop sends no failed;
+//   - on a 2.x queue whose dead-letter queue is off, the failure past the
+//     limit is sent failed: the broker drops the message once its own
+//     count is spent, and until then it comes back (and is sent failed
+//     again);
+//   - when the queue's settings cannot be read (at the start, and once
+//     more at the first failure), failures are sent failed and the broker
+//     counts them, per partition; a Warn says so, once;
+//   - under ConsumeBatch, a failed batch charges each partition's first
+//     message of the batch (the rest go back uncharged);
+//   - an AutoAck(false) handler that acks failed itself
+//     (Client.Ack(ctx, msg, false, ...)) gets the broker's count: to get
+//     the loop's, return the error instead (the loop nacks it, counted);
+//   - Pop users get the broker's count with StatusFailed; for the loop's,
+//     count per message and settle StatusRetry below the limit and
+//     StatusDLQ at it (README "Retries and dead letters").
+//
+// SettleHook's SettledMessage gives both: the outcome chosen (failed) and
+// the status sent (retry or dlq).
 func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err error) Outcome) *ConsumeBuilder {
 	cb.onError = f
 	return cb
@@ -211,9 +255,10 @@ func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err 
 // failed or was partly refused, a renewal that failed on the way, and a
 // lease the broker reports lost. f runs on the loop's goroutines, with the
 // values of the ctx given to Execute; keep it short (count, export health).
-// The loop logs the same failures (pops: a Warn at the first failure, then
-// at most one line per backoff step or per 30 s, an Info when pops succeed
-// again); a panic in f is recovered and logged.
+// The loop logs the same failures (pops: a Warn at the first failure,
+// then at most one line per backoff step or per 30 s, and a Warn when pops
+// succeed again: the end of an outage at the level of its start); a panic
+// in f is recovered and logged.
 func (cb *ConsumeBuilder) OnLoopError(f func(ctx context.Context, err error)) *ConsumeBuilder {
 	cb.onLoopError = f
 	return cb
@@ -245,7 +290,7 @@ func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
 // RetryPolicy bounds when lower; a longer Retry-After is honoured), so that
 // a loop resumes within about 0.2 s of its broker's restart, however long
 // the outage; they are logged (a Warn at the first failure, then
-// at most one line per backoff step or per 30 s, an Info on recovery) and
+// at most one line per backoff step or per 30 s, a Warn on recovery) and
 // handed to OnLoopError. By default each pop long polls (wait=true, 30 s)
 // when the loop holds no other pop. With Concurrency above 1, a pop sent
 // while the loop holds others does not wait: the partitions it finds leased

@@ -2,6 +2,12 @@ package queen
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // consumeBroker is all the consume engine asks of a broker: three calls.
@@ -14,9 +20,15 @@ type consumeBroker interface {
 	// failure. nowait: the broker answers at once, even when the pop is
 	// one that waits for messages (consume_fetch.go says when).
 	pop(ctx context.Context, max int, nowait bool) (*popResult, error)
-	// settle sends the outcomes of one pop in one ack request. A broker
+	// settle sends the outcomes of one pop in one ack request and returns
+	// the broker's answer per outcome (nil when it gave none). A broker
 	// that refuses some of them answers with an *AckError.
-	settle(ctx context.Context, acks []Settlement) error
+	settle(ctx context.Context, acks []Settlement) ([]AckResult, error)
+	// retryRule reads the queue's retryLimit, retryDelay, leaseTime and
+	// dead-letter flag. failed, when not nil, is a message that failed: a
+	// broker whose queue view lacks them (0.15.1) is asked through it. A
+	// queue the broker does not know is an error matching errQueueUnknown.
+	retryRule(ctx context.Context, failed *Message) (retryRule, error)
 	// renew extends a lease to secs seconds from now (never shortening
 	// it). alive false: the broker says the lease is gone.
 	renew(ctx context.Context, leaseID string, secs int) (alive bool, err error)
@@ -75,9 +87,71 @@ func (b *clientBroker) sendPop(ctx context.Context, max int, nowait bool) (*popR
 
 // settle sends one ack request; the settler reports the whole settlement
 // (its retries included) to the hooks once.
-func (b *clientBroker) settle(ctx context.Context, acks []Settlement) error {
-	_, _, _, err := b.c.settleBatch(ctx, acks, AckOptions{ConsumerGroup: b.group})
-	return err
+func (b *clientBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult, error) {
+	res, _, _, err := b.c.settleBatch(ctx, acks, AckOptions{ConsumerGroup: b.group})
+	return res, err
+}
+
+// errQueueUnknown: the broker does not know the queue (yet).
+var errQueueUnknown = errors.New("queen: the broker does not know the queue")
+
+// retryRule reads the queue's view (GET /api/v1/resources/queues/{queue});
+// a 0.15.1 broker leaves the options out of it, and the view of a message
+// (GET /api/v1/messages/{partitionId}/{transactionId}, its queueConfig) is
+// asked instead, when there is a failed message to ask about.
+func (b *clientBroker) retryRule(ctx context.Context, failed *Message) (retryRule, error) {
+	// One attempt each: a loop started in an outage must go on to its pops
+	// (which report the outage), not wait here.
+	var row wire.QueueRow
+	_, err := b.c.doObject(ctx, call{method: http.MethodGet, path: "/api/v1/resources/queues/" + escape(b.queue), attempts: 1}, &row)
+	if be, ok := errors.AsType[*BrokerError](err); ok && be.Status == http.StatusNotFound {
+		return retryRule{}, fmt.Errorf("%w: %s: %w", errQueueUnknown, b.queue, err)
+	}
+	if err != nil {
+		return retryRule{}, err
+	}
+	q, _ := queueFromWire(&row)
+	cfg := q.Config
+	if cfg.RetryLimit == nil && failed != nil && failed.PartitionID != "" && failed.TransactionID != "" {
+		var view struct {
+			QueueConfig struct {
+				LeaseTime  *int `json:"leaseTime"`
+				RetryLimit *int `json:"retryLimit"`
+				RetryDelay *int `json:"retryDelay"`
+			} `json:"queueConfig"`
+		}
+		path := "/api/v1/messages/" + escape(failed.PartitionID) + "/" + escape(failed.TransactionID)
+		if _, err := b.c.doObject(ctx, call{method: http.MethodGet, path: path, attempts: 1}, &view); err != nil {
+			return retryRule{}, err
+		}
+		cfg.RetryLimit = view.QueueConfig.RetryLimit
+		if v := view.QueueConfig.LeaseTime; v != nil {
+			cfg.LeaseTime = Ptr(time.Duration(*v) * time.Second)
+		}
+		if v := view.QueueConfig.RetryDelay; v != nil {
+			cfg.RetryDelay = Ptr(time.Duration(*v) * time.Millisecond)
+		}
+	}
+	return ruleOf(cfg)
+}
+
+// ruleOf reads a retryRule out of a queue's configuration.
+func ruleOf(cfg QueueConfig) (retryRule, error) {
+	if cfg.RetryLimit == nil {
+		return retryRule{}, errors.New("queen: the broker's view of the queue has no retryLimit")
+	}
+	r := retryRule{known: true, limit: max(*cfg.RetryLimit, 0)}
+	if cfg.RetryDelay != nil {
+		r.delay = max(*cfg.RetryDelay, 0)
+	}
+	if cfg.LeaseTime != nil {
+		r.lease = max(*cfg.LeaseTime, 0)
+	}
+	// Off only when the view says so for both flags (a 2.x queue);
+	// a view without them (0.15.1, which always dead-letters) is on.
+	r.dlqOff = cfg.DeadLetterQueue != nil && !*cfg.DeadLetterQueue &&
+		cfg.DLQAfterMaxRetries != nil && !*cfg.DLQAfterMaxRetries
+	return r, nil
 }
 
 // renew reports each renewal, and a lost lease, to the Client's hooks.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync/atomic"
+	"time"
 )
 
 // The dispatcher: a pop's messages become groups, and each group is
@@ -27,6 +28,7 @@ type batch struct {
 	msgs     []*Message
 	groups   []*group
 	reserved int                     // what its pop took from the Limit
+	poppedAt time.Time               // when its answer came
 	ctx      context.Context         // the handlers' ctx; a lost lease cancels it
 	cancel   context.CancelCauseFunc // of ctx
 	keeper   *leaseKeeper            // nil without RenewLease
@@ -54,7 +56,7 @@ type group struct {
 
 // newBatch turns a pop's answer into groups.
 func (e *engine) newBatch(res *popResult, reserved int) *batch {
-	b := &batch{leaseID: res.leaseID, msgs: res.messages, reserved: reserved, ctx: e.hctx, cancel: func(error) {}}
+	b := &batch{leaseID: res.leaseID, msgs: res.messages, reserved: reserved, poppedAt: time.Now(), ctx: e.hctx, cancel: func(error) {}}
 	if e.cfg.renewEvery > 0 && b.leaseID != "" {
 		// Only a renewal can tell that the lease is lost.
 		b.ctx, b.cancel = context.WithCancelCause(e.hctx)

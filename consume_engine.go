@@ -21,6 +21,7 @@ type engineConfig struct {
 	idle         time.Duration // IdleMillis; 0: none
 	renewEvery   time.Duration // RenewLease interval; 0: no renewal
 	renewSecs    int
+	lease        time.Duration // LeaseTime: the pops' lease, over the queue's (0: the queue's)
 	grace        time.Duration
 }
 
@@ -36,6 +37,8 @@ type engine struct {
 	onSuccess   func(ctx context.Context, msg *Message) Outcome
 	onError     func(ctx context.Context, msg *Message, err error) Outcome
 	onLoopError func(ctx context.Context, err error)
+	failures    *failureCounter // each message's failures (consume_failures.go)
+	rules       ruleReader      // the queue's retryLimit and retryDelay, read once
 
 	execCtx    context.Context    // Execute's
 	consumeCtx context.Context    // Consume's (may be nil)
@@ -104,6 +107,7 @@ func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 		want:   autopilotMaxBatch,
 		idle:   time.Duration(qb.idleMs) * time.Millisecond,
 		grace:  cb.grace,
+		lease:  qb.lease,
 	}
 	if b.req.query.Batch != nil {
 		cfg.want = max(*b.req.query.Batch, 1)
@@ -137,6 +141,7 @@ func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineC
 		kickPop:  make(chan struct{}),
 		kickWork: make(chan struct{}),
 		limit:    limiter{on: limit > 0, left: limit},
+		failures: newFailureCounter(maxCountedFailures),
 		lastBusy: time.Now(),
 	}
 	// reqCtx is cancelled once run's goroutines are done.

@@ -3,6 +3,7 @@ package queen
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -35,6 +36,7 @@ type fakeBroker struct {
 	renewEr error                 // renew fails with this while set
 	popWait time.Duration         // an empty pop waits this long (or its ctx)
 	popGate chan struct{}         // when set, a pop waits for it before answering
+	rule    *retryRule            // the queue's retry settings (nil: unreadable)
 	quickMs *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
 
 	pops      []int          // every pop's cap
@@ -44,6 +46,7 @@ type fakeBroker struct {
 	acks      [][]Settlement // every settle's outcomes
 	renews    map[string]int // lease id -> renewals
 	retired   []string       // messages completed or dead-lettered, by key
+	ruleReads int            // retryRule calls
 }
 
 func newFakeBroker(batch int) *fakeBroker {
@@ -147,14 +150,18 @@ func (f *fakeBroker) pop(ctx context.Context, capped int, nowait bool) (*popResu
 	return &popResult{messages: got, leaseID: lease}, nil
 }
 
-func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) error {
+func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.acks = append(f.acks, slices.Clone(acks))
 	if len(f.setErrs) > 0 {
 		err := f.setErrs[0]
 		f.setErrs = f.setErrs[1:]
-		return err
+		return nil, err
+	}
+	res := make([]AckResult, len(acks))
+	for i, a := range acks {
+		res[i] = AckResult{TransactionID: a.Message.TransactionID, Success: true, LeaseReleased: true, DLQ: a.Status == StatusDLQ}
 	}
 	for _, a := range acks {
 		m := a.Message
@@ -172,7 +179,19 @@ func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) error {
 			delete(f.leased, m.PartitionID)
 		}
 	}
-	return nil
+	return res, nil
+}
+
+// retryRule answers the test's rule (f.rule), or a failure when it set
+// none: the engine then sends failed, for the broker to count.
+func (f *fakeBroker) retryRule(context.Context, *Message) (retryRule, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ruleReads++
+	if f.rule == nil {
+		return retryRule{}, errors.New("fake: no retry rule")
+	}
+	return *f.rule, nil
 }
 
 func (f *fakeBroker) renew(ctx context.Context, leaseID string, secs int) (bool, error) {

@@ -170,8 +170,8 @@ func retryableStatus(status int) bool { return transport.Retryable(status) }
 
 // outage follows a run of failed pops: the backoff before the next one,
 // and what to say about it. Loud but bounded: a Warn at the first failure,
-// then a line only when the backoff grows or outageLogEvery passed, and an
-// Info when a pop succeeds again.
+// then a line only when the backoff grows or outageLogEvery passed, and a
+// Warn when a pop succeeds again.
 type outage struct {
 	lo, hi   time.Duration // backoff bounds
 	failures int
@@ -236,10 +236,12 @@ func (e *engine) popFailed(err error) {
 	e.pause(now.Add(d))
 }
 
-// popOK ends an outage, if one was running, with an Info line (e.mu held).
+// popOK ends an outage, if one was running, with a line at the level of
+// its start, Warn, so that a logger that shows the outage shows its end
+// (e.mu held).
 func (e *engine) popOK() {
 	if n, since := e.outage.recovered(); n > 0 {
-		e.log.Info("queen: pops succeed again", "queue", e.cfg.queue, "group", e.cfg.group,
+		e.log.Warn("queen: pops succeed again", "queue", e.cfg.queue, "group", e.cfg.group,
 			"failures", n, "after", time.Since(since).Round(time.Millisecond))
 	}
 }

@@ -70,7 +70,8 @@ func TestFetchLimitRemainderIsOnePop(t *testing.T) {
 
 // Pops that fail are retried with a growing backoff, loudly but bounded:
 // a Warn at the first failure and at each step of the backoff (not at
-// every failure), an Info when a pop succeeds again; the hook gets every
+// every failure), a Warn (the level of the outage's start, so that a logger
+// that shows the outage shows its end) when a pop succeeds again; the hook gets every
 // failure, typed; nothing is lost.
 func TestFetchFailuresLoudAndBounded(t *testing.T) {
 	f := newFakeBroker(10)
@@ -104,8 +105,8 @@ func TestFetchFailuresLoudAndBounded(t *testing.T) {
 	if !strings.Contains(out, "level=WARN msg=\"queen: pop failed") || !strings.Contains(out, "no leader") {
 		t.Fatalf("the first failure is not a Warn with the error:\n%s", out)
 	}
-	if !strings.Contains(out, "level=INFO msg=\"queen: pops succeed again\"") || !strings.Contains(out, "failures=7") {
-		t.Fatalf("no Info line on recovery:\n%s", out)
+	if !strings.Contains(out, "level=WARN msg=\"queen: pops succeed again\"") || !strings.Contains(out, "failures=7") {
+		t.Fatalf("no Warn line on recovery:\n%s", out)
 	}
 	if left := f.left(); len(left) != 0 {
 		t.Fatalf("left %v", left)

@@ -39,6 +39,7 @@ type envCfg struct {
 	queue     *queentest.QueueConfig
 	spy       bool
 	retry     queen.RetryPolicy
+	profile   queentest.Profile
 }
 
 // withFakeClock gives the broker a FakeClock (env.clock).
@@ -57,6 +58,9 @@ func withQueueConfig(f func(*queentest.QueueConfig)) envOpt {
 // read the ack bodies the client sends.
 func withSpy() envOpt { return func(c *envCfg) { c.spy = true } }
 
+// withProfile makes the broker imitate generation p.
+func withProfile(p queentest.Profile) envOpt { return func(c *envCfg) { c.profile = p } }
+
 func withRetry(p queen.RetryPolicy) envOpt { return func(c *envCfg) { c.retry = p } }
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
@@ -73,6 +77,9 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	}
 	if cfg.queue != nil {
 		sopts = append(sopts, queentest.WithDefaultQueueConfig(*cfg.queue))
+	}
+	if cfg.profile != "" {
+		sopts = append(sopts, queentest.WithProfile(cfg.profile))
 	}
 	e.srv = queentest.Start(t, sopts...)
 	target := e.srv.URL

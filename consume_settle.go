@@ -3,6 +3,8 @@ package queen
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/queen-go/queen/internal/transport"
@@ -52,38 +54,115 @@ func (b *batch) lost() bool {
 	return false
 }
 
-// settle ends a pop: the renewals stop, and its batch ack goes out on a
-// ctx of its own (never a cancelled one). It runs on the worker that ended
-// the pop's last group, or after a stop on the next free worker.
+// settle ends a pop: its outcomes become the statuses sent (the loop's
+// own failure count, consume_failures.go), a partition with a failure
+// given back waits for the queue's retryDelay (holdFailed) while the pop's
+// other partitions are acked at once (one request more), the renewals
+// stop, and its batch ack goes out on a ctx of its own (never a cancelled
+// one). It runs on the worker that ended the pop's last group, or after a
+// stop on the next free worker.
 func (e *engine) settle(b *batch) {
+	var chosen, sent []Settlement
+	if !b.lost() {
+		chosen = b.outcomes()
+		sent = chosen
+		if i := slices.IndexFunc(chosen, func(s Settlement) bool { return s.Status == StatusFailed }); i >= 0 {
+			rule := e.readRule(chosen[i].Message)
+			var retried bool
+			if sent, retried = e.failures.apply(rule, chosen); retried && e.holdFor(b, rule) > 0 {
+				// The partitions with no failure held back are acked now
+				// (a lease is held per partition), the rest after the hold.
+				var nowC, nowS []Settlement
+				chosen, sent, nowC, nowS = splitHeld(chosen, sent)
+				if len(nowS) > 0 {
+					e.sendAcks(b, nowC, nowS)
+				}
+				e.holdFailed(b, rule)
+			}
+		}
+	}
 	b.keeper.stop()
 	if b.lost() {
 		e.log.Warn("queen: lease lost while handling; the pop's outcomes are not acked",
 			"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(b.msgs))
-	} else if acks := b.outcomes(); len(acks) > 0 {
-		e.sendAcks(b, acks)
+	} else if len(sent) > 0 {
+		e.sendAcks(b, chosen, sent)
 	}
 }
 
-// sendAcks sends acks, and again with a backoff after a failure that
-// asking again may cure (the network, 5xx, 408, 429), for up to
-// settleTimeout: a blip, at a stop above all, must not leave the messages
-// leased until their lease runs out.
-func (e *engine) sendAcks(b *batch, acks []Settlement) {
+// holdFailed keeps a pop whose failed message goes back with retry (which
+// the broker gives out again at once) for the queue's retryDelay, so that
+// the message, and its partition behind it, comes back no earlier than a
+// failed ack would have it. Its lease is held meanwhile (renewed under
+// RenewLease; without it, the hold ends by half the lease time after the
+// pop); a stop ends the hold at once.
+func (e *engine) holdFailed(b *batch, rule retryRule) {
+	d := e.holdFor(b, rule)
+	if d <= 0 || e.stopping() {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-e.stopCh:
+	case <-b.ctx.Done(): // the lease is lost
+	}
+}
+
+// holdFor is how long holdFailed holds b (0 or less: not at all).
+func (e *engine) holdFor(b *batch, rule retryRule) time.Duration {
+	d, lease := rule.delay, rule.lease
+	if e.cfg.lease > 0 {
+		lease = e.cfg.lease
+	}
+	if b.keeper == nil && lease > 0 {
+		d = min(d, lease/2-time.Since(b.poppedAt))
+	}
+	return d
+}
+
+// splitHeld parts a pop's ack (chosen and sent side by side) into the
+// partitions with a failure sent as retry, held for retryDelay, and the
+// others, acked at once.
+func splitHeld(chosen, sent []Settlement) (heldC, heldS, nowC, nowS []Settlement) {
+	var held []*Message
+	for i, s := range sent {
+		if chosen[i].Status == StatusFailed && s.Status == StatusRetry {
+			held = append(held, s.Message)
+		}
+	}
+	for i, s := range sent {
+		if slices.ContainsFunc(held, func(m *Message) bool { return samePartition(m, s.Message) }) {
+			heldC, heldS = append(heldC, chosen[i]), append(heldS, s)
+		} else {
+			nowC, nowS = append(nowC, chosen[i]), append(nowS, s)
+		}
+	}
+	return heldC, heldS, nowC, nowS
+}
+
+// sendAcks sends acks (the statuses sent for the outcomes chosen), and
+// again with a backoff after a failure that asking again may cure (the
+// network, 5xx, 408, 429), for up to settleTimeout: a blip, at a stop
+// above all, must not leave the messages leased until their lease runs
+// out.
+func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
 	ctx, end := context.WithTimeout(e.reqCtx, settleTimeout)
 	defer end()
 	backoff := newOutage(e.retry)
 	start := e.hooks.now()
 	var err error
+	var res []AckResult
 	defer func() {
 		group := e.cfg.group
 		if group == "" {
 			group = messageGroup(acks[0].Message)
 		}
-		e.hooks.settled(ctx, group, acks, start, err) // SettleHook: the settlement, its retries included
+		e.hooks.settled(ctx, group, chosen, acks, res, start, err) // SettleHook: the settlement, its retries included
 	}()
 	for {
-		err = e.b.settle(ctx, acks)
+		res, err = e.b.settle(ctx, acks)
 		if err == nil {
 			return
 		}
@@ -109,6 +188,60 @@ func (e *engine) sendAcks(b *batch, acks []Settlement) {
 			"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(acks), "err", err)
 		return
 	}
+}
+
+// ruleReader holds the loop's read of the queue's retry settings: read at
+// the start, and once more at the first failure when that read failed (or
+// found no retryLimit, as on 0.15.1, whose message view has it).
+type ruleReader struct {
+	mu            sync.Mutex
+	rule          retryRule
+	reads         int
+	warnedUnknown bool // the queue does not exist: said once
+	warnedBroker  bool // failures are counted by the broker: said once
+}
+
+const (
+	ruleTimeout  = 5 * time.Second // one read of the queue's settings
+	maxRuleReads = 2
+)
+
+// readRule returns the queue's retry settings, reading them while unknown
+// (at most maxRuleReads times in all); failed is a message that failed
+// (nil at the start). A queue the broker does not know is logged at Warn
+// once: a pop creates it with the broker's defaults, a typo in its name
+// included. Once the reads are spent without an answer, the loop sends
+// failed and the broker counts (per partition), which is logged at Warn
+// once.
+func (e *engine) readRule(failed *Message) retryRule {
+	r := &e.rules
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rule.known || r.reads >= maxRuleReads {
+		return r.rule
+	}
+	r.reads++
+	ctx, cancel := context.WithTimeout(e.reqCtx, ruleTimeout)
+	if failed == nil {
+		ctx, cancel = context.WithTimeout(e.execCtx, ruleTimeout)
+	}
+	defer cancel()
+	rule, err := e.b.retryRule(ctx, failed)
+	if err == nil {
+		r.rule = rule
+		return rule
+	}
+	if errors.Is(err, errQueueUnknown) && !r.warnedUnknown {
+		r.warnedUnknown = true
+		e.log.Warn("queen: the queue does not exist on the broker; the loop's first pop creates it with the broker's defaults (is its name right?)",
+			"queue", e.cfg.queue, "group", e.cfg.group)
+	}
+	if failed != nil && !r.warnedBroker {
+		r.warnedBroker = true
+		e.log.Warn("queen: could not read the queue's retryLimit; failures are acked failed and the broker counts them per partition, not per message",
+			"queue", e.cfg.queue, "group", e.cfg.group, "err", err)
+	}
+	return r.rule
 }
 
 // transientSettleError says whether sending an ack again may succeed: not

@@ -43,6 +43,8 @@ func (e *engine) run() error {
 	e.outage = newOutage(e.retry)
 	if e.stopping() {
 		e.beginStop(nil) // a ctx that ended stops the loop before its first pop
+	} else {
+		e.readRule(nil) // the queue's retry settings, before its first pop can create it
 	}
 	for range e.cfg.slots {
 		e.startSlot(true)

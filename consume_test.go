@@ -107,7 +107,8 @@ func TestConsumeBatchAllOrNothing(t *testing.T) {
 		for _, it := range acks[0].Items {
 			got = append(got, it.Status+":"+it.Error)
 		}
-		if want := []string{"failed:db down", "retry:", "retry:", "failed:db down", "retry:"}; !reflect.DeepEqual(got, want) {
+		// (A first failure, retries left: the loop sends it retry, its text kept.)
+		if want := []string{"retry:db down", "retry:", "retry:", "retry:db down", "retry:"}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("acked %v, want %v", got, want)
 		}
 		left := e.peek("q", "")
@@ -160,7 +161,7 @@ func TestConsumeErrorSkipsRestOfPartition(t *testing.T) {
 	for _, it := range acks[0].Items {
 		got = append(got, it.Status+":"+it.Error)
 	}
-	if want := []string{"completed:", "failed:boom a/1", "retry:", "completed:", "completed:"}; !reflect.DeepEqual(got, want) {
+	if want := []string{"completed:", "retry:boom a/1", "retry:", "completed:", "completed:"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("acked %v, want %v", got, want)
 	}
 	left := e.peek("q", "")
@@ -198,8 +199,9 @@ func TestConsumeAutoAckOff(t *testing.T) {
 			got = append(got, a.Group+":"+it.Status+":"+it.Error)
 		}
 	}
-	// The handler's own completed ack, then the loop's nack; nothing else.
-	if want := []string{"billing:completed:", "billing:failed:no funds"}; !reflect.DeepEqual(got, want) {
+	// The handler's own completed ack, then the loop's nack (a first
+	// failure: retry, counted by the loop); nothing else.
+	if want := []string{"billing:completed:", "billing:retry:no funds"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("acks %v, want %v", got, want)
 	}
 	if n := e.srv.LeasedCount("q", "billing"); n != 0 {
@@ -232,8 +234,8 @@ func TestConsumePanicRecovered(t *testing.T) {
 		t.Fatalf("handled %v, want %v", got, want)
 	}
 	first := e.spy.ackRequests()[0].Items[0]
-	if first.Status != "failed" || !strings.Contains(first.Error, "kaboom") {
-		t.Fatalf("first ack %+v, want failed with the panic", first)
+	if first.Status != "retry" || !strings.Contains(first.Error, "kaboom") {
+		t.Fatalf("first ack %+v, want retry (a first failure) with the panic", first)
 	}
 	logs := e.logs.String()
 	if !strings.Contains(logs, "panicked") || !strings.Contains(logs, "kaboom") || !strings.Contains(logs, "consume_test.go") {
@@ -742,8 +744,8 @@ func TestConsumeOutcomeCallbacks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a := e.spy.ackRequests(); len(a) != 1 || a[0].Items[0].Status != "failed" {
-			t.Fatalf("acks %+v, want failed", a)
+		if a := e.spy.ackRequests(); len(a) != 1 || a[0].Items[0].Status != "retry" || !strings.Contains(a[0].Items[0].Error, "maybe") {
+			t.Fatalf("acks %+v, want a failure (sent retry: retries left)", a)
 		}
 	})
 }

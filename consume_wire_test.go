@@ -30,8 +30,9 @@ func newWireRecorder(t *testing.T, delay time.Duration) *wireRecorder {
 	t.Helper()
 	w := &wireRecorder{}
 	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
-		if strings.HasPrefix(req.URL.Path, "/api/v1/consumer-groups/") {
-			// The lookup before a group's first pop (subscription.go).
+		if strings.HasPrefix(req.URL.Path, "/api/v1/consumer-groups/") || strings.HasPrefix(req.URL.Path, "/api/v1/resources/queues/") {
+			// The lookup before a group's first pop (subscription.go), and
+			// the loop's read of the queue's retry settings.
 			rw.WriteHeader(http.StatusNotFound)
 			return
 		}

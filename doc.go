@@ -164,12 +164,14 @@
 // # Acknowledging
 //
 // Client.Ack settles a message as completed (ok) or failed (one retry
-// spent; the message comes back after the queue's retry delay). Retries
-// are counted per partition and consumer group across the leases that did
-// not finish, not per message: the failed ack that finds the queue's
-// RetryLimit spent dead-letters its message, perhaps at its first failure
-// (see QueueConfig.RetryLimit; give a message back with StatusRetry for a
-// failure that should not count). Client.Settle takes any of the four
+// spent; the message comes back after the queue's retry delay). The
+// broker counts retries per partition and consumer group across the leases
+// that did not finish, not per message: the failed ack that finds the
+// queue's RetryLimit spent dead-letters its message, perhaps at its first
+// failure (see QueueConfig.RetryLimit; give a message back with
+// StatusRetry for a failure that should not count). A consume loop counts
+// each message's failures itself and keeps RetryLimit per message (see
+// ConsumeBuilder.OnError). Client.Settle takes any of the four
 // outcomes, StatusCompleted, StatusFailed, StatusRetry (give it back without
 // spending a retry) and StatusDLQ (dead-letter it at once), with an error
 // text. Client.SettleBatch settles many messages of one group in a single

@@ -144,6 +144,12 @@ type SettleEvent struct {
 	Group string
 	// Settlements are the outcomes sent, in order.
 	Settlements []Settlement
+	// Messages has one entry per settlement, in the same order: the
+	// outcome chosen for the message, the status sent, and the broker's
+	// answer. Under a consume loop the first two can differ: a Fail goes
+	// out as retry while the message has retries left, and as dlq at the
+	// failure that spends them (see ConsumeBuilder.OnError).
+	Messages []SettledMessage
 	// Refused counts the settlements the broker refused (see AckError).
 	Refused int
 	// Duration is from the first send to the final answer.
@@ -151,6 +157,62 @@ type SettleEvent struct {
 	// Err is the settlement's failure (an *AckError when the broker
 	// refused some), nil when every outcome was applied.
 	Err error
+}
+
+// SettledMessage is what happened to one message of a settlement.
+type SettledMessage struct {
+	// Outcome is the status chosen for the message: by a consume loop, its
+	// handler's result or what OnSuccess or OnError returned; outside a
+	// loop, the status the caller gave (then equal to Sent).
+	Outcome AckStatus
+	// Sent is the status sent to the broker.
+	Sent AckStatus
+	// Answer is the broker's answer for the message; AnswerNone when the
+	// request got no answer (see SettleEvent.Err).
+	Answer SettleAnswer
+	// Error is the broker's reason when it refused the message.
+	Error string
+}
+
+// SettleAnswer is the broker's answer for one settled message.
+type SettleAnswer string
+
+// The answers a SettledMessage reports. A message the broker dead-lettered
+// is AnswerDeadLettered whatever was sent (a failed whose retries were
+// spent, or a dlq); an accepted ack that ended its partition's lease is
+// AnswerLeaseReleased; any other accepted ack is AnswerApplied.
+const (
+	AnswerNone          SettleAnswer = ""
+	AnswerApplied       SettleAnswer = "applied"
+	AnswerLeaseReleased SettleAnswer = "lease released"
+	AnswerDeadLettered  SettleAnswer = "dead-lettered"
+	AnswerRefused       SettleAnswer = "refused"
+)
+
+// settledMessages pairs chosen outcomes, sent statuses and results (nil
+// when there was no answer).
+func settledMessages(chosen, sent []Settlement, res []AckResult) []SettledMessage {
+	out := make([]SettledMessage, len(sent))
+	for i, s := range sent {
+		m := SettledMessage{Outcome: s.Status, Sent: s.Status}
+		if i < len(chosen) {
+			m.Outcome = chosen[i].Status
+		}
+		if len(res) == len(sent) {
+			switch r := res[i]; {
+			case !r.Success:
+				m.Answer, m.Error = AnswerRefused, r.Error
+			case r.DLQ:
+				m.Answer = AnswerDeadLettered
+			case r.LeaseReleased:
+				m.Answer = AnswerLeaseReleased
+			default:
+				m.Answer = AnswerApplied
+			}
+		}
+		out[i] = m
+	}
+	return out
 }
 
 // Count returns how many of the settlements have status s.
@@ -429,18 +491,26 @@ func (hs *hookSet) reportHandlerEnd(ctx context.Context, t handlerTurn, err erro
 }
 
 // settled reports a settlement: acks sent for group since start, with
-// the final error err.
-func (hs *hookSet) settled(ctx context.Context, group string, acks []Settlement, start time.Time, err error) {
+// the final error err;
+// chosen are the outcomes chosen (nil: those sent), res the broker's
+// answers (nil: none).
+func (hs *hookSet) settled(ctx context.Context, group string, chosen, acks []Settlement, res []AckResult, start time.Time, err error) {
 	if hs != nil {
-		hs.reportSettle(ctx, group, acks, start, err)
+		hs.reportSettle(ctx, group, chosen, acks, res, start, err)
 	}
 }
 
-func (hs *hookSet) reportSettle(ctx context.Context, group string, acks []Settlement, start time.Time, err error) {
+func (hs *hookSet) reportSettle(ctx context.Context, group string, chosen, acks []Settlement, res []AckResult, start time.Time, err error) {
 	if len(hs.settle) == 0 {
 		return
 	}
-	e := SettleEvent{Group: group, Settlements: acks, Duration: time.Since(start), Err: err}
+	if ae, ok := errors.AsType[*AckError](err); ok && res == nil {
+		res = ae.Results
+	}
+	if chosen == nil {
+		chosen = acks
+	}
+	e := SettleEvent{Group: group, Settlements: acks, Messages: settledMessages(chosen, acks, res), Duration: time.Since(start), Err: err}
 	if ae, ok := errors.AsType[*AckError](err); ok {
 		for _, r := range ae.Results {
 			if !r.Success {

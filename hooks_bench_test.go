@@ -126,7 +126,7 @@ func BenchmarkHookSites(b *testing.B) {
 				hs.popped(ctx, "q", "", "g", 0, start, msgs, nil)
 				hctx, turn := hs.handlerStart(ctx, "q", "g", msgs)
 				hs.handlerEnd(hctx, turn, nil, outcomes, false)
-				hs.settled(ctx, "g", acks, start, nil)
+				hs.settled(ctx, "g", nil, acks, nil, start, nil)
 				hs.renewed(ctx, "q", "g", "l", time.Second, start, RenewResult{Success: true}, nil)
 			}
 		})

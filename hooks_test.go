@@ -396,7 +396,7 @@ func TestNoHooksCostNothing(t *testing.T) {
 		hs.popped(ctx, "q", "", "g", 0, start, msgs, nil)
 		hctx, turn := hs.handlerStart(ctx, "q", "g", msgs)
 		hs.handlerEnd(hctx, turn, nil, []Outcome{Complete()}, false)
-		hs.settled(ctx, "g", acks, start, nil)
+		hs.settled(ctx, "g", nil, acks, nil, start, nil)
 		hs.renewed(ctx, "q", "g", "l", time.Second, start, RenewResult{}, nil)
 	})
 	assert.Zero(t, allocs)

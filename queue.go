@@ -44,19 +44,20 @@ type QueueConfig struct {
 	// LeaseTime is how long a pop leases its messages (whole seconds on
 	// the wire).
 	LeaseTime *time.Duration
-	// RetryLimit is how many failed acks the broker takes for a partition
-	// and consumer group before a failed ack dead-letters its message (or
-	// drops it when the queue has no dead-letter queue). Both broker
-	// generations count per partition and group, not per message: each
-	// failed ack adds one, and the count goes back to zero only when a
-	// leased batch of that partition is finished (every message of the
-	// lease acked, none failed). A failed ack ends its lease unfinished, so
-	// failures of different messages add up across the leases that follow
-	// one another: with RetryLimit 2 and Batch(10), messages 1, 4 and 7 of
-	// one partition failing once each dead-letter message 7 at its first
-	// failure, with retryCount 2. Use Retry (StatusRetry) for a failure
-	// that should not count, or Batch(1), whose leases end with each
-	// message.
+	// RetryLimit is how many failures a message may have and still come
+	// back: a consume loop dead-letters a message at its RetryLimit + 1st
+	// failure, counting each message's own failures (see
+	// ConsumeBuilder.OnError, and where that ends). The broker itself
+	// counts otherwise, which is what raw StatusFailed acks (Client.Ack,
+	// Settle, SettleBatch) get: both generations count failed acks per
+	// partition and consumer group, not per message, and reset the count
+	// only when a leased batch of that partition is finished (every
+	// message acked, none failed; 2.x also when the count dead-letters).
+	// A failed ack ends its lease unfinished, so failures of different
+	// messages add up: with RetryLimit 2 and Batch(10), messages 1, 4 and 7
+	// failing once each dead-letter message 7 at its first failure, with
+	// retryCount 2; on 0.15.1, after a dead-letter, the partition's next
+	// failed ack dead-letters at once, Batch(1) included.
 	RetryLimit *int
 	// RetryDelay is how long a failed message waits before it comes back
 	// (whole milliseconds on the wire).
@@ -81,13 +82,13 @@ type QueueConfig struct {
 	CompletedRetention *time.Duration
 	// RetentionEnabled turns retention (Retention, CompletedRetention) on.
 	RetentionEnabled *bool
-	// DeadLetterQueue keeps messages whose failed ack found the retries
-	// spent (see RetryLimit: that may be a message's first failure), and
-	// those acked dlq, in the queue's dead-letter queue.
+	// DeadLetterQueue keeps messages whose retries are spent (see
+	// RetryLimit), and those acked dlq, in the queue's dead-letter queue.
+	// On 2.x with it and DLQAfterMaxRetries off, a message whose retries
+	// are spent is dropped.
 	DeadLetterQueue *bool
-	// DLQAfterMaxRetries dead-letters a message whose failed ack finds
-	// the partition's RetryLimit spent (see RetryLimit for how the broker
-	// counts).
+	// DLQAfterMaxRetries dead-letters a message whose retries are spent
+	// (see RetryLimit for who counts them, and how).
 	DLQAfterMaxRetries *bool
 	// EncryptionEnabled stores payloads encrypted.
 	EncryptionEnabled *bool

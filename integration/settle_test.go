@@ -14,13 +14,14 @@ import (
 	"github.com/queen-go/queen"
 )
 
-// TestDeadLetterInABatchLeavesTheRestFree: the retry budget is the
-// partition consumer's (PROTOCOL.md §16), so with retryLimit 2 and ten
-// messages popped together, failures of messages 1, 4 and 7 (once each)
-// dead-letter 7 on its first failure. The messages after it in the same pop
-// (8 and 9) must still come at once: on 0.15.1 a dead-lettering failed
-// keeps the lease, so they come only if the loop gives them back in the same
-// ack.
+// TestDeadLetterInABatchLeavesTheRestFree: with retryLimit 2 and ten
+// messages popped together, messages 1 and 4 failing once each are
+// completed at their second delivery (the loop counts each message's own
+// failures, not the partition's), and message 7, failing always, is
+// dead-lettered at its third failure. The messages after it in the same
+// pop (8 and 9) must still come at once: on 0.15.1 a dead-letter that does
+// not finish the lease keeps it, so they come only if the loop gives them
+// back in the same ack.
 func TestDeadLetterInABatchLeavesTheRestFree(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
@@ -34,16 +35,21 @@ func TestDeadLetterInABatchLeavesTheRestFree(t *testing.T) {
 	ctx, cancel := context.WithTimeout(testCtx(t), redeliveryWithin)
 	defer cancel()
 	var (
-		mu     sync.Mutex
-		failed = map[int]bool{}
-		done   []int
+		mu       sync.Mutex
+		failed   = map[int]bool{}
+		done     []int
+		poisoned int
 	)
 	err := c.Queue(q).Group("g").SubscriptionMode(queen.SubscriptionModeAll).Batch(10).Each().
 		Consume(ctx, func(_ context.Context, m *queen.Message) error {
 			n := num(t, m)
 			mu.Lock()
 			defer mu.Unlock()
-			if (n == 1 || n == 4 || n == 7) && !failed[n] {
+			if n == 7 {
+				poisoned++
+				return errors.New("poison")
+			}
+			if (n == 1 || n == 4) && !failed[n] {
 				failed[n] = true
 				return errOnce
 			}
@@ -60,9 +66,9 @@ func TestDeadLetterInABatchLeavesTheRestFree(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(done)
-	if want := []int{0, 1, 2, 3, 4, 5, 6, 8, 9}; !slices.Equal(done, want) {
-		t.Errorf("within %v the loop completed %v, want %v (7 dead-lettered on its first failure, the rest of its pop given back)",
-			redeliveryWithin, done, want)
+	if want := []int{0, 1, 2, 3, 4, 5, 6, 8, 9}; !slices.Equal(done, want) || poisoned != 3 {
+		t.Errorf("within %v the loop completed %v and handled 7 %d times, want %v and 3 (7 dead-lettered at its third failure, the rest of its pop given back)",
+			redeliveryWithin, done, poisoned, want)
 	}
 	checkDLQ(t, c, q, 1)
 }

@@ -106,7 +106,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 	queue := fmt.Sprintf("worker-orders-%d", time.Now().UnixNano())
 	_, err = client.Queue(queue).Config(queen.QueueConfig{
 		LeaseTime:       queen.Ptr(30 * time.Second),      // RenewLease keeps slow orders leased
-		RetryLimit:      queen.Ptr(3),                     // failed three times: dead-lettered
+		RetryLimit:      queen.Ptr(3),                     // a fourth failure of an order dead-letters it
 		RetryDelay:      queen.Ptr(50 * time.Millisecond), // before a failed order comes back
 		DeadLetterQueue: queen.Ptr(true),                  // keep what runs out of retries
 	}).Create().Execute(ctx)
