@@ -97,8 +97,20 @@ func WithProfile(p Profile) Option {
 //     queue; an ack, a nack or an expired lease wakes no parked pop (the
 //     2.x profile wakes them on every change).
 //
-// The admin views (queue list and detail, consumer-group list and detail,
-// DLQ list) keep their 2.x shapes; they were not checked against 0.15.1.
+//   - The admin views are the 0.15.1 ones (PROTOCOL.md §17 for the DLQ):
+//     the queue list ({"queues":[...]}, newest first, counts total, pending
+//     without the processing ones, processing; no options) and detail
+//     (partitions with stats; no options; an unknown queue is 200
+//     {"error":"Queue not found"}); the consumer-group list (no
+//     partitionCursors, conflation, storage or kind; totalLag null;
+//     maxTimeLag the age of the newest unread message) and detail (no
+//     conflation; {} for a group with no partition claimed); the DLQ list
+//     (no total; entries carry the message's id; the limit never cuts the
+//     list, an offset of 1 or more or a limit of 0 answers
+//     {"success":true,"value":null}; partition, from and to are ignored).
+//     There is no DLQ replay or purge route (404, HTML). The real broker
+//     reads the queue counters from a statistics table it refreshes in the
+//     background; the profile computes them at once.
 func Broker015() Option { return WithProfile(Profile015) }
 
 // Profile reports the broker generation the Server imitates.
