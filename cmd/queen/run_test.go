@@ -462,7 +462,8 @@ func TestDLQ(t *testing.T) {
 	})
 	r := runCLI(t, b, "", "dlq", "emails", "--group", "mailer", "--from", "2026-10-01T00:00:00Z").want(t, exitOK)
 	want := "ID     PARTITION  GROUP   FAILED_AT             RETRIES  ERROR    PAYLOAD\n" +
-		"row-1  p1         mailer  2026-10-02T10:00:00Z  3        bounced  {\"to\":\"x\"}\n"
+		"row-1  p1         mailer  2026-10-02T10:00:00Z  3        bounced  {\"to\":\"x\"}\n" +
+		"total 1\n"
 	if r.stdout != want {
 		t.Fatalf("stdout\n%s\nwant\n%s", r.stdout, want)
 	}
