@@ -584,3 +584,63 @@ func TestSeekTimeOnLegacyBroker(t *testing.T) {
 		})
 	}
 }
+
+// On a 0.15.1 broker the DLQ list is asked for with neither limit nor
+// offset (it would answer nothing for any offset), and paged here.
+func TestListDLQOn015AsksForTheWholeList(t *testing.T) {
+	stub, c := newWireStubFunc(t, func(r stubReq) (int, string) {
+		if r.Path == "/health" {
+			return 200, `{"status":"healthy","database":"connected","server":"C++ Queen Server (libqueen)","worker_id":1,"version":"1.0.0"}`
+		}
+		return 200, `{"messages":[
+ {"id":"m3","transactionId":"t3","partitionId":"5bbcbea4-8c8f-41fe-855c-66ef47c23ba8","queue":"emails","partition":"p1","consumerGroup":"mailer","errorMessage":"x","retryCount":2,"data":3,"producerSub":"svc","createdAt":"2026-10-02T09:00:00.123Z","failedAt":"2026-10-02T10:00:03.000Z"},
+ {"id":"m2","transactionId":"t2","partitionId":"5bbcbea4-8c8f-41fe-855c-66ef47c23ba8","queue":"emails","partition":"p2","consumerGroup":"mailer","errorMessage":"x","retryCount":1,"data":2,"producerSub":null,"createdAt":"2026-10-02T09:00:00.000Z","failedAt":"2026-10-02T10:00:02.000Z"},
+ {"id":"m1","transactionId":"t1","partitionId":"5bbcbea4-8c8f-41fe-855c-66ef47c23ba8","queue":"emails","partition":"p1","consumerGroup":"mailer","errorMessage":"x","retryCount":0,"data":1,"producerSub":null,"createdAt":"2026-10-02T09:00:00.000Z","failedAt":"2026-10-02T10:00:01.000Z"}],
+ "pagination":{"limit":100,"offset":0}}`
+	})
+	stub.passHealth()
+	from := time.Date(2026, 10, 2, 10, 0, 1, 0, time.UTC)
+	page, err := c.Admin().ListDLQ(t.Context(), "emails", queen.DLQListOptions{ConsumerGroup: "mailer", Partition: "p1", From: from, Limit: 1, Offset: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := stub.requests()
+	if len(reqs) != 2 || reqs[0].Path != "/health" || reqs[1].Query.Encode() != "consumerGroup=mailer&queue=emails" {
+		t.Fatalf("requests %+v: want the generation probe, then the list with queue and group only", reqs)
+	}
+	if page.Total != 2 || page.Limit != 1 || page.Offset != 1 || len(page.Messages) != 1 {
+		t.Fatalf("page = %+v, want 1 of the 2 messages of p1", page)
+	}
+	m := page.Messages[0]
+	if m.ID != "" || m.MessageID != "m1" || m.Offset != -1 || m.Partition != "p1" || !m.FailedAt.Equal(from) ||
+		!m.MessageCreatedAt.Equal(time.Date(2026, 10, 2, 9, 0, 0, 0, time.UTC)) {
+		t.Fatalf("entry = %+v", m)
+	}
+	page, err = c.Admin().ListDLQ(t.Context(), "emails", queen.DLQListOptions{Limit: 1})
+	if err != nil || page.Total != 3 || page.Messages[0].MessageID != "m3" || page.Messages[0].ProducerSub != "svc" {
+		t.Fatalf("page = %+v, %v", page, err)
+	}
+	if len(stub.requests()) != 3 {
+		t.Fatal("the generation was asked twice")
+	}
+	// Known to be 0.15.1 now: a replay sends nothing.
+	if _, err := c.Admin().ReplayDLQ(t.Context(), page.Messages[0]); !errors.Is(err, queen.ErrNotSupported) {
+		t.Fatalf("replay: %v", err)
+	}
+	if len(stub.requests()) != 3 {
+		t.Fatal("a replay known to be unsupported was sent")
+	}
+}
+
+// A replay whose route the broker lacks (0.15.1's HTML 404) is
+// ErrNotSupported, without the page.
+func TestReplayDLQRouteMissingIsNotSupported(t *testing.T) {
+	stub, c := newWireStub(t, 404, `<html><body><h1>File Not Found</h1><hr><i>uWebSockets/20 Server</i></body></html>`)
+	_, err := c.Admin().ReplayDLQ(t.Context(), queen.DeadLetter{ID: "row", PartitionID: "5bbcbea4-8c8f-41fe-855c-66ef47c23ba8", TransactionID: "t"})
+	if !errors.Is(err, queen.ErrNotSupported) || strings.Contains(err.Error(), "<html>") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(stub.requests()); n != 2 {
+		t.Fatalf("%d requests, want the id route then the address route", n)
+	}
+}
