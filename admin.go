@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,9 +69,9 @@ type SeekConsumerGroupOptions struct {
 	// only what is pushed later.
 	ToEnd bool
 	// CreateIfMissing seeks even a group that has no position on the queue
-	// yet. By default the seek first looks the group up (GET
-	// /api/v1/consumer-groups/{group}) and fails with ErrGroupNotFound when
-	// it has none there, so that a mistyped name creates nothing. A 2.x
+	// yet. By default the seek first looks the group up in the broker's
+	// list of groups (GET /api/v1/consumer-groups) and fails with
+	// ErrGroupNotFound when it has none there, so that a mistyped name creates nothing. A 2.x
 	// broker then creates the group's positions; a 0.15.1 broker moves only
 	// the positions a group already has, so there it still updates nothing
 	// (PartitionsUpdated 0).
@@ -117,8 +118,8 @@ type SeekResult struct {
 //
 // Unless opts.CreateIfMissing is set, the group is looked up first and a
 // group with no position on queue fails with ErrGroupNotFound, sending no
-// seek. The check accepts a group that the broker's group view lists on
-// that queue: on 2.x, one with a cursor there (one of its pops or seeks
+// seek. The check accepts a group that the broker's list of groups (as
+// ListConsumerGroups returns it) has on that queue: on 2.x, one with a cursor there (one of its pops or seeks
 // created it); on 0.15.1, one of whose pops claimed a partition of the
 // queue. A 0.15.1 group whose pops have all found the queue empty has no
 // position yet and is refused (it has nothing to move: its next pop starts
@@ -203,14 +204,14 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	return res, nil
 }
 
-// groupOnQueue fails with ErrGroupNotFound unless the broker's view of the
-// group (GET /api/v1/consumer-groups/{group}) has a position on queue.
+// groupOnQueue fails with ErrGroupNotFound unless the broker's list of
+// groups (GET /api/v1/consumer-groups) has group on queue.
 func (a *Admin) groupOnQueue(ctx context.Context, group, queue string) error {
-	d, err := a.GetConsumerGroup(ctx, group)
-	if err != nil && !errors.Is(err, ErrGroupNotFound) {
+	groups, err := a.ListConsumerGroups(ctx)
+	if err != nil {
 		return fmt.Errorf("queen: look up consumer group %q before the seek: %w", group, err)
 	}
-	if _, ok := d.Queues[queue]; !ok {
+	if !slices.ContainsFunc(groups, func(g ConsumerGroup) bool { return g.Name == group && g.Queue == queue }) {
 		return fmt.Errorf("%w: group %q has no position on queue %q (check the names, or set CreateIfMissing to seek it anyway)",
 			ErrGroupNotFound, group, queue)
 	}

@@ -16,7 +16,7 @@ func TestSeekConsumerGroupSpecCalls(t *testing.T) {
 	// answers captured for them.
 	stub, client := newWireStubFunc(t, func(r stubReq) (int, string) {
 		if r.Method == http.MethodGet { // the group's lookup before each seek
-			return 200, `{"events":{"partitions":[{"partition":"p","totalConsumed":3,"offsetLag":0,"timeLagSeconds":0,"leaseActive":false}]}}`
+			return 200, `[{"name":"archiver","topics":["events"],"queueName":"events","members":1,"partitionsWithLag":0,"totalLag":null,"maxTimeLag":0,"state":"Stable"}]`
 		}
 		if strings.Contains(string(r.Body), "toEnd") {
 			return 200, `{"consumerGroup":"archiver","partitionsUpdated":3,"queueName":"events","seekToEnd":true,"success":true,"targetTimestamp":null}`
@@ -45,10 +45,10 @@ func TestSeekConsumerGroupSpecCalls(t *testing.T) {
 	if len(reqs) != 4 {
 		t.Fatalf("%d requests, want a lookup and a seek twice", len(reqs))
 	}
-	wantRoute(t, reqs[0], http.MethodGet, "/api/v1/consumer-groups/archiver")
+	wantRoute(t, reqs[0], http.MethodGet, "/api/v1/consumer-groups")
 	wantRoute(t, reqs[1], http.MethodPost, "/api/v1/consumer-groups/archiver/queues/events/seek")
 	jsonEqual(t, reqs[1].Body, `{"timestamp":"2026-10-22T00:00:00Z"}`)
-	wantRoute(t, reqs[2], http.MethodGet, "/api/v1/consumer-groups/archiver")
+	wantRoute(t, reqs[2], http.MethodGet, "/api/v1/consumer-groups")
 	wantRoute(t, reqs[3], http.MethodPost, "/api/v1/consumer-groups/archiver/queues/events/seek")
 	jsonEqual(t, reqs[3].Body, `{"toEnd":true}`)
 }

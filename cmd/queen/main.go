@@ -29,7 +29,7 @@
 //
 // seek --time takes an RFC 3339 time (2026-10-22T00:00:00Z) or a duration
 // that means that long ago (1h, 30m, 90s, 1h30m). Before moving anything,
-// seek looks the group up (the library's check,
+// seek looks the group up in the list of groups (the library's check,
 // queen.SeekConsumerGroupOptions.CreateIfMissing) and refuses a group that
 // has no position on QUEUE, since a seek would create it: a mistyped group
 // name changes nothing. --create seeks all the same, for a group that is to
