@@ -240,7 +240,8 @@ func (c *cli) seek(args []string) error {
 		res, err = cl.Admin().SeekConsumerGroup(c.ctx, group, queue, opts)
 	}
 	if errors.Is(err, queen.ErrGroupNotFound) {
-		return fmt.Errorf("%w; a mistyped group name changes nothing: pass --create to seek it all the same", err)
+		return fmt.Errorf("group %q has no position on queue %q, so a seek would create it; check the names, or pass --create (%w)",
+			group, queue, queen.ErrGroupNotFound)
 	}
 	if err != nil {
 		return err
