@@ -110,7 +110,8 @@ func WithProfile(p Profile) Option {
 //     {"error":"Queue not found"}); the consumer-group list (no
 //     partitionCursors, conflation, storage or kind; totalLag null;
 //     maxTimeLag the age of the newest unread message) and detail (no
-//     conflation; {} for a group with no partition claimed); the DLQ list
+//     conflation; an empty answer, no body, for a group with no partition
+//     claimed, and for an empty group list); the DLQ list
 //     (no total; entries carry the message's id; the limit never cuts the
 //     list, an offset of 1 or more or a limit of 0 answers
 //     {"success":true,"value":null}; partition, from and to are ignored).

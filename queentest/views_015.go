@@ -65,6 +65,16 @@ func (b *broker) subs015(queue, group string) (mode string, ts, created time.Tim
 	return mode, ts, created, ok
 }
 
+// sendSP015 answers a stored procedure's JSON result as the 0.15.1 routes
+// do: 200, and no body at all when the result is empty ({} or []), since
+// the response registry ends an empty answer without one.
+func (w *recorder) sendSP015(v any) {
+	w.json(http.StatusOK, v)
+	if b := w.body.String(); b == "{}" || b == "[]" {
+		w.body.Reset()
+	}
+}
+
 // ageSeconds is EXTRACT(EPOCH FROM (NOW() - t))::integer.
 func ageSeconds(now, t time.Time) int64 { return int64(math.Round(now.Sub(t).Seconds())) }
 
@@ -92,7 +102,8 @@ type group015Row struct {
 // a lagging partition (a lower bound of the real lag), at most over the
 // rows; state is Lagging past 300 s, else Stable when any cursor has a
 // last-consumed time, else Dead. totalLag is always null; there is no
-// partitionCursors, conflation, storage or kind.
+// partitionCursors, conflation, storage or kind. With no row at all the
+// answer is 200 with no body.
 func (s *Server) handleListGroups015(w *recorder, _ *request) {
 	b := s.b
 	b.mu.Lock()
@@ -168,7 +179,7 @@ func (s *Server) handleListGroups015(w *recorder, _ *request) {
 		}
 		rows = append(rows, r)
 	}
-	w.json(http.StatusOK, rows)
+	w.sendSP015(rows)
 }
 
 type groupPartition015 struct {
@@ -187,7 +198,8 @@ type groupPartition015 struct {
 // unread messages and timeLagSeconds is the age of the oldest (0 when
 // none); workerId is the lease id of the group's last claim there while
 // the cursor holds it. A group with no such row anywhere (a typo, or a
-// group whose pops all found nothing) answers {}.
+// group whose pops all found nothing) answers 200 with no body (the
+// procedure's {}, which the route sends as an empty answer).
 func (s *Server) handleGroupDetail015(w *recorder, req *request) {
 	group := req.params[0]
 	b := s.b
@@ -226,7 +238,7 @@ func (s *Server) handleGroupDetail015(w *recorder, req *request) {
 			out[qn] = queueDetail{Partitions: parts}
 		}
 	}
-	w.json(http.StatusOK, out)
+	w.sendSP015(out)
 }
 
 type queueCounts015 struct {
