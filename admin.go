@@ -22,6 +22,11 @@ package queen
 //     {"success","result":"moved"|"duplicate","queue","partition",
 //     "consumerGroup","dlqId","originalTransactionId","replayedAs":{...},
 //     "dlqRowRemoved"}; 404 {"result":"gone"} when the row is not there.
+//
+// The 0.15.1 broker's views (server/src/routes/{resources,consumer_groups,
+// dlq}.cpp; get_queues_v2, get_queue_v2, get_consumer_groups_v4,
+// get_consumer_group_details_v1, get_dlq_messages_v1) differ: see each
+// call's doc, PROTOCOL.md §17 and queentest's Broker015.
 
 import (
 	"bytes"
@@ -31,6 +36,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,7 +68,27 @@ type SeekConsumerGroupOptions struct {
 	// ToEnd moves the group past every message stored so far, so it reads
 	// only what is pushed later.
 	ToEnd bool
+	// CreateIfMissing seeks even a group that has no position on the queue
+	// yet. By default the seek first looks the group up in the broker's
+	// list of groups (GET /api/v1/consumer-groups) and fails with
+	// ErrGroupNotFound when it has none there, so that a mistyped name creates nothing. A 2.x
+	// broker then creates the group's positions; a 0.15.1 broker moves only
+	// the positions a group already has, so there it still updates nothing
+	// (PartitionsUpdated 0).
+	CreateIfMissing bool
 }
+
+// ErrGroupNotFound: the consumer group has no position on the queue (or,
+// for GetConsumerGroup, anywhere). It is returned by SeekConsumerGroup and
+// SeekPartition before the seek is sent (unless
+// SeekConsumerGroupOptions.CreateIfMissing), and by GetConsumerGroup; when
+// the broker answered 404, errors.As finds its *BrokerError too.
+var ErrGroupNotFound = errors.New("queen: consumer group not found")
+
+// ErrQueueNotFound: GetQueue asked for a queue the broker does not have.
+// When the broker answered 404 (2.x), errors.As finds its *BrokerError too;
+// a 0.15.1 broker answers 200 {"error":"Queue not found"}.
+var ErrQueueNotFound = errors.New("queen: queue not found")
 
 // SeekResult is the broker's report of a seek.
 type SeekResult struct {
@@ -89,6 +115,15 @@ type SeekResult struct {
 // request (an empty group or queue name with ErrEmptyGroup or
 // ErrEmptyQueue). The group's later pops read from the new position; its
 // subscription mode is not used again.
+//
+// Unless opts.CreateIfMissing is set, the group is looked up first and a
+// group with no position on queue fails with ErrGroupNotFound, sending no
+// seek. The check accepts a group that the broker's list of groups (as
+// ListConsumerGroups returns it) has on that queue: on 2.x, one with a cursor there (one of its pops or seeks
+// created it); on 0.15.1, one of whose pops claimed a partition of the
+// queue. A 0.15.1 group whose pops have all found the queue empty has no
+// position yet and is refused (it has nothing to move: its next pop starts
+// where its subscription says).
 func (a *Admin) SeekConsumerGroup(ctx context.Context, group, queue string, opts SeekConsumerGroupOptions) (SeekResult, error) {
 	return a.seek(ctx, group, queue, "", opts)
 }
@@ -115,6 +150,11 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	body, err := seekBody(opts)
 	if err != nil {
 		return SeekResult{}, err
+	}
+	if !opts.CreateIfMissing {
+		if err := a.groupOnQueue(ctx, group, queue); err != nil {
+			return SeekResult{}, err
+		}
 	}
 	asked := body.Timestamp
 	if asked != "" {
@@ -164,6 +204,20 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	return res, nil
 }
 
+// groupOnQueue fails with ErrGroupNotFound unless the broker's list of
+// groups (GET /api/v1/consumer-groups) has group on queue.
+func (a *Admin) groupOnQueue(ctx context.Context, group, queue string) error {
+	groups, err := a.ListConsumerGroups(ctx)
+	if err != nil {
+		return fmt.Errorf("queen: look up consumer group %q before the seek: %w", group, err)
+	}
+	if !slices.ContainsFunc(groups, func(g ConsumerGroup) bool { return g.Name == group && g.Queue == queue }) {
+		return fmt.Errorf("%w: group %q has no position on queue %q (check the names, or set CreateIfMissing to seek it anyway)",
+			ErrGroupNotFound, group, queue)
+	}
+	return nil
+}
+
 // seekBody validates the options and returns the body to send. A timestamp
 // in UTC ("Z") is sent as given; any other offset is sent converted to UTC.
 func seekBody(opts SeekConsumerGroupOptions) (wire.SeekRequest, error) {
@@ -201,33 +255,46 @@ const (
 )
 
 // ConsumerGroup is one consumer group on one queue, as listed by
-// ListConsumerGroups.
+// ListConsumerGroups. Fields one broker generation never sends are said so;
+// they keep their zero value (or -1, as said) there.
 type ConsumerGroup struct {
 	// Name is the group ("__QUEUE_MODE__" for the queue-mode cursor).
 	Name string `json:"name"`
 	// Queue is the queue the row is about.
 	Queue string `json:"queue"`
-	// PartitionCursors is how many partitions the group has a position on.
+	// PartitionCursors is how many partitions the group has a position on
+	// (0.15.1: how many partitions one of its pops claimed).
 	PartitionCursors int `json:"partitionCursors"`
 	// PartitionsWithLag is how many of them have unread messages.
 	PartitionsWithLag int `json:"partitionsWithLag"`
-	// TotalLag is the number of unread messages over all partitions.
+	// TotalLag is the number of unread messages over all partitions; -1
+	// from a 0.15.1 broker, which does not count them (it sends null; the
+	// group detail, GetConsumerGroup, has each partition's count).
 	TotalLag int64 `json:"totalLag"`
-	// MaxTimeLag is the age of the oldest unread message.
+	// MaxTimeLag is the age of the oldest unread message (2.x). A 0.15.1
+	// broker reports the age of the newest unread message of the most
+	// lagging partition instead, a lower bound, in whole seconds.
 	MaxTimeLag time.Duration `json:"maxTimeLag"`
 	// State is Lagging, Stable or Dead.
 	State ConsumerGroupState `json:"state"`
 	// SubscriptionMode is how the group started ("new", "all",
-	// "timestamp"); empty for queue mode.
+	// "timestamp"); empty for queue mode, and on 0.15.1 for a group that
+	// started with mode all or none (0.15.1 records only new and
+	// timestamp subscriptions).
 	SubscriptionMode string `json:"subscriptionMode,omitempty"`
 	// SubscriptionTimestamp is the time the group started from (mode
-	// timestamp; the epoch for mode all).
+	// timestamp; the epoch for mode all on 2.x; zero when the broker sends
+	// none).
 	SubscriptionTimestamp time.Time `json:"subscriptionTimestamp,omitzero"`
 	// SubscriptionCreatedAt is when the group registered on the queue.
 	SubscriptionCreatedAt time.Time `json:"subscriptionCreatedAt,omitzero"`
 	// Conflation is true for a group that gets only the newest message of
-	// each partition.
+	// each partition. A 0.15.1 broker has no conflation and never sends it.
 	Conflation bool `json:"conflation"`
+	// Storage and Kind are the 2.x broker's words for the group's storage
+	// ("segments") and kind ("queen"); a 0.15.1 broker never sends them.
+	Storage string `json:"storage,omitempty"`
+	Kind    string `json:"kind,omitempty"`
 }
 
 // ListConsumerGroups lists every consumer group on every queue, one row
@@ -245,8 +312,14 @@ func (a *Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroup, error)
 	for _, r := range rows {
 		g := ConsumerGroup{
 			Name: r.Name, Queue: r.QueueName, PartitionCursors: r.PartitionCursors, PartitionsWithLag: r.PartitionsWithLag,
-			TotalLag: r.TotalLag, MaxTimeLag: seconds(r.MaxTimeLag), State: ConsumerGroupState(r.State),
-			SubscriptionMode: r.SubscriptionMode, Conflation: r.Conflation,
+			TotalLag: -1, MaxTimeLag: seconds(r.MaxTimeLag), State: ConsumerGroupState(r.State),
+			Conflation: r.Conflation, Storage: r.Storage, Kind: r.Kind,
+		}
+		if r.TotalLag != nil {
+			g.TotalLag = *r.TotalLag
+		}
+		if r.SubscriptionMode != nil {
+			g.SubscriptionMode = *r.SubscriptionMode
 		}
 		if g.PartitionCursors == 0 {
 			g.PartitionCursors = r.Members
@@ -270,8 +343,12 @@ type ConsumerGroupDetail struct {
 
 // GroupQueueState is a group's state on one queue.
 type GroupQueueState struct {
-	// Conflation is true when the group conflates on this queue.
+	// Conflation is true when the group conflates on this queue; a 0.15.1
+	// broker never sends it.
 	Conflation bool `json:"conflation"`
+	// Kind is the 2.x broker's word for the group's kind ("queen"); a
+	// 0.15.1 broker never sends it.
+	Kind string `json:"kind,omitempty"`
 	// Partitions holds the group's cursor on each partition, by name.
 	Partitions []GroupPartitionState `json:"partitions"`
 }
@@ -289,7 +366,7 @@ type GroupPartitionState struct {
 	TotalConsumed int64 `json:"totalConsumed"`
 	// OffsetLag is how many messages are still unread.
 	OffsetLag int64 `json:"offsetLag"`
-	// TimeLag is the age of the oldest unread message.
+	// TimeLag is the age of the oldest unread message (whole seconds).
 	TimeLag time.Duration `json:"timeLag"`
 	// LeaseActive is true while a worker holds the partition.
 	LeaseActive bool `json:"leaseActive"`
@@ -297,8 +374,10 @@ type GroupPartitionState struct {
 
 // GetConsumerGroup returns the group's cursor on each partition of each
 // queue it reads (GET /api/v1/consumer-groups/{group}). A group with no
-// position anywhere is a *BrokerError with Status 404; an empty name fails
-// with ErrEmptyGroup before any request.
+// position anywhere fails with an error matching ErrGroupNotFound (a 2.x
+// broker answers 404, and errors.As finds that *BrokerError; a 0.15.1
+// broker answers {}, as it does for a group whose pops all found nothing).
+// An empty name fails with ErrEmptyGroup before any request.
 func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGroupDetail, error) {
 	if err := checkName(groupName, group); err != nil {
 		return ConsumerGroupDetail{}, err
@@ -306,11 +385,15 @@ func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGro
 	path := "/api/v1/consumer-groups/" + escape(group)
 	var out wire.GroupDetail
 	if _, err := a.c.doObject(ctx, call{method: http.MethodGet, path: path}, &out); err != nil {
+		var be *BrokerError
+		if errors.As(err, &be) && be.Status == http.StatusNotFound && json.Valid(be.Body) {
+			return ConsumerGroupDetail{Name: group}, fmt.Errorf("%w: %q: %w", ErrGroupNotFound, group, err)
+		}
 		return ConsumerGroupDetail{}, err
 	}
 	d := ConsumerGroupDetail{Name: group, Queues: make(map[string]GroupQueueState, len(out))}
 	for q, st := range out {
-		gs := GroupQueueState{Conflation: st.Conflation, Partitions: make([]GroupPartitionState, 0, len(st.Partitions))}
+		gs := GroupQueueState{Conflation: st.Conflation, Kind: st.Kind, Partitions: make([]GroupPartitionState, 0, len(st.Partitions))}
 		for _, p := range st.Partitions {
 			ps := GroupPartitionState{Partition: p.Partition, TotalConsumed: p.TotalConsumed, OffsetLag: p.OffsetLag,
 				TimeLag: seconds(p.TimeLagSeconds), LeaseActive: p.LeaseActive, LastConsumedAt: optTime(p.LastConsumedAt)}
@@ -320,6 +403,9 @@ func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGro
 			gs.Partitions = append(gs.Partitions, ps)
 		}
 		d.Queues[q] = gs
+	}
+	if len(d.Queues) == 0 {
+		return d, fmt.Errorf("%w: %q has no position on any queue", ErrGroupNotFound, group)
 	}
 	return d, nil
 }
@@ -391,24 +477,34 @@ func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts Dele
 
 // ---------------------------------------------------------------- queues
 
-// MessageCounts are the message counters of a queue or a partition.
+// MessageCounts are the message counters of a queue or a partition. A
+// 0.15.1 broker reads them from a statistics table it refreshes in the
+// background, so they may lag a little behind.
 type MessageCounts struct {
 	// Total counts the messages kept.
 	Total int64 `json:"total"`
-	// Pending counts those not yet consumed (by the slowest group).
+	// Pending counts those not yet consumed (by the slowest group), the
+	// ones being processed included, on both generations.
 	Pending int64 `json:"pending"`
 	// Processing counts those leased right now.
 	Processing int64 `json:"processing"`
-	// Completed counts those consumed.
+	// Completed counts those consumed; a 0.15.1 broker does not send it in
+	// the queue list (ListQueues), only per queue (GetQueue).
 	Completed int64 `json:"completed"`
-	// DeadLetter counts those in the dead-letter queue.
+	// Failed is a counter only 0.15.1's queue detail sends, and always 0.
+	Failed int64 `json:"failed,omitempty"`
+	// DeadLetter counts those in the dead-letter queue; a 0.15.1 broker
+	// does not send it in the queue list, only per queue.
 	DeadLetter int64 `json:"deadLetter"`
 }
 
-// QueueSummary is one queue of ListQueues.
+// QueueSummary is one queue of ListQueues. Fields one broker generation
+// never sends are said so; they keep their zero value there.
 type QueueSummary struct {
 	// Name is the queue.
 	Name string `json:"name"`
+	// ID is the broker's id of the queue (a UUID on 0.15.1).
+	ID string `json:"id,omitempty"`
 	// Namespace and Task tag the queue for discovery pops.
 	Namespace string `json:"namespace,omitempty"`
 	Task      string `json:"task,omitempty"`
@@ -416,9 +512,11 @@ type QueueSummary struct {
 	Partitions int `json:"partitions"`
 	// Messages are the queue's counters.
 	Messages MessageCounts `json:"messages"`
-	// RetainedBytes is the size of the messages kept.
+	// RetainedBytes is the size of the messages kept; a 0.15.1 broker
+	// never sends it.
 	RetainedBytes int64 `json:"retainedBytes,omitempty"`
-	// Config is the queue's configuration.
+	// Config is the queue's configuration; a 0.15.1 broker sends none in
+	// its queue views (only Namespace and Task are set there).
 	Config QueueConfig `json:"config"`
 	// CreatedAt is when the queue was created.
 	CreatedAt time.Time `json:"createdAt,omitzero"`
@@ -433,21 +531,30 @@ type QueueDetail struct {
 
 // QueuePartition is one partition of a queue.
 type QueuePartition struct {
-	// Name is the partition's name; ID the broker's opaque id.
+	// Name is the partition's name; ID the broker's opaque id (the
+	// partitionId of its messages).
 	Name string `json:"name"`
 	ID   string `json:"id,omitempty"`
 	// Messages are the partition's counters.
 	Messages MessageCounts `json:"messages"`
-	// CreatedAt, LastActivity, OldestMessage and NewestMessage are zero
-	// when the broker does not report them.
-	CreatedAt     time.Time `json:"createdAt,omitzero"`
-	LastActivity  time.Time `json:"lastActivity,omitzero"`
+	// CreatedAt is when the partition was created.
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+	// LastActivity is the partition's last lease; a 0.15.1 broker never
+	// sends it (zero there).
+	LastActivity time.Time `json:"lastActivity,omitzero"`
+	// OldestMessage is the creation time of the oldest message kept (2.x)
+	// or of the oldest pending one (0.15.1); zero when there is none.
 	OldestMessage time.Time `json:"oldestMessage,omitzero"`
+	// NewestMessage is the creation time of the newest message; zero when
+	// there is none.
 	NewestMessage time.Time `json:"newestMessage,omitzero"`
 }
 
 // ListQueues lists the broker's queues with their counters and
-// configuration (GET /api/v1/resources/queues).
+// configuration (GET /api/v1/resources/queues). A 0.15.1 broker lists the
+// newest queue first and sends no configuration, completed, dead-letter or
+// size figures; its pending count, which leaves out the messages being
+// processed, is returned with them added, as a 2.x broker counts.
 func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueues}, nil)
 	if err != nil {
@@ -457,17 +564,30 @@ func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 	if err := decodeList(resp.body, &rows, "queues", "data"); err != nil {
 		return nil, resp.refusal(http.MethodGet, wire.RouteQueues, "undecodable queue list: "+err.Error())
 	}
+	// Which rows count pending the 0.15.1 way: their counters lack
+	// "completed".
+	var shapes []struct {
+		Messages map[string]json.RawMessage `json:"messages"`
+	}
+	_ = decodeList(resp.body, &shapes, "queues", "data")
 	out := make([]QueueSummary, 0, len(rows))
 	for i := range rows {
 		s, _ := queueFromWire(&rows[i])
+		if i < len(shapes) && shapes[i].Messages != nil {
+			if _, ok := shapes[i].Messages["completed"]; !ok {
+				s.Messages.Pending += s.Messages.Processing
+			}
+		}
 		out = append(out, s)
 	}
 	return out, nil
 }
 
 // GetQueue returns one queue with its partitions (GET
-// /api/v1/resources/queues/{queue}). A queue that does not exist is a
-// *BrokerError with Status 404.
+// /api/v1/resources/queues/{queue}). A queue that does not exist fails
+// with an error matching ErrQueueNotFound (a 2.x broker answers 404, and
+// errors.As finds that *BrokerError). A 0.15.1 broker sends no
+// configuration here either.
 func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) {
 	if err := checkName(queueName, name); err != nil {
 		return QueueDetail{}, err
@@ -475,6 +595,10 @@ func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) 
 	path := "/api/v1/resources/queues/" + escape(name)
 	var row wire.QueueRow
 	if _, err := a.c.doObject(ctx, call{method: http.MethodGet, path: path}, &row); err != nil {
+		var be *BrokerError
+		if errors.As(err, &be) && (be.Status == http.StatusNotFound && json.Valid(be.Body) || strings.Contains(strings.ToLower(be.Message), "queue not found")) {
+			return QueueDetail{}, fmt.Errorf("%w: %q: %w", ErrQueueNotFound, name, err)
+		}
 		return QueueDetail{}, err
 	}
 	s, parts := queueFromWire(&row)
@@ -484,8 +608,11 @@ func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) 
 	d := QueueDetail{QueueSummary: s, PartitionList: make([]QueuePartition, 0, len(parts))}
 	for _, p := range parts {
 		qp := QueuePartition{Name: p.Name, ID: p.ID, CreatedAt: parseBrokerTime(p.CreatedAt)}
-		if p.Messages != nil {
+		switch {
+		case p.Messages != nil:
 			qp.Messages = countsFromWire(p.Messages)
+		case p.Stats != nil:
+			qp.Messages = countsFromWire(p.Stats)
 		}
 		qp.LastActivity, qp.OldestMessage, qp.NewestMessage = optTime(p.LastActivity), optTime(p.OldestMessage), optTime(p.NewestMessage)
 		d.PartitionList = append(d.PartitionList, qp)
@@ -499,7 +626,7 @@ func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) 
 // queueFromWire reads a queue row of the list or the detail. The list
 // reports partitions as a count, the detail as an array (returned).
 func queueFromWire(r *wire.QueueRow) (QueueSummary, []wire.QueuePartitionRow) {
-	s := QueueSummary{Name: r.Name, RetainedBytes: r.RetainedBytes, CreatedAt: parseBrokerTime(r.CreatedAt)}
+	s := QueueSummary{Name: r.Name, ID: r.ID, RetainedBytes: r.RetainedBytes, CreatedAt: parseBrokerTime(r.CreatedAt)}
 	if s.Name == "" {
 		s.Name = r.Queue
 	}
@@ -526,7 +653,11 @@ func queueFromWire(r *wire.QueueRow) (QueueSummary, []wire.QueuePartitionRow) {
 }
 
 func countsFromWire(m *wire.MessageCounts) MessageCounts {
-	return MessageCounts{Total: m.Total, Pending: m.Pending, Processing: m.Processing, Completed: m.Completed, DeadLetter: m.DeadLetter}
+	c := MessageCounts{Total: m.Total, Pending: m.Pending, Processing: m.Processing, Completed: m.Completed, DeadLetter: m.DeadLetter}
+	if m.Failed != nil {
+		c.Failed = *m.Failed
+	}
+	return c
 }
 
 // ConfigureQueue creates the queue or updates its options (POST
@@ -565,8 +696,39 @@ type Health struct {
 	Engine string `json:"engine,omitempty"`
 	// Version is the broker's version (0.15.1 always says "1.0.0").
 	Version string `json:"version,omitempty"`
-	// Database is the database state of PostgreSQL-backed brokers.
+	// Database is the database state ("connected") of a 0.15.1 broker; a
+	// 2.x broker never sends it.
 	Database string `json:"database,omitempty"`
+	// Server names a 0.15.1 broker's server ("C++ Queen Server
+	// (libqueen)"); a 2.x broker never sends it.
+	Server string `json:"server,omitempty"`
+	// WorkerID is the 0.15.1 broker's worker that answered; WorkerStatus
+	// that worker's state ("active"); a 2.x broker sends neither.
+	WorkerID     int    `json:"workerId,omitempty"`
+	WorkerStatus string `json:"workerStatus,omitempty"`
+	// SharedState is a 0.15.1 broker's report on the state it shares
+	// between servers, as sent ({"enabled":false} when it shares none); a
+	// 2.x broker never sends it.
+	SharedState json.RawMessage `json:"sharedState,omitempty"`
+	// Raft is a 2.x broker's report on its node; nil from a 0.15.1 broker.
+	Raft *RaftStatus `json:"raft,omitempty"`
+}
+
+// RaftStatus is a 2.x broker's node in its replication group.
+type RaftStatus struct {
+	// Role is the node's role ("leader", "follower", ...) and Leader true
+	// when it leads.
+	Role   string `json:"role"`
+	Leader bool   `json:"leader"`
+	// Term is the current election term.
+	Term uint64 `json:"term"`
+	// Applied and Commit are the log indexes applied and committed; Lag is
+	// how far the node is behind.
+	Applied uint64 `json:"applied"`
+	Commit  uint64 `json:"commit"`
+	Lag     uint64 `json:"lag"`
+	// StorageReady is true once the node's storage is open.
+	StorageReady bool `json:"storageReady"`
 }
 
 // Health asks the broker how it is (GET /health, no auth needed). An
@@ -586,10 +748,18 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 		}
 		return Health{}, resp.refusal(http.MethodGet, wire.RouteHealth, "undecodable health answer")
 	}
-	return Health{
+	out := Health{
 		Healthy: resp.status == http.StatusOK && h.Status == "healthy", Status: h.Status, HTTPStatus: resp.status,
-		Engine: h.Engine, Version: h.Version, Database: h.Database,
-	}, nil
+		Engine: h.Engine, Version: h.Version, Database: h.Database, Server: h.Server, WorkerID: h.WorkerID,
+		SharedState: h.SharedState,
+	}
+	if h.Queen != nil {
+		out.WorkerStatus = h.Queen.Status
+	}
+	if r := h.Raft; r != nil {
+		out.Raft = &RaftStatus{Role: r.Role, Leader: r.Leader, Term: r.Term, Applied: r.Applied, Commit: r.Commit, Lag: r.Lag, StorageReady: r.StorageReady}
+	}
+	return out, nil
 }
 
 // ---------------------------------------------------------------- DLQ
@@ -603,15 +773,19 @@ type DLQListOptions struct {
 	// From and To keep the messages that failed in [From, To); zero means
 	// unbounded.
 	From, To time.Time
-	// Limit is the page size (the broker's default when 0: 100 on 2.x).
+	// Limit is the page size; 0 means 100.
 	Limit int
 	// Offset skips that many matching messages (newest failure first).
 	Offset int
 }
 
-// DeadLetter is one message in a dead-letter queue.
+// DeadLetter is one message in a dead-letter queue. Fields one broker
+// generation never sends are said so; they keep their zero value (or -1,
+// as said) there.
 type DeadLetter struct {
-	// ID is the dead-letter row's id (what ReplayDLQ needs).
+	// ID is the dead-letter row's id (what ReplayDLQ needs). A 0.15.1
+	// broker has no such id: ID is empty there, and the message's id is in
+	// MessageID.
 	ID string `json:"id"`
 	// Queue and Partition are where the message lived.
 	Queue     string `json:"queue"`
@@ -621,7 +795,8 @@ type DeadLetter struct {
 	// ConsumerGroup is the group that dead-lettered it ("__QUEUE_MODE__"
 	// for queue mode).
 	ConsumerGroup string `json:"consumerGroup,omitempty"`
-	// Offset is the message's position in its partition; -1 when unknown.
+	// Offset is the message's position in its partition; -1 when unknown
+	// (a 0.15.1 broker has no offsets).
 	Offset int64 `json:"offset"`
 	// MessageID and TransactionID identify the original message.
 	MessageID     string `json:"messageId,omitempty"`
@@ -630,28 +805,47 @@ type DeadLetter struct {
 	Payload json.RawMessage `json:"payload"`
 	// Error is the failure reason stored with it.
 	Error string `json:"error,omitempty"`
-	// RetryCount is how many retries it had spent.
+	// RetryCount is how many retries it had spent. (A broker that counts
+	// retries per partition and group, as 0.15.1 does, stores that counter:
+	// the retries of the batch at that position, not of this message.)
 	RetryCount int `json:"retryCount"`
 	// FailedAt is when it was dead-lettered.
 	FailedAt time.Time `json:"failedAt,omitzero"`
+	// MessageCreatedAt is when the message was pushed (to the millisecond);
+	// a 2.x broker does not send it (zero there).
+	MessageCreatedAt time.Time `json:"messageCreatedAt,omitzero"`
+	// ProducerSub is the authenticated subject that pushed the message,
+	// when a 0.15.1 broker recorded one; a 2.x broker never sends it.
+	ProducerSub string `json:"producerSub,omitempty"`
 }
 
 // DLQPage is one page of ListDLQ.
 type DLQPage struct {
 	// Messages is the page, newest failure first.
 	Messages []DeadLetter `json:"messages"`
-	// Total is how many messages matched the broker's filters, before
-	// paging (it does not account for filters the broker ignored).
+	// Total is how many messages matched, before paging. From a 2.x broker
+	// it is the broker's count, which does not account for the filters it
+	// ignores (partition, time); from a 0.15.1 broker, which sends no
+	// count, it is counted here and accounts for every filter.
 	Total int `json:"total"`
-	// Limit and Offset echo the paging the broker applied.
+	// Limit and Offset echo the paging applied.
 	Limit  int `json:"limit"`
 	Offset int `json:"offset"`
 }
 
 // ListDLQ lists the dead-lettered messages of queue (GET /api/v1/dlq). The
-// filters are sent to the broker; since some brokers honour only the queue
-// and group filters, the partition and time filters are also applied to
-// the page received, so a returned message always matches them.
+// filters are sent to the broker; since a 2.x broker honours only the
+// queue and group filters, the partition and time filters are also applied
+// to the page received, so a returned message always matches them.
+//
+// A 0.15.1 broker pages wrongly (it sends every matching message whatever
+// the limit, and nothing for any offset) and counts nothing: there the
+// client learns the generation once (GET /health), asks once for the
+// queue's whole list (with neither limit nor offset), and applies every
+// filter, the offset and the limit itself, and counts Total. Each call then
+// transfers the whole list. Its entries have no ID (MessageID holds the
+// message's id) and cannot be replayed (ReplayDLQ fails with
+// ErrNotSupported).
 func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) (DLQPage, error) {
 	if err := checkName(queueName, queue); err != nil {
 		return DLQPage{}, err
@@ -668,12 +862,19 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 	if !opts.From.IsZero() && !opts.To.IsZero() && !opts.From.Before(opts.To) {
 		return DLQPage{}, fmt.Errorf("%w: From %s is not before To %s", ErrInvalidOption, opts.From, opts.To)
 	}
-	q := wire.DLQQuery{Queue: queue, ConsumerGroup: opts.ConsumerGroup, Partition: opts.Partition, Limit: opts.Limit, Offset: opts.Offset}
-	if !opts.From.IsZero() {
-		q.From = opts.From.UTC().Format(time.RFC3339Nano)
+	legacy, err := a.c.legacyBroker(ctx)
+	if err != nil {
+		return DLQPage{}, err
 	}
-	if !opts.To.IsZero() {
-		q.To = opts.To.UTC().Format(time.RFC3339Nano)
+	q := wire.DLQQuery{Queue: queue, ConsumerGroup: opts.ConsumerGroup}
+	if !legacy {
+		q.Partition, q.Limit, q.Offset = opts.Partition, opts.Limit, opts.Offset
+		if !opts.From.IsZero() {
+			q.From = opts.From.UTC().Format(time.RFC3339Nano)
+		}
+		if !opts.To.IsZero() {
+			q.To = opts.To.UTC().Format(time.RFC3339Nano)
+		}
 	}
 	vals, err := q.Values()
 	if err != nil {
@@ -695,11 +896,11 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		return DLQPage{}, resp.refusal(http.MethodGet, wire.RouteDLQ, "undecodable dlq answer: "+err.Error())
 	}
 	out := DLQPage{Total: page.Total, Limit: opts.Limit, Offset: opts.Offset, Messages: make([]DeadLetter, 0, len(page.Messages))}
-	if page.Pagination != nil {
+	if page.Pagination != nil && !legacy {
 		out.Limit, out.Offset = page.Pagination.Limit, page.Pagination.Offset
 	}
 	for i := range page.Messages {
-		d := deadLetterFromWire(&page.Messages[i])
+		d := deadLetterFromWire(&page.Messages[i], legacy)
 		if d.Queue != "" && d.Queue != queue {
 			continue
 		}
@@ -717,14 +918,29 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		}
 		out.Messages = append(out.Messages, d)
 	}
+	if legacy {
+		out.Total = len(out.Messages)
+		if out.Limit == 0 {
+			out.Limit = 100
+		}
+		from := min(out.Offset, len(out.Messages))
+		out.Messages = out.Messages[from:min(from+out.Limit, len(out.Messages))]
+	}
 	return out, nil
 }
 
-func deadLetterFromWire(m *wire.DLQMessage) DeadLetter {
+// deadLetterFromWire reads one entry; legacy says it is a 0.15.1 one, whose
+// id is the message's and whose createdAt is the message's creation.
+func deadLetterFromWire(m *wire.DLQMessage, legacy bool) DeadLetter {
 	d := DeadLetter{ID: m.ID, Queue: m.Queue, Partition: m.Partition, PartitionID: m.PartitionID, Offset: -1,
 		MessageID: m.MessageID, TransactionID: m.TransactionID, RetryCount: m.RetryCount, FailedAt: parseBrokerTime(m.FailedAt)}
-	if d.FailedAt.IsZero() {
+	if legacy {
+		d.ID, d.MessageID, d.MessageCreatedAt = "", m.ID, parseBrokerTime(m.CreatedAt)
+	} else if d.FailedAt.IsZero() {
 		d.FailedAt = parseBrokerTime(m.CreatedAt)
+	}
+	if m.ProducerSub != nil {
+		d.ProducerSub = *m.ProducerSub
 	}
 	if m.ConsumerGroup != nil {
 		d.ConsumerGroup = *m.ConsumerGroup
@@ -775,6 +991,14 @@ type ReplayResult struct {
 // fails with ErrNotReplayable before any request. A message no longer in
 // the dead-letter queue is a *BrokerError with Status 404.
 //
+// A 0.15.1 broker has no replay route: when the client already knows the
+// broker is one (a ListDLQ, or a seek to a time, asked its generation),
+// ReplayDLQ fails with ErrNotSupported before any request; otherwise it
+// fails with ErrNotSupported when the broker answers that it has no such
+// route (a 404 that is not JSON, 2.x's no_such_route, a 405). There, a
+// dead letter can be pushed again by hand (its Payload, to its Queue and
+// Partition) and the original left in the dead-letter queue.
+//
 // A replay is not safe to send twice (the second finds the row gone and
 // answers 404), so ReplayDLQ sends it again only when the broker surely
 // did not apply it: a failure to connect, and the answers 429 and 503 (the
@@ -790,6 +1014,9 @@ func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, err
 	byAddress := dl.PartitionID != "" && dl.TransactionID != ""
 	if dl.ID == "" && !byAddress {
 		return ReplayResult{}, ErrNotReplayable
+	}
+	if a.c.mem.generation.Load() == genLegacy {
+		return ReplayResult{}, fmt.Errorf("%w: a 0.15.1 broker cannot replay dead letters", ErrNotSupported)
 	}
 	addrPath := ""
 	if byAddress {
@@ -809,6 +1036,9 @@ func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, err
 		path = addrPath
 		out.DLQMoveResponse, out.Success = wire.DLQMoveResponse{}, nil
 		resp, err = a.c.doJSON(ctx, call{method: http.MethodPost, path: path, body: struct{}{}, once: true}, &out)
+	}
+	if err != nil && errors.As(err, &be) && routeMissing(be) {
+		return ReplayResult{}, fmt.Errorf("%w: the broker has no dead-letter replay route (POST %s answered %d)", ErrNotSupported, path, be.Status)
 	}
 	if err != nil {
 		return ReplayResult{}, err

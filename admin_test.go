@@ -15,6 +15,9 @@ func TestSeekConsumerGroupSpecCalls(t *testing.T) {
 	// The two calls of the documentation, as written, and the 0.15.1
 	// answers captured for them.
 	stub, client := newWireStubFunc(t, func(r stubReq) (int, string) {
+		if r.Method == http.MethodGet { // the group's lookup before each seek
+			return 200, `[{"name":"archiver","topics":["events"],"queueName":"events","members":1,"partitionsWithLag":0,"totalLag":null,"maxTimeLag":0,"state":"Stable"}]`
+		}
 		if strings.Contains(string(r.Body), "toEnd") {
 			return 200, `{"consumerGroup":"archiver","partitionsUpdated":3,"queueName":"events","seekToEnd":true,"success":true,"targetTimestamp":null}`
 		}
@@ -39,15 +42,20 @@ func TestSeekConsumerGroupSpecCalls(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 	reqs := stub.requests()
-	wantRoute(t, reqs[0], http.MethodPost, "/api/v1/consumer-groups/archiver/queues/events/seek")
-	jsonEqual(t, reqs[0].Body, `{"timestamp":"2026-10-22T00:00:00Z"}`)
+	if len(reqs) != 4 {
+		t.Fatalf("%d requests, want a lookup and a seek twice", len(reqs))
+	}
+	wantRoute(t, reqs[0], http.MethodGet, "/api/v1/consumer-groups")
 	wantRoute(t, reqs[1], http.MethodPost, "/api/v1/consumer-groups/archiver/queues/events/seek")
-	jsonEqual(t, reqs[1].Body, `{"toEnd":true}`)
+	jsonEqual(t, reqs[1].Body, `{"timestamp":"2026-10-22T00:00:00Z"}`)
+	wantRoute(t, reqs[2], http.MethodGet, "/api/v1/consumer-groups")
+	wantRoute(t, reqs[3], http.MethodPost, "/api/v1/consumer-groups/archiver/queues/events/seek")
+	jsonEqual(t, reqs[3].Body, `{"toEnd":true}`)
 }
 
 func TestSeek2xAnswerAndEscaping(t *testing.T) {
 	stub, c := newWireStub(t, 200, `{"success":true,"consumerGroup":"a?b","queueName":"q 1","partitionName":null,"seekToEnd":false,"targetTimestamp":"2026-10-21T22:00:00.000000Z","partitionsUpdated":2,"updated":true,"futureField":{"x":1}}`)
-	res, err := c.Admin().SeekConsumerGroup(t.Context(), "a?b", "q 1", queen.SeekConsumerGroupOptions{Timestamp: "2026-10-22T00:00:00+02:00"})
+	res, err := c.Admin().SeekConsumerGroup(t.Context(), "a?b", "q 1", queen.SeekConsumerGroupOptions{Timestamp: "2026-10-22T00:00:00+02:00", CreateIfMissing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +106,7 @@ func TestSeekBadOptionsSendNothing(t *testing.T) {
 func TestSeekRefusals(t *testing.T) {
 	t.Run("2.x 404", func(t *testing.T) {
 		_, c := newWireStub(t, 404, `{"success":false,"error":"Queue not found or has no partitions","consumerGroup":"g","queueName":"q","partitionsUpdated":0}`)
-		_, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{ToEnd: true})
+		_, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{ToEnd: true, CreateIfMissing: true})
 		var be *queen.BrokerError
 		if !errors.As(err, &be) || be.Status != 404 || be.Message != "Queue not found or has no partitions" {
 			t.Fatalf("err = %v", err)
@@ -106,7 +114,7 @@ func TestSeekRefusals(t *testing.T) {
 	})
 	t.Run("0.15.1 failure in a 200", func(t *testing.T) {
 		_, c := newWireStub(t, 200, `{"success":false,"error":"database error"}`)
-		_, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{ToEnd: true})
+		_, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{ToEnd: true, CreateIfMissing: true})
 		var be *queen.BrokerError
 		if !errors.As(err, &be) || be.Message != "database error" {
 			t.Fatalf("err = %v", err)
@@ -116,7 +124,7 @@ func TestSeekRefusals(t *testing.T) {
 
 func TestSeekPartition(t *testing.T) {
 	stub, c := newWireStub(t, 200, `{"success":true,"consumerGroup":"g","queueName":"q","partitionName":"customer-42","seekToEnd":false,"targetTimestamp":"2026-01-01T00:00:00.000000Z","partitionsUpdated":1,"updated":true}`)
-	res, err := c.Admin().SeekPartition(t.Context(), "g", "q", "customer-42", queen.SeekConsumerGroupOptions{Timestamp: "2026-01-01T00:00:00Z"})
+	res, err := c.Admin().SeekPartition(t.Context(), "g", "q", "customer-42", queen.SeekConsumerGroupOptions{Timestamp: "2026-01-01T00:00:00Z", CreateIfMissing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +138,7 @@ func TestSeekPartition(t *testing.T) {
 	// A broker that seeks the partition to its end whatever it is asked
 	// (0.15.1) is not taken for a success.
 	_, c = newWireStub(t, 200, `{"success":true,"consumerGroup":"g","queueName":"q","seekToEnd":true,"partitionsUpdated":1}`)
-	res, err = c.Admin().SeekPartition(t.Context(), "g", "q", "p", queen.SeekConsumerGroupOptions{Timestamp: "2026-01-01T00:00:00Z"})
+	res, err = c.Admin().SeekPartition(t.Context(), "g", "q", "p", queen.SeekConsumerGroupOptions{Timestamp: "2026-01-01T00:00:00Z", CreateIfMissing: true})
 	if !errors.Is(err, queen.ErrNotSupported) || !res.ToEnd {
 		t.Fatalf("err = %v, res = %+v; want ErrNotSupported with the result", err, res)
 	}
@@ -482,7 +490,7 @@ func TestAnswersWithoutSuccessField(t *testing.T) {
 	// An answer with no "success" is read by its content: an error text is a
 	// refusal, anything else a success.
 	_, c := newWireStub(t, 200, `{"consumerGroup":"g","queueName":"q","seekToEnd":true,"partitionsUpdated":4}`)
-	if res, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{ToEnd: true}); err != nil || res.PartitionsUpdated != 4 {
+	if res, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{ToEnd: true, CreateIfMissing: true}); err != nil || res.PartitionsUpdated != 4 {
 		t.Fatalf("seek: %+v, %v", res, err)
 	}
 	_, c = newWireStub(t, 200, `{"consumerGroup":"g","deletedPartitions":1}`)
@@ -555,7 +563,7 @@ func TestSeekTimeOnLegacyBroker(t *testing.T) {
 			})
 			stub.passHealth()
 			for range 2 {
-				res, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{Timestamp: tt.asked})
+				res, err := c.Admin().SeekConsumerGroup(t.Context(), "g", "q", queen.SeekConsumerGroupOptions{Timestamp: tt.asked, CreateIfMissing: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -574,5 +582,65 @@ func TestSeekTimeOnLegacyBroker(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// On a 0.15.1 broker the DLQ list is asked for with neither limit nor
+// offset (it would answer nothing for any offset), and paged here.
+func TestListDLQOn015AsksForTheWholeList(t *testing.T) {
+	stub, c := newWireStubFunc(t, func(r stubReq) (int, string) {
+		if r.Path == "/health" {
+			return 200, `{"status":"healthy","database":"connected","server":"C++ Queen Server (libqueen)","worker_id":1,"version":"1.0.0"}`
+		}
+		return 200, `{"messages":[
+ {"id":"m3","transactionId":"t3","partitionId":"5bbcbea4-8c8f-41fe-855c-66ef47c23ba8","queue":"emails","partition":"p1","consumerGroup":"mailer","errorMessage":"x","retryCount":2,"data":3,"producerSub":"svc","createdAt":"2026-10-02T09:00:00.123Z","failedAt":"2026-10-02T10:00:03.000Z"},
+ {"id":"m2","transactionId":"t2","partitionId":"5bbcbea4-8c8f-41fe-855c-66ef47c23ba8","queue":"emails","partition":"p2","consumerGroup":"mailer","errorMessage":"x","retryCount":1,"data":2,"producerSub":null,"createdAt":"2026-10-02T09:00:00.000Z","failedAt":"2026-10-02T10:00:02.000Z"},
+ {"id":"m1","transactionId":"t1","partitionId":"5bbcbea4-8c8f-41fe-855c-66ef47c23ba8","queue":"emails","partition":"p1","consumerGroup":"mailer","errorMessage":"x","retryCount":0,"data":1,"producerSub":null,"createdAt":"2026-10-02T09:00:00.000Z","failedAt":"2026-10-02T10:00:01.000Z"}],
+ "pagination":{"limit":100,"offset":0}}`
+	})
+	stub.passHealth()
+	from := time.Date(2026, 10, 2, 10, 0, 1, 0, time.UTC)
+	page, err := c.Admin().ListDLQ(t.Context(), "emails", queen.DLQListOptions{ConsumerGroup: "mailer", Partition: "p1", From: from, Limit: 1, Offset: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := stub.requests()
+	if len(reqs) != 2 || reqs[0].Path != "/health" || reqs[1].Query.Encode() != "consumerGroup=mailer&queue=emails" {
+		t.Fatalf("requests %+v: want the generation probe, then the list with queue and group only", reqs)
+	}
+	if page.Total != 2 || page.Limit != 1 || page.Offset != 1 || len(page.Messages) != 1 {
+		t.Fatalf("page = %+v, want 1 of the 2 messages of p1", page)
+	}
+	m := page.Messages[0]
+	if m.ID != "" || m.MessageID != "m1" || m.Offset != -1 || m.Partition != "p1" || !m.FailedAt.Equal(from) ||
+		!m.MessageCreatedAt.Equal(time.Date(2026, 10, 2, 9, 0, 0, 0, time.UTC)) {
+		t.Fatalf("entry = %+v", m)
+	}
+	page, err = c.Admin().ListDLQ(t.Context(), "emails", queen.DLQListOptions{Limit: 1})
+	if err != nil || page.Total != 3 || page.Messages[0].MessageID != "m3" || page.Messages[0].ProducerSub != "svc" {
+		t.Fatalf("page = %+v, %v", page, err)
+	}
+	if len(stub.requests()) != 3 {
+		t.Fatal("the generation was asked twice")
+	}
+	// Known to be 0.15.1 now: a replay sends nothing.
+	if _, err := c.Admin().ReplayDLQ(t.Context(), page.Messages[0]); !errors.Is(err, queen.ErrNotSupported) {
+		t.Fatalf("replay: %v", err)
+	}
+	if len(stub.requests()) != 3 {
+		t.Fatal("a replay known to be unsupported was sent")
+	}
+}
+
+// A replay whose route the broker lacks (0.15.1's HTML 404) is
+// ErrNotSupported, without the page.
+func TestReplayDLQRouteMissingIsNotSupported(t *testing.T) {
+	stub, c := newWireStub(t, 404, `<html><body><h1>File Not Found</h1><hr><i>uWebSockets/20 Server</i></body></html>`)
+	_, err := c.Admin().ReplayDLQ(t.Context(), queen.DeadLetter{ID: "row", PartitionID: "5bbcbea4-8c8f-41fe-855c-66ef47c23ba8", TransactionID: "t"})
+	if !errors.Is(err, queen.ErrNotSupported) || strings.Contains(err.Error(), "<html>") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(stub.requests()); n != 2 {
+		t.Fatalf("%d requests, want the id route then the address route", n)
 	}
 }

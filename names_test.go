@@ -132,7 +132,7 @@ func TestNameLengthBoundary(t *testing.T) {
 // reserved bytes are valid and only ever mean themselves on the path.
 func TestOddButValidNamesAreEscaped(t *testing.T) {
 	rec, c := newRecorder(t, answer{status: http.StatusOK, body: `{"success":true,"partitionsUpdated":1}`})
-	_, err := c.Admin().SeekPartition(context.Background(), "a b", "...", ".x?#%", SeekConsumerGroupOptions{ToEnd: true})
+	_, err := c.Admin().SeekPartition(context.Background(), "a b", "...", ".x?#%", SeekConsumerGroupOptions{ToEnd: true, CreateIfMissing: true})
 	require.NoError(t, err)
 	assert.Equal(t, "/api/v1/consumer-groups/a%20b/queues/.../partitions/.x%3F%23%25/seek", rec.only(t).Path)
 }

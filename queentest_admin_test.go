@@ -113,8 +113,11 @@ func TestQueentestSeekThenPop(t *testing.T) {
 	if got := payloads(popAll(t, c, "events", "archiver")); !slices.Equal(got, []string{"1", "2", "3", "4"}) {
 		t.Fatalf("after partition seek to the start: %v", got)
 	}
+	if _, err := c.Admin().SeekConsumerGroup(ctx, "archiver", "missing", queen.SeekConsumerGroupOptions{ToEnd: true}); !errors.Is(err, queen.ErrGroupNotFound) {
+		t.Fatalf("seek of a queue the group does not read: %v", err)
+	}
 	var be *queen.BrokerError
-	if _, err := c.Admin().SeekConsumerGroup(ctx, "archiver", "missing", queen.SeekConsumerGroupOptions{ToEnd: true}); !errors.As(err, &be) || be.Status != 404 {
+	if _, err := c.Admin().SeekConsumerGroup(ctx, "archiver", "missing", queen.SeekConsumerGroupOptions{ToEnd: true, CreateIfMissing: true}); !errors.As(err, &be) || be.Status != 404 {
 		t.Fatalf("seek of a missing queue: %v", err)
 	}
 }

@@ -546,11 +546,12 @@ func (s *Server) handleListGroups(w *recorder, _ *request) {
 		}
 		row := wire.ConsumerGroupRow{
 			Name: k.group, Topics: []string{k.queue}, QueueName: k.queue, Members: int(a.members),
-			PartitionCursors: int(a.members), PartitionsWithLag: int(a.withLag), TotalLag: a.totalLag,
+			PartitionCursors: int(a.members), PartitionsWithLag: int(a.withLag), TotalLag: &a.totalLag,
 			MaxTimeLag: float64(a.maxLag), State: state, Storage: "segments", Kind: "queen",
 		}
 		if m := b.groups[k]; m != nil && k.group != queueModeGroup {
-			row.SubscriptionMode = m.mode
+			mode := m.mode
+			row.SubscriptionMode = &mode
 			ts := m.subTS
 			switch m.mode {
 			case "all":

@@ -1,6 +1,7 @@
 package queentest
 
 import (
+	"encoding/json"
 	"net/http"
 	"sort"
 	"strconv"
@@ -162,4 +163,111 @@ func (s *Server) handleDLQPurge(w *recorder, req *request) {
 		g = group
 	}
 	w.json(http.StatusOK, map[string]any{"success": true, "queue": queue, "consumerGroup": g, "deleted": n})
+}
+
+// The 0.15.1 list (server/src/routes/dlq.cpp, get_dlq_messages_v1 in
+// lib/schema/procedures/010_messages.sql; PROTOCOL.md §17): the route reads
+// queue, consumerGroup, limit (default 100) and offset (default 0), each
+// number as std::stoi does, a number it cannot read being the default;
+// partition, from and to are not read. The procedure aggregates every
+// matching row into one JSON row and applies LIMIT and OFFSET to that one
+// row: the limit never cuts the list, and an offset of 1 or more, or a limit
+// of 0, leaves no row, which the route answers {"success":true,"value":null}.
+// Entries carry the message's id (there is no dead-letter row id), the
+// message's creation time and the failure time, both to the millisecond,
+// newest failure first; there is no total.
+
+type dlqEntry015 struct {
+	ID            string          `json:"id"`
+	TransactionID string          `json:"transactionId"`
+	PartitionID   string          `json:"partitionId"`
+	Queue         string          `json:"queue"`
+	Partition     string          `json:"partition"`
+	ConsumerGroup string          `json:"consumerGroup"`
+	ErrorMessage  string          `json:"errorMessage"`
+	RetryCount    int             `json:"retryCount"`
+	Data          json.RawMessage `json:"data"`
+	ProducerSub   *string         `json:"producerSub"`
+	CreatedAt     string          `json:"createdAt"`
+	FailedAt      string          `json:"failedAt"`
+}
+
+// stoi reads s as std::stoi does: optional blanks and sign, then the
+// leading digits; ok is false when there are none (or the value overflows
+// an int32).
+func stoi(s string) (int, bool) {
+	s = strings.TrimLeft(s, " \t\n\r\f\v")
+	end := 0
+	if end < len(s) && (s[end] == '+' || s[end] == '-') {
+		end++
+	}
+	digits := end
+	for end < len(s) && s[end] >= '0' && s[end] <= '9' {
+		end++
+	}
+	if end == digits {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s[:end], 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// handleDLQList015 is GET /api/v1/dlq on the 0.15.1 profile.
+func (s *Server) handleDLQList015(w *recorder, req *request) {
+	q := req.query
+	limit, offset := 100, 0
+	if v := q.Get("limit"); v != "" {
+		if n, ok := stoi(v); ok {
+			limit = n
+		}
+	}
+	if v := q.Get("offset"); v != "" {
+		if n, ok := stoi(v); ok {
+			offset = n
+		}
+	}
+	if limit < 0 {
+		w.dbError("LIMIT must not be negative")
+		return
+	}
+	if offset < 0 {
+		w.dbError("OFFSET must not be negative")
+		return
+	}
+	queue, group := q.Get("queue"), q.Get("consumerGroup")
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if limit == 0 || offset > 0 {
+		w.json(http.StatusOK, map[string]any{"success": true, "value": nil})
+		return
+	}
+	var rows []*dlqRow
+	for _, r := range b.dlq {
+		if (queue == "" || r.queue == queue) && (group == "" || r.group == group) {
+			rows = append(rows, r)
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if !rows[i].failedAt.Equal(rows[j].failedAt) {
+			return rows[i].failedAt.After(rows[j].failedAt)
+		}
+		return rows[i].seq > rows[j].seq
+	})
+	entries := make([]dlqEntry015, 0, len(rows))
+	for _, r := range rows {
+		created := r.failedAt
+		if p := b.parts[r.pid]; p != nil && r.offset >= 0 && r.offset < int64(len(p.msgs)) {
+			created = p.msgs[r.offset].createdAt
+		}
+		entries = append(entries, dlqEntry015{
+			ID: r.messageID, TransactionID: r.txn, PartitionID: r.wireID, Queue: r.queue, Partition: r.partition,
+			ConsumerGroup: r.group, ErrorMessage: r.errMsg, RetryCount: r.retryCount, Data: r.payload,
+			CreatedAt: isoMillis015(created), FailedAt: isoMillis015(r.failedAt),
+		})
+	}
+	w.json(http.StatusOK, map[string]any{"messages": entries, "pagination": map[string]int{"limit": limit, "offset": offset}})
 }

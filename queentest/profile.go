@@ -56,12 +56,14 @@ func WithProfile(p Profile) Option {
 //     are per-item success:false, broker errors are {"success":false,"error"}.
 //     Real 400s {"error"} only for input refused before the database, 201 []
 //     for a push of no items, 404 with an HTML body for an unknown route.
+//
 //   - Pops: default batch 1; autopilot, conflation and leaseSeconds are
 //     ignored (the route always passes lease_seconds 0), partitions is
 //     honoured on the wildcard route; no deliveryAttempt or offset on
 //     messages; partitionId is a UUID; a long poll that times out answers
 //     success:true, messages:[], leaseId:null. GET /api/v1/pop (discovery)
 //     and POST /api/v1/fetch do not exist (404).
+//
 //   - Subscriptions follow pop_unified_batch_v4: a group's cursor on a
 //     partition is NULL until it consumes something there; a NULL cursor
 //     starts at the group's subscription row (consumer_groups_metadata,
@@ -72,6 +74,7 @@ func WithProfile(p Profile) Option {
 //     one dated now, finds nothing newer, and moves the cursor to the
 //     partition's last message: success:true, messages:[], a leaseId,
 //     partitionsClaimed:1 (PROTOCOL.md §16).
+//
 //   - Acks follow ack_messages_v2: a per-partition-consumer retry budget
 //     (batch_retry_count, retryLimit default 3); failed and dlq share one
 //     branch that always dead-letters once the budget is spent (dlq at
@@ -81,6 +84,7 @@ func WithProfile(p Profile) Option {
 //     state before the request, so a single ack after a release is refused
 //     "Invalid or expired lease". retryDelay is not applied (0.15.1 stores
 //     it and never reads it).
+//
 //   - Seek, configure (replace semantics; no recognised option errors yet
 //     creates the queue), transactions (execute_transaction_v2), lease
 //     renewal (an array answer), push (partition_id and trace_id, no
@@ -88,17 +92,32 @@ func WithProfile(p Profile) Option {
 //     columns, makes the whole push answer "buffered" and store nothing)
 //     and /health (version "1.0.0", a database field, no engine) are the
 //     0.15.1 ones.
+//
 //   - Path parameters are taken raw, as uWebSockets hands them to the
 //     routes: a name that needs percent-escaping in a path never matches
 //     the stored name.
+//
 //   - A waiting pop that found nothing looks again on libqueen's schedule
 //     (100 ms after each of its first three empty looks, then 100 ms × n
 //     × 2, at most 1 s), and at once when a push stores messages in its
 //     queue; an ack, a nack or an expired lease wakes no parked pop (the
 //     2.x profile wakes them on every change).
 //
-// The admin views (queue list and detail, consumer-group list and detail,
-// DLQ list) keep their 2.x shapes; they were not checked against 0.15.1.
+//   - The admin views are the 0.15.1 ones (PROTOCOL.md §17 for the DLQ):
+//     the queue list ({"queues":[...]}, newest first, counts total, pending
+//     without the processing ones, processing; no options) and detail
+//     (partitions with stats; no options; an unknown queue is 200
+//     {"error":"Queue not found"}); the consumer-group list (no
+//     partitionCursors, conflation, storage or kind; totalLag null;
+//     maxTimeLag the age of the newest unread message) and detail (no
+//     conflation; an empty answer, no body, for a group with no partition
+//     claimed, and for an empty group list); the DLQ list
+//     (no total; entries carry the message's id; the limit never cuts the
+//     list, an offset of 1 or more or a limit of 0 answers
+//     {"success":true,"value":null}; partition, from and to are ignored).
+//     There is no DLQ replay or purge route (404, HTML). The real broker
+//     reads the queue counters from a statistics table it refreshes in the
+//     background; the profile computes them at once.
 func Broker015() Option { return WithProfile(Profile015) }
 
 // Profile reports the broker generation the Server imitates.

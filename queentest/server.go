@@ -364,9 +364,9 @@ func match(r *http.Request, legacy bool) (Route, handler, []string) {
 	case is("POST", "api", "v1", "configure"):
 		return RouteConfigure, by((*Server).handleConfigure, (*Server).handleConfigure015), nil
 	case is("GET", "api", "v1", "resources", "queues"):
-		return RouteQueues, (*Server).handleListQueues, nil
+		return RouteQueues, by((*Server).handleListQueues, (*Server).handleListQueues015), nil
 	case is("GET", "api", "v1", "resources", "queues", "*"):
-		return RouteQueues, (*Server).handleGetQueue, []string{seg[4]}
+		return RouteQueues, by((*Server).handleGetQueue, (*Server).handleGetQueue015), []string{seg[4]}
 	case is("DELETE", "api", "v1", "resources", "queues", "*"):
 		return RouteQueues, by((*Server).handleDeleteQueue, (*Server).handleDeleteQueue015), []string{seg[4]}
 	case is("GET", "api", "v1", "resources", "queues", "*", "depth") && !legacy:
@@ -376,11 +376,11 @@ func match(r *http.Request, legacy bool) (Route, handler, []string) {
 	case is("POST", "api", "v1", "consumer-groups", "*", "queues", "*", "partitions", "*", "seek"):
 		return RouteSeek, by((*Server).handleSeek, (*Server).handleSeekPartition015), []string{seg[3], seg[5], seg[7]}
 	case is("GET", "api", "v1", "consumer-groups"):
-		return RouteGroups, (*Server).handleListGroups, nil
+		return RouteGroups, by((*Server).handleListGroups, (*Server).handleListGroups015), nil
 	case is("GET", "api", "v1", "consumer-groups", "lagging"):
 		return RouteGroups, (*Server).handleLaggingGroups, nil
 	case is("GET", "api", "v1", "consumer-groups", "*"):
-		return RouteGroups, (*Server).handleGroupDetail, []string{seg[3]}
+		return RouteGroups, by((*Server).handleGroupDetail, (*Server).handleGroupDetail015), []string{seg[3]}
 	case is("DELETE", "api", "v1", "consumer-groups", "*"):
 		return RouteGroups, (*Server).handleDeleteGroup, []string{seg[3]}
 	case is("DELETE", "api", "v1", "consumer-groups", "*", "queues", "*"):
@@ -388,7 +388,7 @@ func match(r *http.Request, legacy bool) (Route, handler, []string) {
 	case is("POST", "api", "v1", "consumer-groups", "*", "subscription"):
 		return RouteGroups, (*Server).handleGroupSubscription, []string{seg[3]}
 	case is("GET", "api", "v1", "dlq"):
-		return RouteDLQ, (*Server).handleDLQList, nil
+		return RouteDLQ, by((*Server).handleDLQList, (*Server).handleDLQList015), nil
 	case is("DELETE", "api", "v1", "dlq") && !legacy:
 		return RouteDLQ, (*Server).handleDLQPurge, nil
 	case is("POST", "api", "v1", "dlq", "*", "replay") && !legacy:

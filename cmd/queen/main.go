@@ -8,6 +8,10 @@
 //	seek GROUP QUEUE (--to-end | --time T) [--partition P] [--create]
 //	groups [GROUP]                      list groups, or one group's partitions
 //	groups delete GROUP [--queue Q] [--keep-metadata]
+//	queues [QUEUE]                      list queues, or one queue's partitions
+//	queues create QUEUE [OPTIONS]       create a queue, or set options of one
+//	queues configure QUEUE OPTIONS [--replace]
+//	queues delete QUEUE                 delete a queue with its messages
 //	push QUEUE [--partition P] [--txid ID] [JSON...]   (no JSON: one per line of stdin)
 //	pop QUEUE [--group G] [--partition P] [--batch N] [--wait] [--timeout-ms N]
 //	          [--subscription-mode new|all] [--ack]
@@ -25,10 +29,33 @@
 //
 // seek --time takes an RFC 3339 time (2026-10-22T00:00:00Z) or a duration
 // that means that long ago (1h, 30m, 90s, 1h30m). Before moving anything,
-// seek looks the group up (GET /api/v1/consumer-groups/GROUP) and refuses a
-// group that has no position on QUEUE, since a seek would create it: a
-// mistyped group name changes nothing. --create seeks all the same, for a
-// group that is to start at that position.
+// seek looks the group up in the list of groups (the library's check,
+// queen.SeekConsumerGroupOptions.CreateIfMissing) and refuses a group that
+// has no position on QUEUE, since a seek would create it: a mistyped group
+// name changes nothing. --create seeks all the same, for a group that is to
+// start at that position. (A 0.15.1 broker records a group only once one of
+// its pops claimed a partition, and moves only positions that exist.)
+//
+// # Queues
+//
+// The OPTIONS of queues create and configure set the queue's options, each
+// flag one option: --lease-time D, --retry-limit N, --retry-delay D,
+// --priority N, --delayed-processing D, --window-buffer D, --max-size N,
+// --ttl D, --retention D, --completed-retention D, --max-wait-time D,
+// --dead-letter-queue, --dlq-after-max-retries, --retention-enabled and
+// --encryption (booleans; =false turns one off), --namespace NS and --task
+// T. D is a duration (30s, 5m). Options not given keep their value
+// (configure --replace resets them to the broker's defaults; a 0.15.1
+// broker always resets them). Both print the options the broker reports
+// after the change.
+//
+// # Dead letters
+//
+// dlq prints one row per dead letter, then "total N", or, when it printed
+// fewer rows than there are, "total N; showing A-B; more with --offset C".
+// --limit defaults to 100. A 0.15.1 broker has no dead-letter ids: the
+// first column is then MESSAGE_ID, the message's id, and dlq replay fails
+// (exit 1, "not supported by this broker").
 //
 // # JSON output
 //
@@ -44,17 +71,33 @@
 //	fetch          {PARTITION: {records, highWatermark, logStartOffset, [error]}}
 //	               records: [{partition, offset, transactionId, payload, [timestamp]}]
 //	groups         [{name, queue, partitionCursors, partitionsWithLag, totalLag, maxTimeLag,
-//	                 state, conflation, [subscriptionMode, subscriptionTimestamp, subscriptionCreatedAt]}]
+//	                 state, conflation, [subscriptionMode, subscriptionTimestamp, subscriptionCreatedAt,
+//	                 storage, kind]}]
+//	               totalLag: -1 from a 0.15.1 broker, which does not count it
 //	groups GROUP   {name, queues: {QUEUE: {conflation, partitions: [{partition, totalConsumed,
-//	                 offsetLag, timeLag, leaseActive, [workerId, lastConsumedAt]}]}}}
+//	                 offsetLag, timeLag, leaseActive, [workerId, lastConsumedAt]}], [kind]}}}
 //	groups delete  {consumerGroup, deletedPartitions, metadataDeleted, [queue, queues]}
 //	seek           {consumerGroup, queue, toEnd, partitionsUpdated, [partition, timestamp]}
 //	dlq            {messages, total, limit, offset}
 //	               messages: [{id, queue, offset, transactionId, payload, retryCount,
-//	                 [partition, partitionId, consumerGroup, messageId, error, failedAt]}]
+//	                 [partition, partitionId, consumerGroup, messageId, error, failedAt,
+//	                 messageCreatedAt, producerSub]}]
+//	               id: "" from a 0.15.1 broker (messageId is then the message's id)
 //	dlq replay     [{moved, result, offset, [queue, partition, transactionId, messageId,
 //	                 originalTransactionId]}]
-//	health         {healthy, status, httpStatus, [engine, version, database]}
+//	health         {healthy, status, httpStatus, [engine, version, database, server, workerId,
+//	                 workerStatus, sharedState, raft]}
+//	queues         [{name, partitions, messages, config, [id, namespace, task, retainedBytes, createdAt]}]
+//	               messages: {total, pending, processing, completed, deadLetter, [failed]};
+//	               config: the options reported, named as the broker names them, times in
+//	               the units the broker uses ({} from a 0.15.1 broker, which sends none)
+//	queues QUEUE   {name, partitions, messages, config, partitionList, [id, namespace, task,
+//	                 retainedBytes, createdAt]}
+//	               partitionList: [{name, messages, [id, createdAt, lastActivity, oldestMessage,
+//	                 newestMessage]}]
+//	queues create, queues configure
+//	               {queue, config}
+//	queues delete  {queue, deleted, existed}
 //
 // Errors go to stderr as text, with or without --json.
 //

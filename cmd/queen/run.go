@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,6 +35,17 @@ commands:
                                         --create: seek a group not yet on QUEUE
   groups [GROUP]                        list consumer groups, or one group's partitions
   groups delete GROUP [--queue Q] [--keep-metadata]
+  queues [QUEUE]                        list queues, or one queue's partitions
+  queues create QUEUE [OPTIONS]         create a queue (or set options of an existing one)
+  queues configure QUEUE OPTIONS [--replace]
+                                        set options; --replace resets the others
+  queues delete QUEUE                   delete a queue with its messages
+                                        OPTIONS: --lease-time D --retry-limit N --retry-delay D
+                                        --priority N --delayed-processing D --window-buffer D
+                                        --max-size N --ttl D --retention D --completed-retention D
+                                        --max-wait-time D --dead-letter-queue[=false]
+                                        --dlq-after-max-retries[=false] --retention-enabled[=false]
+                                        --encryption[=false] --namespace NS --task T  (D: 30s, 5m)
   push QUEUE [--partition P] [--txid ID] [JSON...]   no JSON args: one value per stdin line
   pop QUEUE [--group G] [--partition P] [--batch N] [--wait] [--timeout-ms N]
             [--subscription-mode new|all] [--ack]
@@ -87,7 +98,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	cmd, rest := rest[0], rest[1:]
 	commands := map[string]func([]string) error{
-		"seek": c.seek, "groups": c.groups, "push": c.push, "pop": c.pop, "fetch": c.fetch, "dlq": c.dlq, "health": c.health,
+		"seek": c.seek, "groups": c.groups, "queues": c.queues, "push": c.push, "pop": c.pop, "fetch": c.fetch, "dlq": c.dlq, "health": c.health,
 	}
 	if cmd == "help" {
 		fmt.Fprint(stdout, usageText)
@@ -221,16 +232,16 @@ func (c *cli) seek(args []string) error {
 	if err != nil {
 		return err
 	}
-	if !*create {
-		if err := groupExists(c.ctx, cl, group, queue); err != nil {
-			return err
-		}
-	}
+	opts.CreateIfMissing = *create
 	var res queen.SeekResult
 	if *partition != "" {
 		res, err = cl.Admin().SeekPartition(c.ctx, group, queue, *partition, opts)
 	} else {
 		res, err = cl.Admin().SeekConsumerGroup(c.ctx, group, queue, opts)
+	}
+	if errors.Is(err, queen.ErrGroupNotFound) {
+		return fmt.Errorf("group %q has no position on queue %q, so a seek would create it; check the names, or pass --create (%w)",
+			group, queue, queen.ErrGroupNotFound)
 	}
 	if err != nil {
 		return err
@@ -265,27 +276,6 @@ func seekTime(v string, now time.Time) (string, error) {
 		return "", usagef("seek: --time %q: a duration means that long ago and must not be negative", v)
 	}
 	return now.Add(-d).UTC().Format(time.RFC3339Nano), nil
-}
-
-// errNoSuchGroup is seek's refusal of a group that has no position on the
-// queue: a seek would create it, which a mistyped name should not do.
-var errNoSuchGroup = errors.New("no such consumer group on this queue")
-
-// groupExists looks the group up (GET /api/v1/consumer-groups/{group}) and
-// fails with errNoSuchGroup when it has no position on queue.
-func groupExists(ctx context.Context, cl *queen.Client, group, queue string) error {
-	d, err := cl.Admin().GetConsumerGroup(ctx, group)
-	var be *queen.BrokerError
-	if errors.As(err, &be) && be.Status == http.StatusNotFound {
-		err = nil // no position anywhere
-	} else if err != nil {
-		return fmt.Errorf("look up consumer group %q: %w", group, err)
-	}
-	if _, ok := d.Queues[queue]; !ok {
-		return fmt.Errorf("%w: group %q has no position on queue %q, and a seek would create it; check the names, or pass --create",
-			errNoSuchGroup, group, queue)
-	}
-	return nil
 }
 
 // ---------------------------------------------------------------- groups
@@ -360,7 +350,11 @@ func (c *cli) groups(args []string) error {
 		if mode == "" {
 			mode = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", g.Name, g.Queue, g.State, g.TotalLag, g.PartitionsWithLag, g.MaxTimeLag, mode)
+		lag := "-" // a 0.15.1 broker does not count it
+		if g.TotalLag >= 0 {
+			lag = strconv.FormatInt(g.TotalLag, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", g.Name, g.Queue, g.State, lag, g.PartitionsWithLag, g.MaxTimeLag, mode)
 	}
 	return tw.Flush()
 }
@@ -686,15 +680,59 @@ func (c *cli) dlq(args []string) error {
 	if c.json {
 		return c.printJSON(page)
 	}
-	tw := c.table("ID", "PARTITION", "GROUP", "FAILED_AT", "RETRIES", "ERROR", "PAYLOAD")
+	// A 0.15.1 broker has no dead-letter id: the message id is shown then.
+	byMessage := len(page.Messages) > 0
+	for _, m := range page.Messages {
+		byMessage = byMessage && m.ID == ""
+	}
+	idHeader := "ID"
+	if byMessage {
+		idHeader = "MESSAGE_ID"
+	}
+	tw := c.table(idHeader, "PARTITION", "GROUP", "FAILED_AT", "RETRIES", "ERROR", "PAYLOAD")
 	for _, m := range page.Messages {
 		failedAt := "-"
 		if !m.FailedAt.IsZero() {
 			failedAt = m.FailedAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.ID, m.Partition, m.ConsumerGroup, failedAt, m.RetryCount, m.Error, m.Payload)
+		id := m.ID
+		if byMessage {
+			id = m.MessageID
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", orDash(id), orDash(m.Partition), orDash(m.ConsumerGroup), failedAt, m.RetryCount, m.Error, m.Payload)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return c.dlqSummary(page)
+}
+
+// dlqSummary ends the dlq table with the total and, when the page holds
+// fewer rows than there are, which ones it shows and how to see the rest.
+func (c *cli) dlqSummary(page queen.DLQPage) error {
+	n := len(page.Messages)
+	if page.Offset == 0 && n >= page.Total {
+		_, err := fmt.Fprintf(c.stdout, "total %d\n", page.Total)
+		return err
+	}
+	if n == 0 {
+		_, err := fmt.Fprintf(c.stdout, "total %d; none shown from offset %d\n", page.Total, page.Offset)
+		return err
+	}
+	msg := fmt.Sprintf("total %d; showing %d-%d", page.Total, page.Offset+1, page.Offset+n)
+	if page.Offset+n < page.Total {
+		msg += fmt.Sprintf("; more with --offset %d (and --limit)", page.Offset+n)
+	}
+	_, err := fmt.Fprintln(c.stdout, msg)
+	return err
+}
+
+// orDash is s, or "-" when s is empty (a table cell must not be blank).
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func (c *cli) dlqReplay(ids []string) error {

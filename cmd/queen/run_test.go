@@ -103,19 +103,22 @@ func (r result) want(t *testing.T, code int) result {
 const seekAnswer = `{"consumerGroup":"archiver","partitionsUpdated":3,"queueName":"events","seekToEnd":true,"success":true,"targetTimestamp":null}`
 
 // seekBroker answers a seek with answer, and the lookup of the group that
-// comes before it with a group that has a position on each of queues.
+// comes before it (the list of groups) with groups "archiver" and "g"
+// having a position on each of queues.
 func seekBroker(t *testing.T, status int, answer string, queues ...string) *fakeBroker {
 	t.Helper()
-	detail := map[string]any{}
-	for _, q := range queues {
-		detail[q] = map[string]any{"conflation": false, "partitions": []any{}}
+	rows := []any{}
+	for _, g := range []string{"archiver", "g"} {
+		for _, q := range queues {
+			rows = append(rows, map[string]any{"name": g, "topics": []string{q}, "queueName": q, "members": 1, "state": "Stable"})
+		}
 	}
-	body, err := json.Marshal(detail)
+	body, err := json.Marshal(rows)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return newFakeBroker(t, func(r brokerReq) (int, string) {
-		if r.Method == http.MethodGet && strings.HasPrefix(r.Path, "/api/v1/consumer-groups/") {
+		if r.Method == http.MethodGet && r.Path == "/api/v1/consumer-groups" {
 			return 200, string(body)
 		}
 		return status, answer
@@ -140,7 +143,7 @@ func TestSeekToEnd(t *testing.T) {
 	if r.stdout != "archiver on events: 3 partitions moved to the end\n" || r.stderr != "" {
 		t.Fatalf("stdout %q stderr %q", r.stdout, r.stderr)
 	}
-	if look := b.requests()[0]; look.Path != "/api/v1/consumer-groups/archiver" {
+	if look := b.requests()[0]; look.Path != "/api/v1/consumer-groups" {
 		t.Fatalf("lookup = %+v", look)
 	}
 	req := seekRequest(t, b)
@@ -462,7 +465,8 @@ func TestDLQ(t *testing.T) {
 	})
 	r := runCLI(t, b, "", "dlq", "emails", "--group", "mailer", "--from", "2026-10-01T00:00:00Z").want(t, exitOK)
 	want := "ID     PARTITION  GROUP   FAILED_AT             RETRIES  ERROR    PAYLOAD\n" +
-		"row-1  p1         mailer  2026-10-02T10:00:00Z  3        bounced  {\"to\":\"x\"}\n"
+		"row-1  p1         mailer  2026-10-02T10:00:00Z  3        bounced  {\"to\":\"x\"}\n" +
+		"total 1\n"
 	if r.stdout != want {
 		t.Fatalf("stdout\n%s\nwant\n%s", r.stdout, want)
 	}

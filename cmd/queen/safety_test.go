@@ -138,17 +138,24 @@ var jsonFields = map[string]struct{ always, optional []string }{
 	"fetch partition": {[]string{"records", "highWatermark", "logStartOffset"}, []string{"error"}},
 	"fetch record":    {[]string{"partition", "offset", "transactionId", "payload"}, []string{"timestamp"}},
 	"groups": {[]string{"name", "queue", "partitionCursors", "partitionsWithLag", "totalLag", "maxTimeLag", "state", "conflation"},
-		[]string{"subscriptionMode", "subscriptionTimestamp", "subscriptionCreatedAt"}},
+		[]string{"subscriptionMode", "subscriptionTimestamp", "subscriptionCreatedAt", "storage", "kind"}},
 	"groups GROUP":           {[]string{"name", "queues"}, nil},
-	"groups GROUP queue":     {[]string{"conflation", "partitions"}, nil},
+	"groups GROUP queue":     {[]string{"conflation", "partitions"}, []string{"kind"}},
 	"groups GROUP partition": {[]string{"partition", "totalConsumed", "offsetLag", "timeLag", "leaseActive"}, []string{"workerId", "lastConsumedAt"}},
 	"groups delete":          {[]string{"consumerGroup", "deletedPartitions", "metadataDeleted"}, []string{"queue", "queues"}},
 	"seek":                   {[]string{"consumerGroup", "queue", "toEnd", "partitionsUpdated"}, []string{"partition", "timestamp"}},
 	"dlq":                    {[]string{"messages", "total", "limit", "offset"}, nil},
 	"dlq message": {[]string{"id", "queue", "offset", "transactionId", "payload", "retryCount"},
-		[]string{"partition", "partitionId", "consumerGroup", "messageId", "error", "failedAt"}},
+		[]string{"partition", "partitionId", "consumerGroup", "messageId", "error", "failedAt", "messageCreatedAt", "producerSub"}},
 	"dlq replay": {[]string{"moved", "result", "offset"}, []string{"queue", "partition", "transactionId", "messageId", "originalTransactionId"}},
-	"health":     {[]string{"healthy", "status", "httpStatus"}, []string{"engine", "version", "database"}},
+	"health": {[]string{"healthy", "status", "httpStatus"}, []string{"engine", "version", "database", "server", "workerId", "workerStatus",
+		"sharedState", "raft"}},
+	"queues": {[]string{"name", "partitions", "messages", "config"}, []string{"id", "namespace", "task", "retainedBytes", "createdAt"}},
+	"queues QUEUE": {[]string{"name", "partitions", "messages", "config", "partitionList"},
+		[]string{"id", "namespace", "task", "retainedBytes", "createdAt"}},
+	"queues QUEUE partition": {[]string{"name", "messages"}, []string{"id", "createdAt", "lastActivity", "oldestMessage", "newestMessage"}},
+	"queues create":          {[]string{"queue", "config"}, nil},
+	"queues delete":          {[]string{"queue", "deleted", "existed"}, nil},
 }
 
 // Every command prints JSON with --json, with the field names the package
@@ -238,6 +245,14 @@ func TestJSONFieldNamesOfEveryCommand(t *testing.T) {
 	want("dlq replay", first(js("dlq", "replay", dl.ID)))
 	want("groups delete", js("groups", "delete", "d"))
 	want("health", js("health"))
+	want("queues create", js("queues", "create", "made", "--retry-limit", "4"))
+	want("queues", first(js("queues")))
+	qd := js("queues", "orders")
+	want("queues QUEUE", qd)
+	var ql struct{ PartitionList []json.RawMessage }
+	_ = json.Unmarshal(qd, &ql)
+	want("queues QUEUE partition", ql.PartitionList[0])
+	want("queues delete", js("queues", "delete", "made"))
 	for what := range jsonFields {
 		if !seen[what] {
 			t.Errorf("%s: not checked", what)

@@ -361,12 +361,12 @@ type ConsumerGroupRow struct {
 	Members               int      `json:"members"`
 	PartitionCursors      int      `json:"partitionCursors"`
 	PartitionsWithLag     int      `json:"partitionsWithLag"`
-	TotalLag              int64    `json:"totalLag"`
+	TotalLag              *int64   `json:"totalLag"` // null on 0.15.1
 	MaxTimeLag            float64  `json:"maxTimeLag"`
 	State                 string   `json:"state"`
 	Storage               string   `json:"storage,omitempty"`
 	Kind                  string   `json:"kind,omitempty"`
-	SubscriptionMode      string   `json:"subscriptionMode,omitempty"`
+	SubscriptionMode      *string  `json:"subscriptionMode,omitempty"`
 	SubscriptionTimestamp *string  `json:"subscriptionTimestamp"`
 	SubscriptionCreatedAt *string  `json:"subscriptionCreatedAt"`
 	Conflation            bool     `json:"conflation"`
@@ -434,6 +434,7 @@ type DLQMessage struct {
 	ErrorMessage  *string         `json:"errorMessage"`
 	RetryCount    int             `json:"retryCount"`
 	FailedAt      string          `json:"failedAt"`
+	ProducerSub   *string         `json:"producerSub,omitempty"` // 0.15.1
 }
 
 // DLQListResponse is the reply of GET /api/v1/dlq. The 2.x broker answers
@@ -503,6 +504,16 @@ type HealthResponse struct {
 	Database string      `json:"database,omitempty"`
 	Server   string      `json:"server,omitempty"`
 	Raft     *HealthRaft `json:"raft,omitempty"`
+	// 0.15.1 only:
+	WorkerID    int             `json:"worker_id,omitempty"`
+	SharedState json.RawMessage `json:"shared_state,omitempty"`
+	Queen       *HealthWorker   `json:"queen,omitempty"`
+}
+
+// HealthWorker is the worker block a 0.15.1 broker adds to /health.
+type HealthWorker struct {
+	WorkerID int    `json:"worker_id"`
+	Status   string `json:"status"`
 }
 
 // HealthRaft is the node block a 2.x broker adds to /health.
@@ -574,6 +585,7 @@ type QueuePartitionRow struct {
 	Name          string         `json:"name"`
 	CreatedAt     string         `json:"createdAt,omitempty"`
 	Messages      *MessageCounts `json:"messages,omitempty"`
+	Stats         *MessageCounts `json:"stats,omitempty"` // 0.15.1's name for Messages
 	LastActivity  *string        `json:"lastActivity,omitempty"`
 	OldestMessage *string        `json:"oldestMessage,omitempty"`
 	NewestMessage *string        `json:"newestMessage,omitempty"`
