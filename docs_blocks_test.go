@@ -71,6 +71,7 @@ func TestDocQuickStart(t *testing.T) {
 	}
 	defer client.Close(ctx)
 
+	//lint:ignore SA4006 doc.go's block, copied token for token, overwrites this err (TestDocCodeBlocksRun keeps the copy exact)
 	_, err = client.Queue("orders").Push(map[string]any{"id": 1, "total": 30}).Execute(ctx)
 
 	msgs, err := client.Queue("orders").Group("billing").
