@@ -228,13 +228,16 @@ func TestDeadlinesConcurrent(t *testing.T) {
 	assert.Zero(t, bad.Load(), "a context handed out was already cancelled")
 }
 
+// inUseKey marks a context derived from the one Get returned.
+type inUseKey struct{}
+
 func TestDeadlinesClose(t *testing.T) {
 	var d Deadlines
 	now := time.Now()
 	at := now.Add(time.Minute)
 	idle, l1 := d.Get(context.Background(), at, now)
 	l1.Release()
-	used, l2 := d.Get(context.WithValue(context.Background(), struct{}{}, 1), at, now)
+	used, l2 := d.Get(context.WithValue(context.Background(), inUseKey{}, 1), at, now)
 	d.Close()
 	assert.ErrorIs(t, idle.Err(), context.Canceled, "Close cancels what nobody uses")
 	assert.NoError(t, used.Err(), "and leaves a context in use to its request")
