@@ -102,7 +102,11 @@ func TestConsumeRenewLeaseKeepsSlowHandler(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("slow")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(1), RetryLimit: queen.Ptr(3)})
+	// Margins, not measurements: renewals every second extend the lease to
+	// 3 s from then (see RenewLease), so a renewal may come up to 2 s late,
+	// and the first up to 2 s after the pop (a 3 s lease), before another
+	// worker could take the message.
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(3), RetryLimit: queen.Ptr(3)})
 	push(t, c, q, "", numbered(0, 1, nil)...)
 
 	// Another worker keeps trying to take the message while the slow
@@ -130,8 +134,8 @@ func TestConsumeRenewLeaseKeepsSlowHandler(t *testing.T) {
 
 	var calls atomic.Int32
 	var lost atomic.Bool
-	const work = 2500 * time.Millisecond // two and a half lease times
-	err := c.Queue(q).RenewLease(true, 300).Batch(1).Each().Limit(1).
+	const work = 7500 * time.Millisecond // two and a half lease times
+	err := c.Queue(q).RenewLease(true, 1000).Batch(1).Each().Limit(1).
 		Consume(testCtx(t), func(ctx context.Context, m *queen.Message) error {
 			if calls.Add(1) == 1 {
 				close(handling)
