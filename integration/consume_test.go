@@ -64,9 +64,11 @@ func TestConsumeOrderingUnderConcurrency(t *testing.T) {
 		if n%per == 0 {
 			// The head of each partition waits (a while) for the other
 			// three: four slots on four partitions run at once.
+			// 20 s guards against a hang, not a measurement: a loop that
+			// runs four at once starts them within milliseconds.
 			select {
 			case <-allStarted:
-			case <-time.After(5 * time.Second):
+			case <-time.After(20 * time.Second):
 			}
 		}
 		time.Sleep(time.Millisecond)
