@@ -153,3 +153,36 @@ func TestStopIdle(t *testing.T) {
 		}
 	})
 }
+
+// IdleMillis does not run while a handler does: a handler three idle
+// times long, then the partition's next message, then the idle stop, one
+// idle time after the last handler returned.
+func TestStopIdleNotWhileBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(1)
+		f.add("p", 2)
+		start := time.Now()
+		var handled []string
+		var lastDone time.Duration
+		e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 3, each: true, idle: 100 * time.Millisecond}, 0,
+			func(_ context.Context, m *Message) error {
+				if len(handled) == 0 {
+					time.Sleep(300 * time.Millisecond) // longer than the idle time
+				}
+				handled = append(handled, m.Partition)
+				lastDone = time.Since(start)
+				return nil
+			})
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if len(handled) != 2 || len(f.left()) != 0 {
+			t.Fatalf("handled %v, left %v: the loop went idle while a handler ran", handled, f.left())
+		}
+		// On the bubble's clock: the idle time after the last handler's
+		// settle (which the settler may hold a few ms), not a second one.
+		if d := time.Since(start) - lastDone; d < 100*time.Millisecond || d >= 200*time.Millisecond {
+			t.Fatalf("stopped %v after the last handler, want the idle time (100 ms)", d)
+		}
+	})
+}
