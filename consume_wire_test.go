@@ -210,7 +210,7 @@ func TestConsumeRefusesBeforeAnyRequest(t *testing.T) {
 	}
 }
 
-// waitFor polls cond every millisecond for up to 5 s.
+// waitFor polls cond every millisecond for up to 30 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second) // a hang guard, no measurement
