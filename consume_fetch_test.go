@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -323,4 +324,40 @@ func TestFetchNoSettleThenLongPoll(t *testing.T) {
 			t.Fatalf("pops %v: two that did not wait in a row, with no settle between", w)
 		}
 	}
+}
+
+// With the default backoff (50 ms doubling to 200 ms, ±20 % jitter), a
+// loop resumes within 240 ms of the broker's return: the first message is
+// handled at most one capped backoff after the last failed pop. On the
+// bubble's clock, whatever the machine's load.
+func TestFetchResumesWithinCappedBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 4)
+		refused := fmt.Errorf("queen: transport: %w", syscall.ECONNREFUSED)
+		for range 8 { // 50, 100, 200, 200 ... ms: well past the cap
+			f.popErrs = append(f.popErrs, refused)
+		}
+		start := time.Now()
+		var lastFailure, firstMessage time.Duration
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+			func(context.Context, *Message) error {
+				if firstMessage == 0 {
+					firstMessage = time.Since(start)
+				}
+				return nil
+			})
+		e.retry = RetryPolicy{} // the client's default
+		failures := 0
+		e.onLoopError = func(context.Context, error) { failures++; lastFailure = time.Since(start) }
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if failures != 8 || len(f.left()) != 0 {
+			t.Fatalf("%d failures, left %v; want the 8 failures and nothing left", failures, f.left())
+		}
+		if resumed := firstMessage - lastFailure; resumed < 160*time.Millisecond || resumed > 240*time.Millisecond {
+			t.Fatalf("first message %v after the last failure, want one capped backoff (200 ms ±20 %%)", resumed)
+		}
+	})
 }
