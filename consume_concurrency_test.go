@@ -355,7 +355,7 @@ func TestConsumeLostLeaseCancelsOnlyItsHandlers(t *testing.T) {
 			}
 			select {
 			case <-lost.hctx.Done():
-			case <-time.After(5 * time.Second):
+			case <-time.After(30 * time.Second): // a hang guard
 				t.Error("the handler of the lost lease was not cancelled")
 			}
 			time.Sleep(30 * time.Millisecond) // a few more renewals of the other lease
@@ -367,7 +367,7 @@ func TestConsumeLostLeaseCancelsOnlyItsHandlers(t *testing.T) {
 				calls <- call{m, hctx}
 				select {
 				case <-release:
-				case <-time.After(6 * time.Second):
+				case <-time.After(30 * time.Second): // a hang guard
 				}
 				mu.Lock()
 				causes[key(m)] = context.Cause(hctx)

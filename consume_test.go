@@ -279,7 +279,7 @@ func TestConsumePartitionOrderUnderConcurrency(t *testing.T) {
 					}
 					select {
 					case <-allIn:
-					case <-time.After(3 * time.Second):
+					case <-time.After(20 * time.Second): // a hang guard: at once is within milliseconds
 						mu.Lock()
 						bad = append(bad, "fewer than 4 handlers ran at once")
 						mu.Unlock()
@@ -432,7 +432,7 @@ func TestConsumeLostLeaseCancelsHandler(t *testing.T) {
 				select {
 				case <-hctx.Done():
 					cause = context.Cause(hctx)
-				case <-time.After(5 * time.Second):
+				case <-time.After(30 * time.Second): // a hang guard
 				}
 				return nil // would be acked completed if the loop did not know
 			}).Execute(ctx)
@@ -542,7 +542,7 @@ func TestConsumeStopGivesBackUnstarted(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Execute = %v, want nil on cancel", err)
 		}
-	case <-time.After(2 * time.Second):
+	case <-time.After(15 * time.Second): // the margin tells "at once" from the abandoned 30 s long poll
 		t.Fatal("Execute did not return at once after the handler finished")
 	}
 	if got := rec.get(); !reflect.DeepEqual(got, []string{"p/0"}) {

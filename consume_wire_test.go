@@ -88,7 +88,7 @@ func runUntilPop(t *testing.T, w *wireRecorder, qb func(*queen.Client) *queen.Qu
 		if err != nil {
 			t.Fatalf("Execute after cancel = %v, want nil", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second): // a hang guard
 		t.Fatal("Execute did not return after cancel")
 	}
 	return w.first(t)
