@@ -311,7 +311,8 @@ func TestDroppedResponsesLoseNothing(t *testing.T) {
 		t.Error("no ack reached the broker")
 	}
 	// Nothing left behind: no lease, nothing to read, even after a lease time.
-	eventually(t, 5*time.Second, "messages still leased", func() bool { return srv.LeasedCount(q, "g") == 0 })
+	// 20 s guards against a hang: the leases of the lost answers (2 s) run out.
+	eventually(t, 20*time.Second, "messages still leased", func() bool { return srv.LeasedCount(q, "g") == 0 })
 	if rest := popWithin(t, c.Queue(q).Group("g").Batch(100), 2500*time.Millisecond); len(rest) != 0 {
 		t.Errorf("after the run, group g still reads %v", nums(t, rest))
 	}
