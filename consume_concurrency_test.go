@@ -36,6 +36,11 @@ type meeting struct {
 	allOnce sync.Once
 }
 
+// idleStop ends these runs once every message is done: 1.5 s with no
+// pop in hand, a margin no gap between the pops of a busy run comes near,
+// on a loaded machine too.
+const idleStop = 1500
+
 const meetTimeout = 20 * time.Second // a hang guard: handlers that run at once meet within milliseconds
 
 func newMeeting(want int) *meeting {
@@ -184,7 +189,7 @@ func TestConsumeConcurrencyRunsHandlersOnDistinctPartitions(t *testing.T) {
 					SubscriptionMode(queen.SubscriptionModeAll).
 					Concurrency(4).
 					RenewLease(true, 10000).
-					IdleMillis(300).
+					IdleMillis(idleStop).
 					Each()
 				return tc.opts(qb).Consume(ctx, mt.handle).Execute(ctx)
 			})
@@ -211,7 +216,7 @@ func TestConsumeBatchEachConcurrency(t *testing.T) {
 	}
 	mt := newMeeting(4)
 	err := execute(t, context.Background(), func(ctx context.Context) error {
-		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).Concurrency(4).Each().IdleMillis(300).
+		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).Concurrency(4).Each().IdleMillis(idleStop).
 			ConsumeBatch(ctx, func(ctx context.Context, msgs []*queen.Message) error {
 				if len(msgs) != 1 {
 					t.Errorf("Each() gave the handler %d messages", len(msgs))
@@ -237,7 +242,7 @@ func TestConsumeOnePopManyPartitionsOneAck(t *testing.T) {
 	mt := newMeeting(4)
 	err := execute(t, context.Background(), func(ctx context.Context) error {
 		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).
-			Batch(12).Partitions(4).Concurrency(4).Each().IdleMillis(300).
+			Batch(12).Partitions(4).Concurrency(4).Each().IdleMillis(idleStop).
 			Consume(ctx, mt.handle).Execute(ctx)
 	})
 	if err != nil {
