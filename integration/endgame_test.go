@@ -31,12 +31,14 @@ func (l *popLog) OnPop(_ context.Context, e queen.PopEvent) {
 // its pops do not wait (wait=false on the wire): none can be parked.
 //
 // What the test checks is what was sent, not how long pops took (a loaded
-// machine makes any pop slow). The one long poll the design allows here is
-// the contended fallback (consume_fetch.go): after a pop that found
-// nothing, when no settle came within the pause, a handler's pop waits; at
-// most one per handler for each such empty answer, and none before the
-// first. Every partition has messages until the Limit, so a loop that
-// never waits while it holds pops sends no other waiting pop.
+// machine makes any pop slow). The design (consume_fetch.go) lets a pop
+// wait here in two cases only: the contended fallback (after a pop that
+// found nothing, when no settle came within the pause: at most one per
+// handler for each such empty answer), and a loop that holds nothing at
+// all (every pop settled, none on its way: its next pop waits, the others
+// that go with it do not), which a busy run reaches seldom if ever; the
+// test allows one per handler. A loop that waited while it held pops would
+// send mostly waiting pops (16 of 20 in this run).
 func TestLimitRunHasNoParkedPops(t *testing.T) {
 	rec := &popLog{}
 	c, err := queen.New(be.url, append(clientOpts(), queen.WithHooks(rec))...)
@@ -68,11 +70,11 @@ func TestLimitRunHasNoParkedPops(t *testing.T) {
 		}
 		if p.Wait > 0 {
 			waits++
-			if empties == 0 || waits > handlers*empties {
+			if waits > handlers*(empties+1) {
 				t.Fatalf("pop #%d waited at the broker while the loop held pops (%d waiting pops after %d empty answers); pops: %v",
 					i, waits, empties, log)
 			}
 		}
 	}
-	t.Logf("%d pops, %d empty, %d waited (the contended fallback)", len(rec.pops), empties, waits)
+	t.Logf("%d pops, %d empty, %d waited", len(rec.pops), empties, waits)
 }
