@@ -343,12 +343,6 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	return out, nil
 }
 
-// renewLease extends one lease id by secs seconds; hooks get no queue or
-// group (see renewLeaseOf).
-func (c *Client) renewLease(ctx context.Context, leaseID string, secs int) (RenewResult, error) {
-	return c.renewLeaseOf(ctx, leaseID, secs, "", "")
-}
-
 // renewLeaseOf extends one lease id, of queue and group, by secs seconds,
 // and tells the hooks (RenewHook, and LeaseLostHook when the lease is
 // lost).

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -41,59 +42,61 @@ func TestSplitPartitions(t *testing.T) {
 // never two of one partition, each partition in order; the pop is settled
 // with one ack, partition after partition.
 func TestDispatchPartitionsInOrderSideBySide(t *testing.T) {
-	f := newFakeBroker(100)
-	for _, p := range []string{"a", "b", "c"} {
-		f.add(p, 4)
-	}
-	var (
-		mu      sync.Mutex
-		running = map[string]int{}
-		next    = map[string]int{}
-		now     int
-		most    int
-		bad     []string
-	)
-	e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 2, each: true}, 12,
-		func(_ context.Context, m *Message) error {
-			p, i := m.PartitionID, m.Data["i"].(int)
-			mu.Lock()
-			running[p]++
-			now++
-			most = max(most, now)
-			if running[p] > 1 {
-				bad = append(bad, "two at once in "+p)
-			}
-			if next[p] != i {
-				bad = append(bad, fmt.Sprintf("%s: %d, want %d", p, i, next[p]))
-			}
-			next[p] = i + 1
-			mu.Unlock()
-			time.Sleep(2 * time.Millisecond) // let the other handler overlap
-			mu.Lock()
-			running[p]--
-			now--
-			mu.Unlock()
-			return nil
-		})
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	if len(bad) > 0 || most != 2 {
-		t.Fatalf("violations %v; at most %d handlers at once, want 2", bad, most)
-	}
-	acks := f.settles()
-	if len(acks) != 1 || len(acks[0]) != 12 {
-		t.Fatalf("settles %v, want one of the pop's 12", statuses(acks))
-	}
-	var order []string
-	for _, a := range acks[0] {
-		if len(order) == 0 || order[len(order)-1] != a.Message.PartitionID {
-			order = append(order, a.Message.PartitionID)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(100)
+		for _, p := range []string{"a", "b", "c"} {
+			f.add(p, 4)
 		}
-	}
-	if !reflect.DeepEqual(order, []string{"a", "b", "c"}) {
-		t.Fatalf("ack in partition runs %v, want a b c", order)
-	}
+		var (
+			mu      sync.Mutex
+			running = map[string]int{}
+			next    = map[string]int{}
+			now     int
+			most    int
+			bad     []string
+		)
+		e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 2, each: true}, 12,
+			func(_ context.Context, m *Message) error {
+				p, i := m.PartitionID, m.Data["i"].(int)
+				mu.Lock()
+				running[p]++
+				now++
+				most = max(most, now)
+				if running[p] > 1 {
+					bad = append(bad, "two at once in "+p)
+				}
+				if next[p] != i {
+					bad = append(bad, fmt.Sprintf("%s: %d, want %d", p, i, next[p]))
+				}
+				next[p] = i + 1
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond) // the other handler runs meanwhile (on the bubble clock: always)
+				mu.Lock()
+				running[p]--
+				now--
+				mu.Unlock()
+				return nil
+			})
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if len(bad) > 0 || most != 2 {
+			t.Fatalf("violations %v; at most %d handlers at once, want 2", bad, most)
+		}
+		acks := f.settles()
+		if len(acks) != 1 || len(acks[0]) != 12 {
+			t.Fatalf("settles %v, want one of the pop's 12", statuses(acks))
+		}
+		var order []string
+		for _, a := range acks[0] {
+			if len(order) == 0 || order[len(order)-1] != a.Message.PartitionID {
+				order = append(order, a.Message.PartitionID)
+			}
+		}
+		if !reflect.DeepEqual(order, []string{"a", "b", "c"}) {
+			t.Fatalf("ack in partition runs %v, want a b c", order)
+		}
+	})
 }
 
 // Without Each, a batch handler gets the whole pop once; its error fails

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -224,24 +225,26 @@ func btoi(b bool) int {
 // partition): no pop per idle handler at every ack; pops that find nothing
 // stay about one per message, and the run ends at once.
 func TestFetchContendedPopsArePaced(t *testing.T) {
-	f := newFakeBroker(1)
-	f.popWait = 200 * time.Millisecond // a long poll's wait: it must not be needed
-	f.add("p", 60)
-	e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 8, each: true}, 60,
-		func(context.Context, *Message) error { time.Sleep(200 * time.Microsecond); return nil })
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	if left := f.left(); len(left) != 0 {
-		t.Fatalf("left %v", left)
-	}
-	f.mu.Lock()
-	pops := len(f.pops)
-	f.mu.Unlock()
-	if pops > 3*60 {
-		t.Fatalf("%d pops for 60 messages: the idle handlers popped at every ack", pops)
-	}
-	t.Logf("%d pops for 60 messages", pops)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(1)
+		f.popWait = 200 * time.Millisecond // a long poll's wait: it must not be needed
+		f.add("p", 60)
+		e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 8, each: true}, 60,
+			func(context.Context, *Message) error { time.Sleep(200 * time.Microsecond); return nil })
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if left := f.left(); len(left) != 0 {
+			t.Fatalf("left %v", left)
+		}
+		f.mu.Lock()
+		pops := len(f.pops)
+		f.mu.Unlock()
+		if pops > 3*60 {
+			t.Fatalf("%d pops for 60 messages: the idle handlers popped at every ack", pops)
+		}
+		t.Logf("%d pops for 60 messages", pops)
+	})
 }
 
 // One handler long-polls at every pop.
@@ -263,65 +266,110 @@ func TestFetchOneHandlerAlwaysWaits(t *testing.T) {
 // by the broker's advice) ends at the loop's next settle: the next pop
 // takes the partition that settle freed, and the run ends in milliseconds.
 func TestFetchSettleFreesTheLastPartition(t *testing.T) {
-	f := newFakeBroker(1)
-	minute := 60000
-	f.quickMs = &minute
-	f.popWait = 20 * time.Millisecond
-	f.add("p", 3)
-	quickEmpty := func() bool { // a pop that did not wait came back empty
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.inflight == 0 && slices.Contains(f.nowaits, true)
-	}
-	var first atomic.Bool
-	e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 2, each: true}, 3,
-		func(context.Context, *Message) error {
-			if first.CompareAndSwap(false, true) {
-				for !quickEmpty() { // p stays leased until then
-					time.Sleep(time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(1)
+		minute := 60000
+		f.quickMs = &minute
+		f.popWait = 20 * time.Millisecond
+		f.add("p", 3)
+		quickEmpty := func() bool { // a pop that did not wait came back empty
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.inflight == 0 && slices.Contains(f.nowaits, true)
+		}
+		var first atomic.Bool
+		e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 2, each: true}, 3,
+			func(context.Context, *Message) error {
+				if first.CompareAndSwap(false, true) {
+					for !quickEmpty() { // p stays leased until then
+						time.Sleep(time.Millisecond)
+					}
 				}
-			}
-			return nil
-		})
-	if err := runEngine(t, e); err != nil { // 5 s: the pause was not cut
-		t.Fatal(err)
-	}
-	if left := f.left(); len(left) != 0 {
-		t.Fatalf("left %v", left)
-	}
+				return nil
+			})
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		// On the bubble's clock: the minute's pause was cut.
+		if d := time.Since(start); d >= time.Second {
+			t.Fatalf("the run took %v: the pause was not cut by the settle", d)
+		}
+		if left := f.left(); len(left) != 0 {
+			t.Fatalf("left %v", left)
+		}
+	})
 }
 
 // With no settle before the pause runs out (a long handler), the next pop
 // waits: never two pops that do not wait with no settle between them.
 func TestFetchNoSettleThenLongPoll(t *testing.T) {
-	f := newFakeBroker(1)
-	short := 1
-	f.quickMs = &short
-	f.popWait = 10 * time.Millisecond
-	f.add("p", 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	e, _ := testEngine(t, ctx, f, engineConfig{slots: 2, each: true}, 0,
-		func(context.Context, *Message) error {
-			// In hand (no settle) until a few pops went by.
-			for {
-				if len(f.nowaitsNow()) >= 8 {
-					cancel()
-					return nil
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(1)
+		short := 1
+		f.quickMs = &short
+		f.popWait = 10 * time.Millisecond
+		f.add("p", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e, _ := testEngine(t, ctx, f, engineConfig{slots: 2, each: true}, 0,
+			func(context.Context, *Message) error {
+				// In hand (no settle) until a few pops went by.
+				for {
+					if len(f.nowaitsNow()) >= 8 {
+						cancel()
+						return nil
+					}
+					time.Sleep(time.Millisecond)
 				}
-				time.Sleep(time.Millisecond)
-			}
-		})
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	w := f.nowaitsNow()
-	if !slices.Contains(w, true) {
-		t.Fatalf("pops %v: none did not wait beside the message in hand", w)
-	}
-	for i := 3; i < len(w); i++ { // after the first pops of the two handlers (and a long poll)
-		if w[i] && w[i-1] {
-			t.Fatalf("pops %v: two that did not wait in a row, with no settle between", w)
+			})
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
 		}
-	}
+		w := f.nowaitsNow()
+		if !slices.Contains(w, true) {
+			t.Fatalf("pops %v: none did not wait beside the message in hand", w)
+		}
+		for i := 3; i < len(w); i++ { // after the first pops of the two handlers (and a long poll)
+			if w[i] && w[i-1] {
+				t.Fatalf("pops %v: two that did not wait in a row, with no settle between", w)
+			}
+		}
+	})
+}
+
+// With the default backoff (50 ms doubling to 200 ms, ±20 % jitter), a
+// loop resumes within 240 ms of the broker's return: the first message is
+// handled at most one capped backoff after the last failed pop. On the
+// bubble's clock, whatever the machine's load.
+func TestFetchResumesWithinCappedBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 4)
+		refused := fmt.Errorf("queen: transport: %w", syscall.ECONNREFUSED)
+		for range 8 { // 50, 100, 200, 200 ... ms: well past the cap
+			f.popErrs = append(f.popErrs, refused)
+		}
+		start := time.Now()
+		var lastFailure, firstMessage time.Duration
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+			func(context.Context, *Message) error {
+				if firstMessage == 0 {
+					firstMessage = time.Since(start)
+				}
+				return nil
+			})
+		e.retry = RetryPolicy{} // the client's default
+		failures := 0
+		e.onLoopError = func(context.Context, error) { failures++; lastFailure = time.Since(start) }
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if failures != 8 || len(f.left()) != 0 {
+			t.Fatalf("%d failures, left %v; want the 8 failures and nothing left", failures, f.left())
+		}
+		if resumed := firstMessage - lastFailure; resumed < 160*time.Millisecond || resumed > 240*time.Millisecond {
+			t.Fatalf("first message %v after the last failure, want one capped backoff (200 ms ±20 %%)", resumed)
+		}
+	})
 }

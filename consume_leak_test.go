@@ -98,7 +98,7 @@ func TestConsumeHandlerGoexitSideBySide(t *testing.T) {
 				if calls.Add(1) == 1 {
 					select { // the other slot's handler ends its goroutine meanwhile
 					case <-second:
-					case <-time.After(5 * time.Second):
+					case <-time.After(30 * time.Second): // a hang guard
 						return errors.New("no second handler ran at once")
 					}
 					time.Sleep(20 * time.Millisecond)

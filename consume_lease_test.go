@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -24,88 +25,92 @@ func TestRenewSeconds(t *testing.T) {
 // A renewal answered "lost" cancels the handlers of that pop (cause
 // ErrLeaseLost), their outcomes are not acked, and the hook hears of it.
 func TestLeaseLostCancelsHandlers(t *testing.T) {
-	f := newFakeBroker(10)
-	f.add("p", 2)
-	f.lost["L1"] = true
-	var cause error
-	var hooked atomic.Value
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	e, logs := testEngine(t, ctx, f, engineConfig{each: true, renewEvery: 2 * time.Millisecond, renewSecs: 1}, 2,
-		func(ctx context.Context, m *Message) error {
-			if m.LeaseID != "L1" {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 2)
+		f.lost["L1"] = true
+		var cause error
+		var hooked atomic.Value
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		e, logs := testEngine(t, ctx, f, engineConfig{each: true, renewEvery: 2 * time.Millisecond, renewSecs: 1}, 2,
+			func(ctx context.Context, m *Message) error {
+				if m.LeaseID != "L1" {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					cause = context.Cause(ctx)
+				case <-time.After(2 * time.Second):
+				}
+				stop() // the fake never expires the lost lease: nothing more to pop
 				return nil
-			}
-			select {
-			case <-ctx.Done():
-				cause = context.Cause(ctx)
-			case <-time.After(2 * time.Second):
-			}
-			stop() // the fake never expires the lost lease: nothing more to pop
-			return nil
-		})
-	e.onLoopError = func(_ context.Context, err error) { hooked.Store(err) }
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(cause, ErrLeaseLost) {
-		t.Fatalf("handler ctx cause %v, want ErrLeaseLost", cause)
-	}
-	for _, s := range f.settles() {
-		if s[0].Message.LeaseID == "L1" {
-			t.Fatalf("the lost lease's pop was settled: %v", statuses([][]Settlement{s}))
+			})
+		e.onLoopError = func(_ context.Context, err error) { hooked.Store(err) }
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
 		}
-	}
-	var le *LoopError
-	if err, _ := hooked.Load().(error); !errors.As(err, &le) || le.Op != LoopOpLease || !errors.Is(err, ErrLeaseLost) || le.LeaseID != "L1" {
-		t.Fatalf("hook got %v, want a lease LoopError matching ErrLeaseLost", hooked.Load())
-	}
-	if !strings.Contains(logs.String(), "level=WARN msg=\"queen: lease lost") {
-		t.Fatalf("lease loss not logged:\n%s", logs.String())
-	}
+		if !errors.Is(cause, ErrLeaseLost) {
+			t.Fatalf("handler ctx cause %v, want ErrLeaseLost", cause)
+		}
+		for _, s := range f.settles() {
+			if s[0].Message.LeaseID == "L1" {
+				t.Fatalf("the lost lease's pop was settled: %v", statuses([][]Settlement{s}))
+			}
+		}
+		var le *LoopError
+		if err, _ := hooked.Load().(error); !errors.As(err, &le) || le.Op != LoopOpLease || !errors.Is(err, ErrLeaseLost) || le.LeaseID != "L1" {
+			t.Fatalf("hook got %v, want a lease LoopError matching ErrLeaseLost", hooked.Load())
+		}
+		if !strings.Contains(logs.String(), "level=WARN msg=\"queen: lease lost") {
+			t.Fatalf("lease loss not logged:\n%s", logs.String())
+		}
+	})
 }
 
 // A renewal that fails on the way says nothing about the lease: the
 // handler goes on, its outcome is acked; one Warn, the hook per failure.
 func TestLeaseRenewFailureKeepsHandler(t *testing.T) {
-	f := newFakeBroker(10)
-	f.add("p", 1)
-	f.renewEr = errors.New("connection reset")
-	var hooked atomic.Int32
-	e, logs := testEngine(t, context.Background(), f, engineConfig{each: true, renewEvery: 2 * time.Millisecond, renewSecs: 1}, 1,
-		func(ctx context.Context, m *Message) error {
-			for hooked.Load() < 3 {
-				time.Sleep(time.Millisecond)
-			}
-			f.mu.Lock()
-			f.renewEr = nil
-			n := f.renews["L1"]
-			f.mu.Unlock()
-			for {
-				f.mu.Lock()
-				ok := f.renews["L1"] > n
-				f.mu.Unlock()
-				if ok {
-					break
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 1)
+		f.renewEr = errors.New("connection reset")
+		var hooked atomic.Int32
+		e, logs := testEngine(t, context.Background(), f, engineConfig{each: true, renewEvery: 2 * time.Millisecond, renewSecs: 1}, 1,
+			func(ctx context.Context, m *Message) error {
+				for hooked.Load() < 3 {
+					time.Sleep(time.Millisecond)
 				}
-				time.Sleep(time.Millisecond)
+				f.mu.Lock()
+				f.renewEr = nil
+				n := f.renews["L1"]
+				f.mu.Unlock()
+				for {
+					f.mu.Lock()
+					ok := f.renews["L1"] > n
+					f.mu.Unlock()
+					if ok {
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+				return ctx.Err()
+			})
+		e.onLoopError = func(_ context.Context, err error) {
+			var le *LoopError
+			if errors.As(err, &le) && le.Op == LoopOpRenew {
+				hooked.Add(1)
 			}
-			return ctx.Err()
-		})
-	e.onLoopError = func(_ context.Context, err error) {
-		var le *LoopError
-		if errors.As(err, &le) && le.Op == LoopOpRenew {
-			hooked.Add(1)
 		}
-	}
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	if got := statuses(f.settles()); len(got) != 1 || got[0] != "p/0:completed" {
-		t.Fatalf("settled %v, want p/0 completed", got)
-	}
-	out := logs.String()
-	if n := strings.Count(out, "lease renewal failed"); n != 1 || !strings.Contains(out, "lease renewed again") {
-		t.Fatalf("%d failure lines, want 1 and a recovery line:\n%s", n, out)
-	}
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if got := statuses(f.settles()); len(got) != 1 || got[0] != "p/0:completed" {
+			t.Fatalf("settled %v, want p/0 completed", got)
+		}
+		out := logs.String()
+		if n := strings.Count(out, "lease renewal failed"); n != 1 || !strings.Contains(out, "lease renewed again") {
+			t.Fatalf("%d failure lines, want 1 and a recovery line:\n%s", n, out)
+		}
+	})
 }

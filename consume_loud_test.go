@@ -53,21 +53,19 @@ func countLines(logs, level, msg string) int {
 // A broker that cannot be reached is loud, and the loop goes on: one Warn
 // at the first failure with the error, then a line per backoff step only
 // (not per failure), a Warn when pops succeed again, every failure to
-// the hook; the loop resumes within a moment of the broker's return, with
-// the client's default backoff; nothing is lost.
+// the hook; the loop resumes after the broker's return, with the client's
+// default backoff; nothing is lost. (How soon, one capped backoff, is
+// TestFetchResumesWithinCappedBackoff's, on a synctest bubble's clock.)
 func TestConsumeBrokerDownIsLoud(t *testing.T) {
 	e := newEnv(t, withRetry(queen.RetryPolicy{}))
 	e.pushN("q", "p", 4)
 	const down = 600 * time.Millisecond
 	e.srv.RefuseConnections(down)
-	start := time.Now()
 	var h hookLog
-	var first atomic.Int64
 	var handled atomic.Int32
 	err := execute(t, context.Background(), func(ctx context.Context) error {
 		return e.c.Queue("q").Batch(4).Limit(4).
 			Consume(ctx, func(context.Context, *queen.Message) error {
-				first.CompareAndSwap(0, int64(time.Since(start)))
 				handled.Add(1)
 				return nil
 			}).OnLoopError(h.add).Execute(ctx)
@@ -77,9 +75,6 @@ func TestConsumeBrokerDownIsLoud(t *testing.T) {
 	}
 	if handled.Load() != 4 || len(e.peek("q", "")) != 0 {
 		t.Fatalf("handled %d, want all 4 (nothing lost)", handled.Load())
-	}
-	if resumed := time.Duration(first.Load()) - down; resumed > 500*time.Millisecond { // 200 ms backoff, +20 % jitter, a loaded machine
-		t.Fatalf("first message %v after the broker came back, want within about 0.2 s", resumed)
 	}
 	failures := h.ops(queen.LoopOpPop)
 	logs := e.logs.String()

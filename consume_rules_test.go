@@ -73,7 +73,7 @@ func TestConsumeRenewalsGoOnDuringGrace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second): // a hang guard
 		t.Fatal("Execute did not return")
 	}
 	if left := e.peek("q", ""); len(left) != 0 {

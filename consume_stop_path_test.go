@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -12,103 +13,114 @@ import (
 // is acked; the messages of its pop that never started go back as retry in
 // the same ack; Execute returns nil.
 func TestStopGivesBackUnstarted(t *testing.T) {
-	f := newFakeBroker(10)
-	f.add("p", 3)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	e, _ := testEngine(t, ctx, f, engineConfig{each: true, grace: time.Minute}, 0,
-		func(hctx context.Context, m *Message) error {
-			cancel()
-			time.Sleep(20 * time.Millisecond) // still within the grace period
-			return hctx.Err()
-		})
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"p/0:completed", "p/1:retry", "p/2:retry"}
-	if got := statuses(f.settles()); !reflect.DeepEqual(got, want) {
-		t.Fatalf("settled %v, want %v", got, want)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 3)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true, grace: time.Minute}, 0,
+			func(hctx context.Context, m *Message) error {
+				cancel()
+				time.Sleep(20 * time.Millisecond) // still within the grace period
+				return hctx.Err()
+			})
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"p/0:completed", "p/1:retry", "p/2:retry"}
+		if got := statuses(f.settles()); !reflect.DeepEqual(got, want) {
+			t.Fatalf("settled %v, want %v", got, want)
+		}
+	})
 }
 
 // After the grace period the handlers' ctx is cancelled (its cause says
 // so) and a handler that gives up because of it is given back, not failed.
 func TestStopGraceCancelsHandlers(t *testing.T) {
-	f := newFakeBroker(10)
-	f.add("p", 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var cause error
-	e, _ := testEngine(t, ctx, f, engineConfig{each: true, grace: 20 * time.Millisecond}, 0,
-		func(hctx context.Context, m *Message) error {
-			cancel()
-			<-hctx.Done()
-			cause = context.Cause(hctx)
-			return errors.New("gave up: " + hctx.Err().Error())
-		})
-	start := time.Now()
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d < 20*time.Millisecond || !errors.Is(cause, errConsumeStopped) {
-		t.Fatalf("handler ctx ended after %v with %v, want the 20 ms grace period", d, cause)
-	}
-	if got := statuses(f.settles()); !reflect.DeepEqual(got, []string{"p/0:retry"}) {
-		t.Fatalf("settled %v, want p/0 given back", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var cause error
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true, grace: 20 * time.Millisecond}, 0,
+			func(hctx context.Context, m *Message) error {
+				cancel()
+				<-hctx.Done()
+				cause = context.Cause(hctx)
+				return errors.New("gave up: " + hctx.Err().Error())
+			})
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		// The bubble's clock moves only when every goroutine waits: the
+		// run takes the grace period exactly, whatever the machine's load.
+		if d := time.Since(start); d != 20*time.Millisecond || !errors.Is(cause, errConsumeStopped) {
+			t.Fatalf("handler ctx ended after %v with %v, want the 20 ms grace period", d, cause)
+		}
+		if got := statuses(f.settles()); !reflect.DeepEqual(got, []string{"p/0:retry"}) {
+			t.Fatalf("settled %v, want p/0 given back", got)
+		}
+	})
 }
 
 // A pop whose answer is on its way at the stop gets popDrain to arrive;
 // its messages are then given back whole, never handled.
 func TestStopDrainsAnswerOnItsWay(t *testing.T) {
-	f := newFakeBroker(10)
-	f.add("p", 2)
-	f.popGate = make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	e, _ := testEngine(t, ctx, f, engineConfig{each: true}, 0,
-		func(context.Context, *Message) error { t.Error("a message was handled after the stop"); return nil })
-	go func() {
-		for {
-			f.mu.Lock()
-			n := f.inflight
-			f.mu.Unlock()
-			if n > 0 {
-				break
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 2)
+		f.popGate = make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true}, 0,
+			func(context.Context, *Message) error { t.Error("a message was handled after the stop"); return nil })
+		go func() {
+			for {
+				f.mu.Lock()
+				n := f.inflight
+				f.mu.Unlock()
+				if n > 0 {
+					break
+				}
+				time.Sleep(time.Millisecond)
 			}
-			time.Sleep(time.Millisecond)
+			cancel()
+			time.Sleep(popDrain / 5)
+			close(f.popGate) // the answer arrives within the drain
+		}()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
 		}
-		cancel()
-		time.Sleep(popDrain / 5)
-		close(f.popGate) // the answer arrives within the drain
-	}()
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	if got := statuses(f.settles()); !reflect.DeepEqual(got, []string{"p/0:retry", "p/1:retry"}) {
-		t.Fatalf("settled %v, want both given back", got)
-	}
+		if got := statuses(f.settles()); !reflect.DeepEqual(got, []string{"p/0:retry", "p/1:retry"}) {
+			t.Fatalf("settled %v, want both given back", got)
+		}
+	})
 }
 
 // A long poll still parked after the drain is abandoned: the stop takes
 // popDrain, not the poll's wait.
 func TestStopAbandonsParkedPoll(t *testing.T) {
-	f := newFakeBroker(10)
-	f.popWait = time.Minute
-	ctx, cancel := context.WithCancel(context.Background())
-	e, _ := testEngine(t, ctx, f, engineConfig{slots: 3, each: true}, 0,
-		func(context.Context, *Message) error { return nil })
-	time.AfterFunc(20*time.Millisecond, cancel)
-	start := time.Now()
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("stop took %v", d)
-	}
-	if f.maxFlight != 3 {
-		t.Fatalf("%d long polls at once, want one per handler (3)", f.maxFlight)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.popWait = time.Minute
+		ctx, cancel := context.WithCancel(context.Background())
+		e, _ := testEngine(t, ctx, f, engineConfig{slots: 3, each: true}, 0,
+			func(context.Context, *Message) error { return nil })
+		time.AfterFunc(20*time.Millisecond, cancel)
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		// On the bubble's clock: the stop at 20 ms, then popDrain.
+		if d := time.Since(start); d != 20*time.Millisecond+popDrain {
+			t.Fatalf("stop took %v, want 20 ms and popDrain (%v)", d, popDrain)
+		}
+		if f.maxFlight != 3 {
+			t.Fatalf("%d long polls at once, want one per handler (3)", f.maxFlight)
+		}
+	})
 }
 
 // A ctx that ended before Execute: no pop at all.
@@ -126,15 +138,51 @@ func TestStopBeforeStart(t *testing.T) {
 
 // IdleMillis: the loop stops after that long with no pop in hand.
 func TestStopIdle(t *testing.T) {
-	f := newFakeBroker(10)
-	f.add("p", 1)
-	e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: 50 * time.Millisecond}, 0,
-		func(context.Context, *Message) error { return nil })
-	start := time.Now()
-	if err := runEngine(t, e); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d < 50*time.Millisecond || len(f.left()) != 0 {
-		t.Fatalf("idle stop after %v, left %v", d, f.left())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 1)
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: 50 * time.Millisecond}, 0,
+			func(context.Context, *Message) error { return nil })
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		// On the bubble's clock: the idle time exactly.
+		if d := time.Since(start); d != 50*time.Millisecond || len(f.left()) != 0 {
+			t.Fatalf("idle stop after %v, left %v", d, f.left())
+		}
+	})
+}
+
+// IdleMillis does not run while a handler does: a handler three idle
+// times long, then the partition's next message, then the idle stop, one
+// idle time after the last handler returned.
+func TestStopIdleNotWhileBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(1)
+		f.add("p", 2)
+		start := time.Now()
+		var handled []string
+		var lastDone time.Duration
+		e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 3, each: true, idle: 100 * time.Millisecond}, 0,
+			func(_ context.Context, m *Message) error {
+				if len(handled) == 0 {
+					time.Sleep(300 * time.Millisecond) // longer than the idle time
+				}
+				handled = append(handled, m.Partition)
+				lastDone = time.Since(start)
+				return nil
+			})
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if len(handled) != 2 || len(f.left()) != 0 {
+			t.Fatalf("handled %v, left %v: the loop went idle while a handler ran", handled, f.left())
+		}
+		// On the bubble's clock: the idle time after the last handler's
+		// settle (which the settler may hold a few ms), not a second one.
+		if d := time.Since(start) - lastDone; d < 100*time.Millisecond || d >= 200*time.Millisecond {
+			t.Fatalf("stopped %v after the last handler, want the idle time (100 ms)", d)
+		}
+	})
 }

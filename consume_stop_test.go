@@ -9,9 +9,9 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/queen-go/queen"
 	"github.com/queen-go/queen/queentest"
@@ -79,11 +79,16 @@ func TestConsumeStopCancellationGivenBack(t *testing.T) {
 
 // A pop whose answer is on its way when the loop stops is not dropped: the
 // messages it leased are given back, not left leased until their lease
-// runs out. A proxy holds the broker's pop answers for a moment, and the
-// stop comes while one of them is held.
+// runs out. A proxy holds the broker's pop answers after the first until
+// the stop, and lets them go with it. (The loop gives such an answer
+// popDrain, 250 ms: the margin for a local HTTP answer to arrive; the
+// drain's own timing is TestStopDrainsAnswerOnItsWay's, in a bubble.)
 func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
 	srv := queentest.Start(t)
 	var answered atomic.Int32
+	held := make(chan struct{})
+	release := sync.OnceFunc(func() { close(held) })
+	defer release()
 	u, err := url.Parse(srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +100,9 @@ func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
 	rp.ErrorLog = log.New(io.Discard, "", 0)
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if strings.HasPrefix(resp.Request.URL.Path, "/api/v1/pop") && resp.StatusCode == http.StatusOK {
-			answered.Add(1)
-			time.Sleep(40 * time.Millisecond) // the answer on its way
+			if answered.Add(1) > 1 {
+				<-held // the answer on its way
+			}
 		}
 		return nil
 	}
@@ -121,6 +127,7 @@ func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
 					// Both slots' pops have claimed; the other answer is held.
 					waitFor(t, "both pops claimed", func() bool { return answered.Load() >= 2 })
 					cancel()
+					release()
 				}
 				return nil
 			}).Execute(ctx)

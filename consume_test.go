@@ -281,7 +281,7 @@ func TestConsumePartitionOrderUnderConcurrency(t *testing.T) {
 					}
 					select {
 					case <-allIn:
-					case <-time.After(3 * time.Second):
+					case <-time.After(20 * time.Second): // a hang guard: at once is within milliseconds
 						mu.Lock()
 						bad = append(bad, "fewer than 4 handlers ran at once")
 						mu.Unlock()
@@ -342,7 +342,8 @@ func TestConsumeLimitAcrossSlots(t *testing.T) {
 }
 
 // IdleMillis: the loop stops after that long with no message in any slot,
-// and not while a handler runs.
+// abandoning its long polls. (Not while a handler runs: TestStopIdleNotWhileBusy,
+// on the bubble's clock.)
 func TestConsumeIdleMillis(t *testing.T) {
 	t.Run("nothing to do", func(t *testing.T) {
 		e := newEnv(t)
@@ -354,35 +355,11 @@ func TestConsumeIdleMillis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := time.Since(start); d < 100*time.Millisecond || d > 3*time.Second {
+		// At least the idle time (a timer: a slow machine only adds to
+		// it); the upper margin is what the test tells apart: a stop that
+		// waited for its long polls would take their 30 s.
+		if d := time.Since(start); d < 100*time.Millisecond || d >= 15*time.Second {
 			t.Fatalf("idle stop after %v, want about 100 ms (the 30 s long polls abandoned)", d)
-		}
-	})
-	t.Run("busy is not idle", func(t *testing.T) {
-		e := newEnv(t)
-		e.pushN("q", "p", 2)
-		var rec recorder
-		var lastDone atomic.Int64
-		start := time.Now()
-		err := execute(t, context.Background(), func(ctx context.Context) error {
-			return e.c.Queue("q").Batch(1).Concurrency(3).Each().IdleMillis(100).
-				Consume(ctx, func(_ context.Context, m *queen.Message) error {
-					rec.add(key(m))
-					if key(m) == "p/0" {
-						time.Sleep(300 * time.Millisecond) // longer than the idle time
-					}
-					lastDone.Store(int64(time.Since(start)))
-					return nil
-				}).Execute(ctx)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := rec.get(); len(got) != 2 {
-			t.Fatalf("handled %v: the loop went idle while a handler ran", got)
-		}
-		if d := time.Since(start) - time.Duration(lastDone.Load()); d < 100*time.Millisecond {
-			t.Fatalf("stopped %v after the last handler, want at least the idle time", d)
 		}
 	})
 }
@@ -457,7 +434,7 @@ func TestConsumeLostLeaseCancelsHandler(t *testing.T) {
 				select {
 				case <-hctx.Done():
 					cause = context.Cause(hctx)
-				case <-time.After(5 * time.Second):
+				case <-time.After(30 * time.Second): // a hang guard
 				}
 				return nil // would be acked completed if the loop did not know
 			}).Execute(ctx)
@@ -567,7 +544,7 @@ func TestConsumeStopGivesBackUnstarted(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Execute = %v, want nil on cancel", err)
 		}
-	case <-time.After(2 * time.Second):
+	case <-time.After(15 * time.Second): // the margin tells "at once" from the abandoned 30 s long poll
 		t.Fatal("Execute did not return at once after the handler finished")
 	}
 	if got := rec.get(); !reflect.DeepEqual(got, []string{"p/0"}) {
@@ -653,11 +630,10 @@ func TestConsumeStopsOnEitherContext(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Execute = %v, want nil", err)
 				}
-			case <-time.After(3 * time.Second):
-				t.Fatal("the 30 s long polls were not abandoned")
-			}
-			if d := time.Since(start); d > time.Second {
-				t.Fatalf("stop took %v", d)
+			case <-time.After(15 * time.Second):
+				// The margin is what the test tells apart: a stop that
+				// waited for its long polls would take their 30 s.
+				t.Fatalf("the 30 s long polls were not abandoned (%v after the cancel)", time.Since(start))
 			}
 		})
 	}

@@ -241,25 +241,27 @@ func TestQueentestFetch(t *testing.T) {
 }
 
 func TestQueentestFetchWaitsForAPush(t *testing.T) {
-	_, c := newBroker(t)
+	srv, c := newBroker(t)
 	ctx := t.Context()
 	mustPush(t, c, "live", "p", 0)
 	done := make(chan queen.FetchResult, 1)
 	go func() {
-		read, err := c.Queue("live").Fetch(ctx, []string{"p"}, queen.FetchFrom(1), queen.FetchWait(5*time.Second))
+		read, err := c.Queue("live").Fetch(ctx, []string{"p"}, queen.FetchFrom(1), queen.FetchWait(30*time.Second))
 		if err != nil {
 			t.Error(err)
 		}
 		done <- read
 	}()
-	time.Sleep(100 * time.Millisecond)
+	for srv.Requests(queentest.RouteFetch) == 0 { // the fetch has reached the broker
+		time.Sleep(time.Millisecond)
+	}
 	mustPush(t, c, "live", "p", 1)
 	select {
 	case read := <-done:
 		if recs := read["p"].Records; len(recs) != 1 || recs[0].Offset != 1 {
 			t.Fatalf("long poll got %+v", read["p"])
 		}
-	case <-time.After(4 * time.Second):
+	case <-time.After(20 * time.Second): // the margin tells a wake-up from the 30 s wait
 		t.Fatal("the fetch did not wake up on the push")
 	}
 }

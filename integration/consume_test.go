@@ -64,9 +64,11 @@ func TestConsumeOrderingUnderConcurrency(t *testing.T) {
 		if n%per == 0 {
 			// The head of each partition waits (a while) for the other
 			// three: four slots on four partitions run at once.
+			// 20 s guards against a hang, not a measurement: a loop that
+			// runs four at once starts them within milliseconds.
 			select {
 			case <-allStarted:
-			case <-time.After(5 * time.Second):
+			case <-time.After(20 * time.Second):
 			}
 		}
 		time.Sleep(time.Millisecond)
@@ -102,7 +104,11 @@ func TestConsumeRenewLeaseKeepsSlowHandler(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("slow")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(1 * time.Second), RetryLimit: queen.Ptr(3)})
+	// Margins, not measurements: renewals every second extend the lease to
+	// 3 s from then (see RenewLease), so a renewal may come up to 2 s late,
+	// and the first up to 2 s after the pop (a 3 s lease), before another
+	// worker could take the message.
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(3 * time.Second), RetryLimit: queen.Ptr(3)})
 	push(t, c, q, "", numbered(0, 1, nil)...)
 
 	// Another worker keeps trying to take the message while the slow
@@ -130,8 +136,8 @@ func TestConsumeRenewLeaseKeepsSlowHandler(t *testing.T) {
 
 	var calls atomic.Int32
 	var lost atomic.Bool
-	const work = 2500 * time.Millisecond // two and a half lease times
-	err := c.Queue(q).RenewLease(true, 300).Batch(1).Each().Limit(1).
+	const work = 7500 * time.Millisecond // two and a half lease times
+	err := c.Queue(q).RenewLease(true, 1000).Batch(1).Each().Limit(1).
 		Consume(testCtx(t), func(ctx context.Context, m *queen.Message) error {
 			if calls.Add(1) == 1 {
 				close(handling)
@@ -305,7 +311,8 @@ func TestDroppedResponsesLoseNothing(t *testing.T) {
 		t.Error("no ack reached the broker")
 	}
 	// Nothing left behind: no lease, nothing to read, even after a lease time.
-	eventually(t, 5*time.Second, "messages still leased", func() bool { return srv.LeasedCount(q, "g") == 0 })
+	// 20 s guards against a hang: the leases of the lost answers (2 s) run out.
+	eventually(t, 20*time.Second, "messages still leased", func() bool { return srv.LeasedCount(q, "g") == 0 })
 	if rest := popWithin(t, c.Queue(q).Group("g").Batch(100), 2500*time.Millisecond); len(rest) != 0 {
 		t.Errorf("after the run, group g still reads %v", nums(t, rest))
 	}

@@ -9,8 +9,10 @@ import (
 )
 
 // redeliveryWithin bounds the wait for a message that comes back after a
-// failed ack (retryDelay) or an expired lease.
-const redeliveryWithin = 5 * time.Second
+// failed ack (retryDelay) or an expired lease. It guards against a hang,
+// it measures nothing: the longest delay these tests arrange is a lease of
+// 2 s, and the waits end as soon as the message is back.
+const redeliveryWithin = 20 * time.Second
 
 // checkAttempt checks a message's delivery attempt, when the broker reports
 // it (0.15.1 does not).
@@ -145,7 +147,9 @@ func TestExpiredLeaseIsRedelivered(t *testing.T) {
 	c := newClient(t)
 	q := unique("lease")
 	newQueue(t, c, q, queen.QueueConfig{
-		LeaseTime: queen.Ptr(1 * time.Second), RetryLimit: queen.Ptr(1), DeadLetterQueue: queen.Ptr(true),
+		// 2 s: the check that the lease is live, right after the pop, has
+		// that margin on a slow machine.
+		LeaseTime: queen.Ptr(2 * time.Second), RetryLimit: queen.Ptr(1), DeadLetterQueue: queen.Ptr(true),
 	})
 	push(t, c, q, "", numbered(0, 1, nil)...)
 	crashed, next := newClient(t), newClient(t)
@@ -192,13 +196,16 @@ func TestRenewKeepsTheLease(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	q := unique("renew")
-	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(1 * time.Second)})
+	// Margins, not measurements: a 2 s lease, renewed every 300 ms by 2 s:
+	// a renewal may come 1.7 s late before another worker could take the
+	// message; the renewals go on for two and a half lease times.
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(2 * time.Second)})
 	push(t, c, q, "", numbered(0, 1, nil)...)
 	slow, other := newClient(t), newClient(t)
 
 	m := popOne(t, slow.Queue(q).Batch(1), 0, "first delivery")
 	start := time.Now()
-	for time.Since(start) < 3*time.Second {
+	for time.Since(start) < 5*time.Second {
 		time.Sleep(300 * time.Millisecond)
 		res, err := slow.RenewFor(testCtx(t), 2*time.Second, m)
 		if err != nil || len(res) != 1 || !res[0].Success {

@@ -214,10 +214,12 @@ func TestSnippetWorker(t *testing.T) {
 		mu.Unlock()
 
 		// Every task waits (a while) until four run at once: "four handlers
-		// at once, on four partitions".
+		// at once, on four partitions". 20 s guards against a hang, it is
+		// no measurement: a loop that runs four at once starts them within
+		// milliseconds.
 		select {
 		case <-four:
-		case <-time.After(5 * time.Second):
+		case <-time.After(20 * time.Second):
 			fourOnce.Do(func() { close(four) }) // once is enough to fail
 		}
 		time.Sleep(time.Millisecond)

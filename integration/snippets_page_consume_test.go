@@ -4,6 +4,8 @@ package integration
 // consumer groups" that run a consume loop, pasted unchanged like those of
 // snippets_page_test.go (see there); snippets_consume_test.go runs them.
 
+//lint:file-ignore S1021 each wrapper declares err so that its snippet, which assigns err, stays verbatim
+
 import (
 	"context"
 	"errors"

@@ -36,8 +36,10 @@ func TestStartWithoutDockerFailsFast(t *testing.T) {
 	if !errors.Is(err, queencontainer.ErrNoDocker) {
 		t.Fatalf("Start error = %v, want one matching ErrNoDocker", err)
 	}
-	if took > probe+time.Second {
-		t.Errorf("Start took %v without Docker, want at most the probe timeout %v (+1 s)", took, probe)
+	// The margin tells a bounded probe from a hang; a loaded machine may
+	// add seconds to the probe's 2 s.
+	if took > 15*probe {
+		t.Errorf("Start took %v without Docker, want about the probe timeout %v, not a hang", took, probe)
 	}
 }
 

@@ -118,6 +118,7 @@ func TestCommitOnDeliveryMovesTheCursorAtOnce(t *testing.T) {
 	// Queue mode too.
 	h.pushN("r", "p", 2)
 	p = h.popQ("r", vals("autoAck", "true", "batch", "1"))
+	assert.Equal(t, []int{0}, ns(t, p.Messages))
 	p = h.popQ("r", vals("autoAck", "true", "batch", "1"))
 	assert.Equal(t, []int{1}, ns(t, p.Messages))
 }

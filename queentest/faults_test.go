@@ -1,6 +1,7 @@
 package queentest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -50,17 +51,27 @@ func TestFailNextAnswersWithoutApplying(t *testing.T) {
 func TestAddLatency(t *testing.T) {
 	s := Start(t)
 	h := newHC(t, s)
-	s.AddLatency(RouteHealth, 120*time.Millisecond)
+	// A latency longer than the test: what it tells apart is whether a
+	// route waits for it, not how long anything took.
+	const latency = time.Minute
+	s.AddLatency(RouteHealth, latency)
+	// The delayed route: a request that gives up after 200 ms gets nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", s.URL+"/health", nil)
+	require.NoError(t, err)
+	_, err = h.c.Do(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the health route waits for its latency")
+	// Another route answers: with the latency on it, it would take a minute
+	// (and h's 70 s client timeout would not fail before it).
 	start := time.Now()
-	h.doJSON("GET", "/health", nil, http.StatusOK, nil)
-	assert.GreaterOrEqual(t, time.Since(start), 110*time.Millisecond)
-	start = time.Now()
-	h.pushN("q", "p", 1) // another route
-	assert.Less(t, time.Since(start), 100*time.Millisecond)
+	h.pushN("q", "p", 1)
+	assert.Less(t, time.Since(start), latency/2, "another route does not wait")
 	s.AddLatency(RouteHealth, 0)
 	start = time.Now()
 	h.doJSON("GET", "/health", nil, http.StatusOK, nil)
-	assert.Less(t, time.Since(start), 100*time.Millisecond)
+	assert.Less(t, time.Since(start), latency/2, "a latency of 0 removes it")
+	assert.Equal(t, 2, s.Requests(RouteHealth))
 }
 
 func TestDropNextResponsesAppliesThenCutsTheConnection(t *testing.T) {
@@ -108,7 +119,7 @@ func TestRefuseConnectionsThenListenAgain(t *testing.T) {
 		}
 		c.Close()
 		return true
-	}, 5*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond) // a hang guard: the refusal lasts 300 ms
 	// Same port, same state.
 	p := h.popQ("q", nil)
 	assert.Len(t, p.Messages, 1)
@@ -158,13 +169,17 @@ func TestCloseEndsParkedLongPolls(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	for s.Requests(RoutePop) == 0 { // the pop has reached the broker
+		time.Sleep(time.Millisecond)
+	}
 	start := time.Now()
 	s.Close()
-	assert.Less(t, time.Since(start), 2*time.Second)
+	// The margins are what the test tells apart: a Close that waited for
+	// the long poll would take its 60 s.
+	assert.Less(t, time.Since(start), 30*time.Second)
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the parked long poll outlived Close")
 	}
 	s.Close() // idempotent

@@ -90,21 +90,26 @@ func TestFetchMaxBytesAndValidation(t *testing.T) {
 }
 
 func TestFetchMaxWaitWakesOnPush(t *testing.T) {
-	h := newHC(t, Start(t))
+	s := Start(t)
+	h := newHC(t, s)
 	h.pushN("q", "p", 1)
 	done := make(chan tFetch, 1)
 	go func() {
 		var out tFetch
-		h.doJSON("POST", "/api/v1/fetch", item{"maxWaitMs": 10000, "entries": []item{{"queue": "q", "partition": "p", "offset": 1}}}, http.StatusOK, &out)
+		h.doJSON("POST", "/api/v1/fetch", item{"maxWaitMs": 60000, "entries": []item{{"queue": "q", "partition": "p", "offset": 1}}}, http.StatusOK, &out)
 		done <- out
 	}()
-	time.Sleep(50 * time.Millisecond)
+	for s.Requests(RouteFetch) == 0 { // the fetch has reached the broker
+		time.Sleep(time.Millisecond)
+	}
 	h.pushN("q", "p", 1)
+	// The margin is what the test tells apart: a fetch the push did not
+	// wake would answer empty after its 60 s.
 	select {
 	case out := <-done:
 		require.Len(t, out.Entries[0].Records, 1)
 		assert.EqualValues(t, 1, out.Entries[0].Records[0].Offset)
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the waiting fetch was not woken by the push")
 	}
 	// Without new data it answers empty at the deadline.

@@ -125,23 +125,28 @@ func TestRenewUnknownOrReleasedLease(t *testing.T) {
 
 func TestFakeClockWakesParkedPopForRetryDelay(t *testing.T) {
 	clock := NewFakeClock(t0)
-	h := newHC(t, Start(t, WithClock(clock)))
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
 	configure(h, "q", item{"retryDelay": 60000})
 	h.pushN("q", "p", 1)
 	p := h.popQ("q", nil)
 	h.ackMsg(p.Messages[0], "failed", "")
 	done := make(chan *tPop, 1)
 	go func() {
-		_, got := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "10000"))
+		_, got := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "60000"))
 		done <- got
 	}()
-	time.Sleep(50 * time.Millisecond)
+	for s.Requests(RoutePop) < 2 { // the long poll has reached the broker
+		time.Sleep(time.Millisecond)
+	}
 	clock.Advance(time.Minute)
+	// The margin is what the test tells apart: a pop the move did not wake
+	// would answer empty after its 60 s.
 	select {
 	case got := <-done:
 		require.NotNil(t, got)
 		assert.Equal(t, 2, got.Messages[0].DeliveryAttempt)
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("moving the FakeClock did not wake the parked pop")
 	}
 }
@@ -152,7 +157,9 @@ func TestWallClockLongPollSeesDelayedMessages(t *testing.T) {
 	start := time.Now()
 	h.pushN("q", "p", 1)
 	h.popEmpty("q", nil)
-	_, p := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "5000"))
+	// A 30 s long poll for a message due after 1 s: visible during the
+	// poll, not at its end (at least the delay: a timer, no load breaks it).
+	_, p := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "30000"))
 	require.NotNil(t, p, "the delayed message becomes visible during the long poll")
 	assert.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond)
 }

@@ -201,11 +201,12 @@ func TestPopDiscoveryByNamespaceAndTask(t *testing.T) {
 	require.Equal(t, http.StatusOK, st)
 	require.Len(t, p.Messages, 1)
 
-	// No long poll on discovery: an empty answer comes at once.
+	// No long poll on discovery: an empty answer comes at once. The margin
+	// is what the test tells apart: a long poll would take its 60 s.
 	start := time.Now()
-	st, _ = h.pop("/api/v1/pop", vals("task", "refund", "wait", "true", "timeout", "5000"))
+	st, _ = h.pop("/api/v1/pop", vals("task", "refund", "wait", "true", "timeout", "60000"))
 	assert.Equal(t, http.StatusNoContent, st)
-	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.Less(t, time.Since(start), 30*time.Second)
 }
 
 func TestQueueModeSharesOneCursorGroupsHaveTheirOwn(t *testing.T) {
@@ -295,33 +296,40 @@ func TestLongPollWakesOnPushAndTimesOutWith204(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		begin := time.Now()
-		_, got = h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "10000"))
+		_, got = h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "60000"))
 		elapsed = time.Since(begin)
 	}()
-	time.Sleep(80 * time.Millisecond)
+	for s.Requests(RoutePop) < 2 { // the long poll has reached the broker
+		time.Sleep(time.Millisecond)
+	}
 	h.pushN("q", "p", 1)
 	wg.Wait()
 	require.NotNil(t, got)
 	assert.Len(t, got.Messages, 1)
-	assert.Less(t, elapsed, 3*time.Second, "woken by the push, not by the timeout")
+	// The margin is what the test tells apart: the timeout's 60 s.
+	assert.Less(t, elapsed, 30*time.Second, "woken by the push, not by the timeout")
 }
 
 func TestLongPollWakesOnAckRelease(t *testing.T) {
-	h := newHC(t, Start(t))
+	s := Start(t)
+	h := newHC(t, s)
 	h.pushN("q", "p", 2)
 	first := h.popQ("q", vals("batch", "1"))
 	done := make(chan *tPop, 1)
 	go func() {
-		_, p := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "10000"))
+		_, p := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "60000"))
 		done <- p
 	}()
-	time.Sleep(50 * time.Millisecond)
+	for s.Requests(RoutePop) < 2 { // the long poll has reached the broker
+		time.Sleep(time.Millisecond)
+	}
 	h.ackMsg(first.Messages[0], "completed", "")
+	// The margin is what the test tells apart: the timeout's 60 s.
 	select {
 	case p := <-done:
 		require.NotNil(t, p)
 		assert.Equal(t, []int{1}, ns(t, p.Messages))
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the parked pop was not woken by the ack")
 	}
 }

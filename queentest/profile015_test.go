@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -671,32 +672,35 @@ func TestBroker015Renew(t *testing.T) {
 // claim jumps the cursor (§16) keeps waiting and times out empty, so the
 // skip is silent.
 func TestBroker015LongPoll(t *testing.T) {
-	h := start015(t)
-	done := make(chan tPop, 1)
-	go func() {
-		st, _, raw := h.do("GET", "/api/v1/pop/queue/lp?wait=true&timeout=5000&batch=5", nil)
-		var p tPop
-		if st == http.StatusOK {
-			_ = json.Unmarshal(raw, &p)
+	synctest.Test(t, func(t *testing.T) {
+		h := bubble015(t)
+		done := make(chan tPop, 1)
+		go func() {
+			st, _, raw := h.do("GET", "/api/v1/pop/queue/lp?wait=true&timeout=5000&batch=5", nil)
+			var p tPop
+			if st == http.StatusOK {
+				_ = json.Unmarshal(raw, &p)
+			}
+			done <- p
+		}()
+		synctest.Wait() // parked
+		h.push15("lp", "p", item{"n": 7})
+		synctest.Wait() // on the bubble's clock, no time has passed
+		select {
+		case p := <-done:
+			assert.Equal(t, []int{7}, ns(t, p.Messages))
+		default:
+			t.Fatal("the parked pop did not wake on the push")
 		}
-		done <- p
-	}()
-	time.Sleep(50 * time.Millisecond)
-	h.push15("lp", "p", item{"n": 7})
-	select {
-	case p := <-done:
-		assert.Equal(t, []int{7}, ns(t, p.Messages))
-	case <-time.After(5 * time.Second):
-		t.Fatal("the parked pop did not wake on the push")
-	}
 
-	p := cursorJumpSetup(t, h, "lq")
-	h.batchAck("g", ackItem(p.Messages[0], "failed"))
-	h.clock.Advance(time.Second)
-	st, _, raw := h.do("GET", "/api/v1/pop/queue/lq?wait=true&timeout=100&consumerGroup=g&subscriptionMode=new&batch=10", nil)
-	require.Equal(t, http.StatusOK, st)
-	assert.JSONEq(t, `{"consumerGroup":"g","leaseId":null,"messages":[],"partition":"","partitionId":null,"queue":"lq","success":true}`, string(raw))
-	h.requireNoPartition("lq", vals("consumerGroup", "g", "batch", "10"))
+		p := cursorJumpSetup(t, h, "lq")
+		h.batchAck("g", ackItem(p.Messages[0], "failed"))
+		h.clock.Advance(time.Second)
+		st, _, raw := h.do("GET", "/api/v1/pop/queue/lq?wait=true&timeout=100&consumerGroup=g&subscriptionMode=new&batch=10", nil)
+		require.Equal(t, http.StatusOK, st)
+		assert.JSONEq(t, `{"consumerGroup":"g","leaseId":null,"messages":[],"partition":"","partitionId":null,"queue":"lq","success":true}`, string(raw))
+		h.requireNoPartition("lq", vals("consumerGroup", "g", "batch", "10"))
+	})
 }
 
 // TestBroker015DeleteGroupForgetsItsSubscription: after a group delete
@@ -767,14 +771,14 @@ type waitedPop015 struct {
 	err  error
 }
 
-// waitingPop015 sends a waiting pop of queue in the background; its answer
-// arrives on the channel.
-func waitingPop015(t *testing.T, s *Server, queue string) <-chan waitedPop015 {
+// waitingPop015 sends a waiting pop of queue in the background with h's
+// client; its answer arrives on the channel.
+func waitingPop015(h *hc, queue string) <-chan waitedPop015 {
 	out := make(chan waitedPop015, 1)
 	go func() {
 		var r waitedPop015
 		start := time.Now()
-		resp, err := http.Get(s.URL + "/api/v1/pop/queue/" + queue + "?wait=true&timeout=10000&batch=1")
+		resp, err := h.c.Get(h.base + "/api/v1/pop/queue/" + queue + "?wait=true&timeout=10000&batch=1")
 		if err == nil {
 			err = json.NewDecoder(resp.Body).Decode(&r.pop)
 			resp.Body.Close()
@@ -785,38 +789,59 @@ func waitingPop015(t *testing.T, s *Server, queue string) <-chan waitedPop015 {
 	return out
 }
 
+// bubble015 is a 0.15.1 broker for a test in a synctest bubble (see
+// bubbleServer): its schedule of looks runs on the bubble's clock.
+func bubble015(t *testing.T) *h15 {
+	t.Helper()
+	clock := NewFakeClock(t0)
+	s, h := bubbleServer(t, Broker015(), WithClock(clock))
+	return &h15{hc: h, clock: clock, srv: s}
+}
+
 // An ack that frees a partition wakes no parked pop: the pop parked while
-// the partition was leased takes its message at its next look, not at
-// once (the stall a consume loop sat out at the end of a run, issue 11).
+// the partition was leased takes its message at its next look (100 ms
+// later), not at once (the stall a consume loop sat out at the end of a
+// run, issue 11). On the bubble's clock: exactly the first look.
 func TestBroker015ParkedPopIgnoresAcks(t *testing.T) {
-	h := start015(t)
-	h.push15("rq", "p", map[string]any{"n": 1}, map[string]any{"n": 2})
-	first := h.pop15("rq", url.Values{"wait": {"false"}, "batch": {"1"}})
-	require.Len(t, first.Messages, 1)
-	res := waitingPop015(t, h.srv, "rq")
-	time.Sleep(20 * time.Millisecond) // parked: the partition is leased
-	h.batchAck("", ackItem(first.Messages[0], "completed"))
-	r := <-res
-	require.NoError(t, r.err)
-	require.Len(t, r.pop.Messages, 1, "the second message, at the next look")
-	assert.GreaterOrEqual(t, r.took, 95*time.Millisecond, "the ack woke the parked pop")
+	synctest.Test(t, func(t *testing.T) {
+		h := bubble015(t)
+		h.push15("rq", "p", map[string]any{"n": 1}, map[string]any{"n": 2})
+		first := h.pop15("rq", url.Values{"wait": {"false"}, "batch": {"1"}})
+		require.Len(t, first.Messages, 1)
+		res := waitingPop015(h.hc, "rq")
+		synctest.Wait() // parked: the partition is leased
+		time.Sleep(20 * time.Millisecond)
+		h.batchAck("", ackItem(first.Messages[0], "completed"))
+		r := <-res
+		require.NoError(t, r.err)
+		require.Len(t, r.pop.Messages, 1, "the second message, at the next look")
+		assert.Equal(t, recheckFirst015, r.took, "the ack woke the parked pop, or it waited past its first look")
+	})
 }
 
 // A push to its queue makes a parked pop look at once, however far its
-// schedule has backed off.
+// schedule has backed off. On the bubble's clock, exactly at the push.
 func TestBroker015PushWakesParkedPop(t *testing.T) {
-	h := start015(t)
-	h.push15("wq", "p", map[string]any{"n": 0})
-	first := h.pop15("wq", url.Values{"wait": {"false"}, "batch": {"1"}})
-	require.Len(t, first.Messages, 1)
-	h.batchAck("", ackItem(first.Messages[0], "completed")) // the queue is empty
-	res := waitingPop015(t, h.srv, "wq")
-	// Looks at 100, 200, 300 and 1100 ms; the next would be at 2100 ms.
-	time.Sleep(1200 * time.Millisecond)
-	h.push15("other", "p", map[string]any{"n": 1}) // another queue: no wake-up
-	h.push15("wq", "p", map[string]any{"n": 2})
-	r := <-res
-	require.NoError(t, r.err)
-	require.Len(t, r.pop.Messages, 1)
-	assert.Less(t, r.took, 1900*time.Millisecond, "the push did not wake the pop (its next look was at 2.1 s)")
+	synctest.Test(t, func(t *testing.T) {
+		h := bubble015(t)
+		h.push15("wq", "p", map[string]any{"n": 0})
+		first := h.pop15("wq", url.Values{"wait": {"false"}, "batch": {"1"}})
+		require.Len(t, first.Messages, 1)
+		h.batchAck("", ackItem(first.Messages[0], "completed")) // the queue is empty
+		res := waitingPop015(h.hc, "wq")
+		// Looks at 100, 200, 300 and 1100 ms; the next would be at 2100 ms.
+		time.Sleep(1200 * time.Millisecond)
+		h.push15("other", "p", map[string]any{"n": 1}) // another queue: no wake-up
+		synctest.Wait()
+		select {
+		case r := <-res:
+			t.Fatalf("a push to another queue woke the pop: %+v", r)
+		default:
+		}
+		h.push15("wq", "p", map[string]any{"n": 2})
+		r := <-res
+		require.NoError(t, r.err)
+		require.Len(t, r.pop.Messages, 1)
+		assert.Equal(t, 1200*time.Millisecond, r.took, "the push did not wake the pop at once (its next look was at 2.1 s)")
+	})
 }

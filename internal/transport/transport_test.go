@@ -730,7 +730,9 @@ func TestCtxEndsDuringBackoff(t *testing.T) {
 			elapsed := time.Since(start)
 			assert.Nil(t, resp)
 			assert.ErrorIs(t, err, tc.wantErr)
-			assert.Less(t, elapsed, 2*time.Second)
+			// The margin is what the test tells apart: a call that sat out
+			// its wait would take the 20 s backoff or the 30 s Retry-After.
+			assert.Less(t, elapsed, 10*time.Second)
 			assert.Equal(t, 1, srv.Hits())
 		})
 	}
@@ -773,11 +775,11 @@ func TestPerAttemptTimeout(t *testing.T) {
 		_, _ = io.WriteString(w, okBody)
 	})
 	tr, sl, _ := newTransport(t, Config{URLs: []string{srv.URL}, Timeout: 10 * time.Second})
-	start := time.Now()
 	resp, err := tr.Do(context.Background(), Request{Method: http.MethodGet, Path: "/x", Timeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, resp.Status)
-	assert.Less(t, time.Since(start), 3*time.Second)
+	// Two attempts: without the attempt's timeout the first would get the
+	// server's empty 200 after 5 s and be the answer.
 	assert.Equal(t, 2, srv.Hits())
 	assert.Len(t, sl.Waits(), 1)
 }
