@@ -290,10 +290,10 @@ type RenewResult struct {
 	Error string
 }
 
-// DefaultRenewSeconds is how far Renew extends a lease.
-const DefaultRenewSeconds = 60
+// DefaultRenewal is how far Renew extends a lease.
+const DefaultRenewal = time.Minute
 
-// Renew extends the leases of msgs by DefaultRenewSeconds from now (never
+// Renew extends the leases of msgs by DefaultRenewal from now (never
 // shortening them): one request per distinct lease id, which covers every
 // partition of that pop. Success is read from the broker's answer; a lease
 // that could not be renewed gives a result with Success false and an error
@@ -301,7 +301,7 @@ const DefaultRenewSeconds = 60
 // error object answered with HTTP 200) says nothing about the lease and
 // is returned as such.
 func (c *Client) Renew(ctx context.Context, msgs ...*Message) ([]RenewResult, error) {
-	return c.RenewFor(ctx, DefaultRenewSeconds*time.Second, msgs...)
+	return c.RenewFor(ctx, DefaultRenewal, msgs...)
 }
 
 // RenewFor is Renew with the extension d (rounded up to whole seconds).

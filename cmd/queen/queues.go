@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -12,30 +11,54 @@ import (
 )
 
 // queueOption is a queue-option flag of queues create and configure: the
-// flag, the QueueConfig field it sets, and for a time, the unit the field
-// counts in while it is an integer.
+// flag, the broker's name of the option (--json prints it), and where the
+// flag's value goes in a QueueConfig and comes from in one (nil: unset).
+// Each is a duration, an integer or a boolean option.
 type queueOption struct {
-	flag, field, usage string
-	kind               byte // 'd' a duration, 'i' an integer, 'b' a boolean
-	unit               time.Duration
+	flag, name, usage string
+	dur               func(*queen.QueueConfig) **time.Duration
+	num               func(*queen.QueueConfig) **int
+	flg               func(*queen.QueueConfig) **bool
+	ms                bool // a duration the broker counts in milliseconds (else seconds)
 }
 
 var queueOptions = []queueOption{
-	{"lease-time", "LeaseTime", "how long a pop leases its messages (30s, 5m)", 'd', time.Second},
-	{"retry-limit", "RetryLimit", "failed acks per partition and group before a message is dead-lettered", 'i', 0},
-	{"retry-delay", "RetryDelay", "how long a failed message waits before it comes back (500ms, 2s)", 'd', time.Millisecond},
-	{"priority", "Priority", "order among the queues of a namespace or task", 'i', 0},
-	{"delayed-processing", "DelayedProcessing", "hide each new message that long", 'd', time.Second},
-	{"window-buffer", "WindowBuffer", "hold a partition back until it has been quiet that long", 'd', time.Second},
-	{"max-size", "MaxSize", "most messages the queue holds", 'i', 0},
-	{"ttl", "TTL", "drop messages older than that", 'd', time.Second},
-	{"retention", "RetentionSeconds", "keep messages that long (with --retention-enabled)", 'd', time.Second},
-	{"completed-retention", "CompletedRetentionSeconds", "keep completed messages that long", 'd', time.Second},
-	{"max-wait-time", "MaxWaitTimeSeconds", "drop messages at that age", 'd', time.Second},
-	{"dead-letter-queue", "DeadLetterQueue", "keep dead-lettered messages in the queue's DLQ (true|false)", 'b', 0},
-	{"dlq-after-max-retries", "DLQAfterMaxRetries", "dead-letter once the retries are spent (true|false)", 'b', 0},
-	{"retention-enabled", "RetentionEnabled", "turn retention on (true|false)", 'b', 0},
-	{"encryption", "EncryptionEnabled", "store payloads encrypted (true|false)", 'b', 0},
+	{flag: "lease-time", name: "leaseTime", usage: "how long a pop leases its messages (30s, 5m)",
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.LeaseTime }},
+	{flag: "retry-limit", name: "retryLimit", usage: "failures a message may have and still come back",
+		num: func(c *queen.QueueConfig) **int { return &c.RetryLimit }},
+	{flag: "retry-delay", name: "retryDelay", usage: "how long a failed message waits before it comes back (500ms, 2s)", ms: true,
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.RetryDelay }},
+	{flag: "priority", name: "priority", usage: "order among the queues of a namespace or task",
+		num: func(c *queen.QueueConfig) **int { return &c.Priority }},
+	{flag: "delayed-processing", name: "delayedProcessing", usage: "hide each new message that long",
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.DelayedProcessing }},
+	{flag: "window-buffer", name: "windowBuffer", usage: "hold a partition back until it has been quiet that long",
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.WindowBuffer }},
+	{flag: "max-size", name: "maxSize", usage: "most messages the queue holds",
+		num: func(c *queen.QueueConfig) **int { return &c.MaxSize }},
+	{flag: "ttl", name: "ttl", usage: "drop messages older than that",
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.TTL }},
+	{flag: "retention", name: "retentionSeconds", usage: "keep messages that long (with --retention-enabled)",
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.Retention }},
+	{flag: "completed-retention", name: "completedRetentionSeconds", usage: "keep completed messages that long",
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.CompletedRetention }},
+	{flag: "max-wait-time", name: "maxWaitTimeSeconds", usage: "drop messages at that age",
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.MaxWaitTime }},
+	{flag: "min-pop-wait-time", name: "minPopWaitTime", usage: "the shortest wait of a waiting pop", ms: true,
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.MinPopWaitTime }},
+	{flag: "dedup-window", name: "dedupWindowSeconds", usage: "how long a repeated transaction id is a duplicate (0: no dedup)",
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.DedupWindow }},
+	{flag: "retention-sink-hold-max", name: "retentionSinkHoldMaxSeconds", usage: "the longest a retention sink may hold messages (1m to 365 days)",
+		dur: func(c *queen.QueueConfig) **time.Duration { return &c.RetentionSinkHoldMax }},
+	{flag: "dead-letter-queue", name: "deadLetterQueue", usage: "keep dead-lettered messages in the queue's DLQ (true|false)",
+		flg: func(c *queen.QueueConfig) **bool { return &c.DeadLetterQueue }},
+	{flag: "dlq-after-max-retries", name: "dlqAfterMaxRetries", usage: "dead-letter once the retries are spent (true|false)",
+		flg: func(c *queen.QueueConfig) **bool { return &c.DLQAfterMaxRetries }},
+	{flag: "retention-enabled", name: "retentionEnabled", usage: "turn retention on (true|false)",
+		flg: func(c *queen.QueueConfig) **bool { return &c.RetentionEnabled }},
+	{flag: "encryption", name: "encryptionEnabled", usage: "store payloads encrypted (true|false)",
+		flg: func(c *queen.QueueConfig) **bool { return &c.EncryptionEnabled }},
 }
 
 // queueFlags holds the values of the option flags, read once parsed.
@@ -51,12 +74,12 @@ type queueFlags struct {
 func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 	qf := &queueFlags{fs: fs, durations: map[string]*time.Duration{}, ints: map[string]*int{}, bools: map[string]*bool{}}
 	for _, o := range queueOptions {
-		switch o.kind {
-		case 'd':
+		switch {
+		case o.dur != nil:
 			qf.durations[o.flag] = fs.Duration(o.flag, 0, o.usage)
-		case 'i':
+		case o.num != nil:
 			qf.ints[o.flag] = fs.Int(o.flag, 0, o.usage)
-		case 'b':
+		default:
 			qf.bools[o.flag] = fs.Bool(o.flag, false, o.usage)
 		}
 	}
@@ -72,29 +95,27 @@ func (qf *queueFlags) config() (queen.QueueConfig, int, error) {
 	qf.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var cfg queen.QueueConfig
 	n := 0
-	v := reflect.ValueOf(&cfg).Elem()
 	for _, o := range queueOptions {
 		if !given[o.flag] {
 			continue
 		}
 		n++
-		var err error
-		switch o.kind {
-		case 'd':
-			if *qf.durations[o.flag] < 0 {
+		switch {
+		case o.dur != nil:
+			d := *qf.durations[o.flag]
+			if d < 0 {
 				return cfg, 0, usagef("--%s must not be negative", o.flag)
 			}
-			err = setOption(v.FieldByName(o.field), reflect.ValueOf(*qf.durations[o.flag]), o.unit)
-		case 'i':
-			if *qf.ints[o.flag] < 0 {
+			*o.dur(&cfg) = &d
+		case o.num != nil:
+			v := *qf.ints[o.flag]
+			if v < 0 {
 				return cfg, 0, usagef("--%s must not be negative", o.flag)
 			}
-			err = setOption(v.FieldByName(o.field), reflect.ValueOf(*qf.ints[o.flag]), 0)
-		case 'b':
-			err = setOption(v.FieldByName(o.field), reflect.ValueOf(*qf.bools[o.flag]), 0)
-		}
-		if err != nil {
-			return cfg, 0, usagef("--%s: %v", o.flag, err)
+			*o.num(&cfg) = &v
+		default:
+			v := *qf.bools[o.flag]
+			*o.flg(&cfg) = &v
 		}
 	}
 	if given["namespace"] {
@@ -106,77 +127,39 @@ func (qf *queueFlags) config() (queen.QueueConfig, int, error) {
 	return cfg, n, nil
 }
 
-// setOption stores val in the pointer field f of QueueConfig, whatever the
-// field's element type: a duration goes into a time.Duration as is, and
-// into an integer counted in unit; an integer or a boolean as is.
-func setOption(f reflect.Value, val reflect.Value, unit time.Duration) error {
-	if !f.IsValid() || f.Kind() != reflect.Pointer {
-		return fmt.Errorf("no such queue option in this client")
-	}
-	elem := f.Type().Elem()
-	p := reflect.New(elem)
-	switch {
-	case val.Type() == elem:
-		p.Elem().Set(val)
-	case val.Type() == reflect.TypeOf(time.Duration(0)) && elem.Kind() == reflect.Int && unit > 0:
-		d := val.Interface().(time.Duration)
-		if d%unit != 0 {
-			return fmt.Errorf("%s is not a whole number of %s", d, unit)
-		}
-		p.Elem().SetInt(int64(d / unit))
-	default:
-		return fmt.Errorf("cannot store a %s in the option (a %s)", val.Type(), elem)
-	}
-	f.Set(p)
-	return nil
-}
-
 // configJSON is a QueueConfig as --json prints it: the options set, named
 // as the broker names them (leaseTime, retryLimit, ...), each time in the
 // broker's unit (milliseconds for retryDelay and minPopWaitTime, seconds
-// for the others), whether the field holds an integer or a time.Duration.
+// for the others), rounded up as the client sends it.
 func configJSON(cfg queen.QueueConfig) map[string]any {
 	out := map[string]any{}
-	v := reflect.ValueOf(cfg)
-	t := v.Type()
-	for i := range t.NumField() {
-		f, sf := v.Field(i), t.Field(i)
-		if !sf.IsExported() {
-			continue
-		}
-		name := lowerCamel(sf.Name)
+	for _, o := range queueOptions {
 		switch {
-		case f.Kind() == reflect.Pointer && f.IsNil():
-		case f.Kind() == reflect.Pointer:
-			val := f.Elem().Interface()
-			if d, ok := val.(time.Duration); ok {
-				val = d.Seconds() // in the broker's unit, as an integer field holds it
-				if sf.Name == "RetryDelay" || sf.Name == "MinPopWaitTime" {
-					val = float64(d.Milliseconds())
+		case o.dur != nil:
+			if d := *o.dur(&cfg); d != nil {
+				unit := time.Second
+				if o.ms {
+					unit = time.Millisecond
 				}
+				out[o.name] = int64((*d + unit - 1) / unit)
 			}
-			out[name] = val
-		case f.Kind() == reflect.String && f.String() != "":
-			out[name] = f.String()
+		case o.num != nil:
+			if v := *o.num(&cfg); v != nil {
+				out[o.name] = *v
+			}
+		default:
+			if v := *o.flg(&cfg); v != nil {
+				out[o.name] = *v
+			}
 		}
+	}
+	if cfg.Namespace != "" {
+		out["namespace"] = cfg.Namespace
+	}
+	if cfg.Task != "" {
+		out["task"] = cfg.Task
 	}
 	return out
-}
-
-// lowerCamel lowers a Go name's leading capitals: TTL ttl, DLQAfterMaxRetries
-// dlqAfterMaxRetries, LeaseTime leaseTime.
-func lowerCamel(s string) string {
-	r := []rune(s)
-	for i := range r {
-		if r[i] < 'A' || r[i] > 'Z' {
-			break
-		}
-		if i > 0 && i+1 < len(r) && r[i+1] >= 'a' && r[i+1] <= 'z' {
-			break
-		}
-		r[i] += 'a' - 'A'
-	}
-	return string(r)
 }
 
 // queueJSON is a queue of queues list and show as --json prints it.

@@ -185,3 +185,51 @@ func TestDLQSaysWhatItLeftOut(t *testing.T) {
 		t.Fatalf("stdout:\n%s", r.stdout)
 	}
 }
+
+// Every queue-option flag reaches its QueueConfig field and the wire, each
+// time in the broker's unit (rounded up): one create with all of them.
+func TestQueueOptionFlagsReachTheWire(t *testing.T) {
+	b := newFakeBroker(t, func(brokerReq) (int, string) {
+		return 200, `{"configured":true,"queue":"q","options":{}}`
+	})
+	args := []string{"queues", "create", "q"}
+	want := map[string]any{}
+	for _, o := range queueOptions {
+		switch {
+		case o.dur != nil:
+			args = append(args, "--"+o.flag, "90s")
+			want[o.name] = 90.0
+			if o.ms {
+				want[o.name] = 90000.0
+			}
+		case o.num != nil:
+			args = append(args, "--"+o.flag, "7")
+			want[o.name] = 7.0
+		default:
+			args = append(args, "--"+o.flag+"=true")
+			want[o.name] = true
+		}
+	}
+	r := runCLI(t, b, "", args...)
+	if r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	reqs := b.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	var body struct {
+		Options map[string]any `json:"options"`
+	}
+	if err := json.Unmarshal([]byte(reqs[0].Body), &body); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range want {
+		if body.Options[name] != v {
+			t.Errorf("option %s = %v on the wire, want %v", name, body.Options[name], v)
+		}
+	}
+	if len(body.Options) != len(want) {
+		t.Errorf("options on the wire %v, want exactly %v", body.Options, want)
+	}
+}
