@@ -19,7 +19,10 @@ import (
 // queue), and stop it with Close.
 //
 //	orders, err := client.Queue("orders").Producer(queen.WithBatchDelay(2 * time.Millisecond))
-//	...
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer orders.Close(ctx)
 //	res, err := orders.Partition(customer).Push(ctx, order).Wait(ctx)
 //
 // What it promises:

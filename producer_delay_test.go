@@ -68,7 +68,7 @@ func TestProducerDelayBound(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer c.Close(context.Background())
-				p, err := c.Queue("delay-" + string(rune('a'+i))).Producer(queen.WithBatchDelay(tc.delay), queen.WithBatchCount(tc.count))
+				p, err := c.Queue("delay-"+string(rune('a'+i))).Producer(queen.WithBatchDelay(tc.delay), queen.WithBatchCount(tc.count))
 				if err != nil {
 					t.Fatal(err)
 				}
