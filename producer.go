@@ -253,10 +253,11 @@ const (
 func (p *PendingPush) Done() <-chan struct{} { return p.done }
 
 // Wait waits for the message's outcome, or for ctx: its PushResult and nil
-// when the broker stored it (queued or duplicate), or the error (with the
-// broker's PushResult when it answered for the message). When ctx ends
-// first Wait returns ctx.Err(); the message is still sent, and Wait may be
-// called again.
+// when the broker stored it (queued or duplicate), or the error. On an
+// error the result is the broker's answer for the message when it gave one
+// (Status PushFailed), else it has only TransactionID and Queue. Index is
+// always 0 (one message per Push). When ctx ends first Wait returns
+// ctx.Err(); the message is still sent, and Wait may be called again.
 func (p *PendingPush) Wait(ctx context.Context) (PushResult, error) {
 	select {
 	case <-p.done:
@@ -430,7 +431,8 @@ func (p *Producer) Resume() {
 // returns nil when all of them were stored, else a *ProducerError that
 // counts those not stored and those whose outcome is unknown (a message
 // still buffered when ctx ended counts as not stored, one on the wire as
-// unknown; both are still sent). Messages pushed during Flush go as usual.
+// unknown; both are still sent). While a Flush is under way no batch waits
+// for its delay; messages pushed meanwhile are sent but not waited for.
 func (p *Producer) Flush(ctx context.Context) error {
 	e := p.e
 	e.mu.Lock()
