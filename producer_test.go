@@ -504,3 +504,32 @@ func noProducerGoroutine(t *testing.T) {
 		t.Fatalf("a producer goroutine outlived Close:\n%s", buf)
 	}
 }
+
+// A 0.15.1 "buffered" answer (here: a transaction id longer than the
+// broker's column, which it files in its failover buffer) is never a
+// success: the message fails with an error matching ErrOutcomeUnknown and
+// *PushError, counted as unknown, and its partition pauses.
+func TestProducerBuffered015(t *testing.T) {
+	srv := queentest.Start(t, queentest.WithProfile(queentest.Profile015))
+	c := newProducerClient(t, srv)
+	p, err := c.Queue("buf").Producer(queen.WithBatchDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ctx := context.Background()
+	long := p.Push(ctx, queen.Item{Payload: payload(1), TransactionID: strings.Repeat("x", 300)})
+	err = p.Flush(ctx)
+	var pe *queen.ProducerError
+	if !errors.As(err, &pe) || pe.Unknown != 1 || pe.NotStored != 0 {
+		t.Fatalf("Flush: %v", err)
+	}
+	res, err := long.Wait(ctx)
+	var push *queen.PushError
+	if !errors.Is(err, queen.ErrOutcomeUnknown) || !errors.As(err, &push) || res.Status != queen.PushFailed || res.Stored() {
+		t.Fatalf("buffered answer: %+v %v", res, err)
+	}
+	if err := waitErr(p.Push(ctx, payload(2))); !errors.Is(err, queen.ErrPartitionPaused) {
+		t.Fatalf("after a buffered answer: %v", err)
+	}
+}
