@@ -2,6 +2,7 @@ package queen
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -103,7 +104,7 @@ const (
 	DefaultBufferBytes    = 64 << 20
 	// DefaultMaxInflight is how many batches (of different partitions) may
 	// be on the wire at once (WithMaxInflight).
-	DefaultMaxInflight = 16
+	DefaultMaxInflight = 4
 )
 
 // WithBatchCount sets the most messages in one batch (default
@@ -234,6 +235,7 @@ type PendingPush struct {
 	res   PushResult
 	err   error
 	item  wire.PushItem
+	enc   []byte // item encoded as JSON
 	size  int
 	at    time.Time // when it was buffered (with a batch delay)
 	state pushState // guarded by the producer's mu
@@ -391,7 +393,13 @@ func (p *Producer) Push(ctx context.Context, payload any) *PendingPush {
 	}
 	pp.item = it
 	pp.res.TransactionID, pp.res.Queue, pp.res.Offset = it.TransactionID, it.Queue, -1
-	pp.size = len(it.Payload) + len(it.TransactionID) + len(it.TraceID) + len(it.Queue) + len(it.Partition) + 64
+	// Encoded here, on the caller's goroutine, once: a batch's body is
+	// then the items side by side, and a resend sends the same bytes.
+	if pp.enc, err = json.Marshal(it); err != nil {
+		e.refuse(pp, fmt.Errorf("%w: %v", ErrInvalidPayload, err))
+		return pp
+	}
+	pp.size = len(pp.enc)
 	if pp.size > e.cfg.maxBytes {
 		e.refuse(pp, fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, pp.size, e.cfg.maxBytes))
 		return pp
@@ -624,33 +632,76 @@ func (e *producer) ready(ps *partState) bool {
 		time.Since(ps.buf[0].at) >= e.cfg.delay
 }
 
-// take removes the next batch from ps's buffer. e.mu is held.
-func (e *producer) take(ps *partState) []*PendingPush {
-	n, size := 0, 0
-	for n < len(ps.buf) && n < e.cfg.count {
-		s := ps.buf[n].size
-		if n > 0 && size+s > e.cfg.bytes {
+// take removes the next batch from ps's buffer: at most n messages and
+// size bytes, but at least one message when first is set. e.mu is held.
+func (e *producer) take(ps *partState, n, size int, first bool) []*PendingPush {
+	k, bytes := 0, 0
+	for k < len(ps.buf) && k < n {
+		s := ps.buf[k].size
+		if (k > 0 || !first) && bytes+s > size {
 			break
 		}
-		size += s
-		n++
+		bytes += s
+		k++
 	}
-	batch := make([]*PendingPush, n)
+	if k == 0 {
+		return nil
+	}
+	batch := make([]*PendingPush, k)
 	copy(batch, ps.buf)
-	clear(ps.buf[:n])
-	ps.buf = ps.buf[n:]
+	clear(ps.buf[:k])
+	ps.buf = ps.buf[k:]
 	if len(ps.buf) == 0 {
 		ps.buf = nil
 	}
-	ps.bufBytes -= size
+	ps.bufBytes -= bytes
 	for _, pp := range batch {
 		pp.state = stateSending
 	}
+	ps.sending = batch
 	return batch
 }
 
-// work serves one partition: it sends its batches one after the other and
-// ends when its buffer is empty.
+// segment is one partition's batch in a push request.
+type segment struct {
+	ps    *partState
+	batch []*PendingPush
+}
+
+// gather adds to segs (which holds the batch of the partition whose worker
+// sends) the batches of other partitions that are ready and have none on
+// the wire, while the request stays within the batch count and bytes: one
+// request carries the batches of several partitions, each partition still
+// having at most one batch on the wire. e.mu is held.
+func (e *producer) gather(segs []segment) []segment {
+	n, size := 0, 0
+	for _, pp := range segs[0].batch {
+		n++
+		size += pp.size
+	}
+	for _, q := range e.parts {
+		if n >= e.cfg.count || size >= e.cfg.bytes {
+			break
+		}
+		if q == segs[0].ps || len(q.sending) > 0 || len(q.buf) == 0 || q.paused != nil || !e.ready(q) {
+			continue
+		}
+		batch := e.take(q, e.cfg.count-n, e.cfg.bytes-size, false)
+		if batch == nil {
+			continue
+		}
+		for _, pp := range batch {
+			n++
+			size += pp.size
+		}
+		segs = append(segs, segment{q, batch})
+	}
+	return segs
+}
+
+// work serves one partition: it sends its batches one after the other
+// (with ready batches of other partitions in the same request) and ends
+// when its buffer is empty and none of its batches is on the wire.
 func (e *producer) work(ps *partState) {
 	defer e.wg.Done()
 	var timer *time.Timer
@@ -661,6 +712,13 @@ func (e *producer) work(ps *partState) {
 	}()
 	for {
 		e.mu.Lock()
+		if len(ps.sending) > 0 {
+			// Another worker's request carries this partition's batch:
+			// its finish kicks this worker.
+			e.mu.Unlock()
+			<-ps.kick
+			continue
+		}
 		if len(ps.buf) == 0 {
 			ps.running = false
 			if ps.paused == nil {
@@ -686,61 +744,115 @@ func (e *producer) work(ps *partState) {
 			}
 			continue
 		}
-		batch := e.take(ps)
-		ps.sending = batch
 		e.mu.Unlock()
+		// Take a slot first and the batches then, so that what comes
+		// while the slots are busy joins this request.
 		select {
 		case e.slots <- struct{}{}:
-			e.send(ps, batch)
-			<-e.slots
 		case <-e.ctx.Done():
-			e.settleAll(ps, batch, outcome{err: errProducerClosed, state: stateNotStored})
+			e.mu.Lock()
+			if len(ps.sending) == 0 && len(ps.buf) > 0 {
+				e.take(ps, len(ps.buf), int(^uint(0)>>1), true)
+				batch := ps.sending
+				e.mu.Unlock()
+				e.settleAll(ps, batch, outcome{err: errProducerClosed, state: stateNotStored})
+			} else {
+				e.mu.Unlock()
+			}
+			continue
 		}
+		e.mu.Lock()
+		if len(ps.sending) > 0 || len(ps.buf) == 0 {
+			// Another worker's request took this partition's batch.
+			e.mu.Unlock()
+			<-e.slots
+			continue
+		}
+		segs := e.gather([]segment{{ps, e.take(ps, e.cfg.count, e.cfg.bytes, true)}})
+		e.mu.Unlock()
+		e.send(segs)
+		<-e.slots
 	}
 }
 
-// send sends one batch and settles its messages.
-func (e *producer) send(ps *partState, batch []*PendingPush) {
+// send sends one push request of the segments' batches and settles their
+// messages. Each segment is reported to PushHook as a batch of its own.
+func (e *producer) send(segs []segment) {
 	if err := e.ctx.Err(); err != nil {
-		e.settleAll(ps, batch, outcome{err: errProducerClosed, state: stateNotStored})
+		for _, sg := range segs {
+			e.settleAll(sg.ps, sg.batch, outcome{err: errProducerClosed, state: stateNotStored})
+		}
 		return
 	}
-	items := make([]wire.PushItem, len(batch))
-	for i, pp := range batch {
-		items[i] = pp.item
+	var items []wire.PushItem
+	size := len(`{"items":[]}`)
+	for _, sg := range segs {
+		for _, pp := range sg.batch {
+			items = append(items, pp.item)
+			size += len(pp.enc) + 1
+		}
 	}
+	body := make([]byte, 0, size)
+	body = append(body, `{"items":[`...)
+	for i := range segs {
+		for j, pp := range segs[i].batch {
+			if i > 0 || j > 0 {
+				body = append(body, ',')
+			}
+			body = append(body, pp.enc...)
+		}
+	}
+	body = append(body, "]}"...)
 	hooks := e.c.hooks
 	start := hooks.now()
 	var res []PushResult
 	var buffered []bool
-	resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush, body: wire.PushRequest{Items: items}})
+	resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush, raw: body})
 	if err == nil {
 		res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
 	}
-	hooks.pushed(e.ctx, ps.key.queue, items[0].Partition, len(items), start, res, err)
-	if res == nil {
-		e.settleAll(ps, batch, classify(err))
-		return
-	}
-	outs := make([]outcome, len(batch))
-	var cause error
-	for i := range batch {
-		r := res[i]
-		r.Index = 0
-		o := outcome{res: r, state: stateStored}
-		switch {
-		case r.Stored():
-		case buffered != nil && buffered[i]:
-			o.err, o.state = outcomeUnknown(&PushError{Results: []PushResult{r}, Failed: []int{0}}), stateUnknown
-		default:
-			o.err, o.state = &PushError{Results: []PushResult{r}, Failed: []int{0}}, stateNotStored
+	off := 0
+	for _, sg := range segs {
+		k := len(sg.batch)
+		part := sg.batch[0].item.Partition
+		if res == nil {
+			hooks.pushed(e.ctx, sg.ps.key.queue, part, k, start, nil, err)
+			e.settleAll(sg.ps, sg.batch, classify(err))
+			continue
 		}
-		if o.err != nil && cause == nil {
-			cause = o.err
+		outs := make([]outcome, k)
+		seg := make([]PushResult, k)
+		var failed []int
+		var cause error
+		for i := range k {
+			r := res[off+i]
+			r.Index = i
+			seg[i] = r
+			r.Index = 0
+			o := outcome{res: r, state: stateStored}
+			switch {
+			case r.Stored():
+			case buffered != nil && buffered[off+i]:
+				o.err, o.state = outcomeUnknown(&PushError{Results: []PushResult{r}, Failed: []int{0}}), stateUnknown
+			default:
+				o.err, o.state = &PushError{Results: []PushResult{r}, Failed: []int{0}}, stateNotStored
+			}
+			if o.err != nil {
+				failed = append(failed, i)
+				if cause == nil {
+					cause = o.err
+				}
+			}
+			outs[i] = o
 		}
-		outs[i] = o
+		var segErr error
+		if failed != nil {
+			segErr = &PushError{Results: seg, Failed: failed}
+		}
+		hooks.pushed(e.ctx, sg.ps.key.queue, part, k, start, seg, segErr)
+		e.finish(sg.ps, sg.batch, outs, cause)
+		off += k
 	}
-	e.finish(ps, batch, outs, cause)
 }
 
 // outcome is what a message of a batch is settled with.
@@ -806,6 +918,7 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 		}
 	}
 	ps.sending = nil
+	ps.wake() // its worker, if another worker's request carried the batch
 	n, size := 0, 0
 	for _, list := range [][]*PendingPush{batch, failed} {
 		for _, pp := range list {

@@ -18,7 +18,7 @@ import (
 )
 
 // fastRetry makes retried pushes quick in tests.
-var fastRetry = queen.WithRetryPolicy(queen.RetryPolicy{MaxAttempts: 4, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+var fastRetry = queen.WithRetryPolicy(queen.RetryPolicy{MaxAttempts: 8, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 
 func newProducerClient(t *testing.T, srv *queentest.Server, opts ...queen.Option) *queen.Client {
 	t.Helper()
@@ -531,5 +531,63 @@ func TestProducerBuffered015(t *testing.T) {
 	}
 	if err := waitErr(p.Push(ctx, payload(2))); !errors.Is(err, queen.ErrPartitionPaused) {
 		t.Fatalf("after a buffered answer: %v", err)
+	}
+}
+
+// Partitions whose messages come one at a time (each caller waits for its
+// answer) still share push requests: one request carries the ready batches
+// of several partitions, each partition with at most one on the wire and in
+// push order.
+func TestProducerPartitionsShareRequests(t *testing.T) {
+	srv := queentest.Start(t)
+	h := &countHook{}
+	c := newProducerClient(t, srv, queen.WithHooks(h))
+	p, err := c.Queue("users").Producer(queen.WithMaxInflight(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const users, each = 16, 30
+	var wg sync.WaitGroup
+	for u := range users {
+		wg.Go(func() {
+			part := p.Partition("u" + strconv.Itoa(u))
+			for i := range each {
+				if _, err := part.Push(context.Background(), payload(u*each+i)).Wait(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Requests(queentest.RoutePush); n > users*each/3 {
+		t.Fatalf("%d push requests for %d messages of %d one-at-a-time partitions", n, users*each, users)
+	}
+	counts, order := stored(t, c, "users")
+	if len(counts) != users*each {
+		t.Fatalf("%d stored", len(counts))
+	}
+	for part, ns := range order {
+		for i := 1; i < len(ns); i++ {
+			if ns[i] != ns[i-1]+1 {
+				t.Fatalf("partition %s out of order: %v", part, ns)
+			}
+		}
+	}
+	// One hook event per partition batch, each of one partition.
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	total := 0
+	for _, e := range h.events {
+		if e.Count != 1 || len(e.Results) != 1 || e.Results[0].Index != 0 || e.Err != nil {
+			t.Fatalf("event %+v: a one-at-a-time partition's batch is one message", e)
+		}
+		total += e.Count
+	}
+	if total != users*each {
+		t.Fatalf("hook saw %d messages", total)
 	}
 }
