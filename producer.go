@@ -14,8 +14,11 @@ import (
 
 // A Producer pushes messages one at a time and sends them in batches: each
 // Push returns at once with a *PendingPush, and the messages of one queue
-// and partition go out together in one push request when the batch reaches
-// its count or its size, or has waited its delay, whichever comes first.
+// and partition form a batch that goes out when it reaches its count or its
+// size, or has waited its delay, whichever comes first. One push request
+// carries the batches of every partition ready then (up to the batch count
+// and bytes in all), at most WithMaxInflight requests at once: what is
+// pushed while they are on the wire joins the next ones.
 // Create one with Client.Producer (any queue) or QueueBuilder.Producer (one
 // queue), and stop it with Close.
 //
@@ -32,7 +35,8 @@ import (
 //     the one before it is settled (answered, or failed for good), and its
 //     messages go in push order.
 //   - A batch that fails for good (the client's retries spent, or a
-//     message of it not stored) pauses its partition: every message of that
+//     message of it not stored; a request that fails as a whole fails every
+//     batch in it) pauses its partition: every message of that
 //     partition still buffered fails with a *PartitionPausedError, and so
 //     does every later Push to it, until Resume. The other partitions go on.
 //   - Nothing silent. Every message's outcome reaches its PendingPush (and
@@ -62,8 +66,9 @@ import (
 //     ctx (or fails at once with ErrBufferFull under WithFailWhenFull). The
 //     ctx of a Push governs only that wait: once buffered, a message is sent
 //     whatever becomes of the ctx.
-//   - Each batch is one push request: PushHook is called once per batch
-//     (WithHooks), so hooks that trace pushes (queenotel) see one span per
+//   - PushHook (WithHooks) is called once per batch, with that batch's
+//     partition, count and results (a request that carried several batches
+//     reports each), so hooks that trace pushes (queenotel) see one span per
 //     batch.
 //
 // A Producer is safe for concurrent use. Queue and Partition return views
@@ -102,8 +107,8 @@ const (
 	// holds (WithBufferLimit).
 	DefaultBufferMessages = 10000
 	DefaultBufferBytes    = 64 << 20
-	// DefaultMaxInflight is how many batches (of different partitions) may
-	// be on the wire at once (WithMaxInflight).
+	// DefaultMaxInflight is how many push requests may be on the wire at
+	// once (WithMaxInflight).
 	DefaultMaxInflight = 4
 )
 
@@ -147,9 +152,9 @@ func WithFailWhenFull() ProducerOption {
 	return func(c *producerConfig) { c.failFast = true }
 }
 
-// WithMaxInflight sets how many batches may be on the wire at once (default
-// DefaultMaxInflight). They are always of different partitions: a partition
-// has at most one.
+// WithMaxInflight sets how many push requests may be on the wire at once
+// (default DefaultMaxInflight). A partition has at most one batch on the
+// wire whatever the setting.
 func WithMaxInflight(n int) ProducerOption {
 	return func(c *producerConfig) { c.inflight = n }
 }
