@@ -41,19 +41,21 @@ func (rt *inProcess) arrivals() []time.Time {
 
 // The delay bound on a lone message, in a synctest bubble: with a batch
 // delay a lone message goes exactly when the delay has passed, not before;
-// without one it goes at once; a batch that reaches its count goes at once
-// whatever the delay.
+// without one it goes at once; a batch that reaches its count or its bytes
+// goes at once whatever the delay.
 func TestProducerDelayBound(t *testing.T) {
 	cases := []struct {
 		name  string
 		delay time.Duration
 		count int
+		bytes int
 		push  int
 		want  time.Duration
 	}{
-		{"lone message waits the delay", 5 * time.Millisecond, 100, 1, 5 * time.Millisecond},
-		{"no delay: at once", 0, 100, 1, 0},
-		{"count reached: at once", time.Hour, 3, 3, 0},
+		{"lone message waits the delay", 5 * time.Millisecond, 100, 1 << 20, 1, 5 * time.Millisecond},
+		{"no delay: at once", 0, 100, 1 << 20, 1, 0},
+		{"count reached: at once", time.Hour, 3, 1 << 20, 3, 0},
+		{"bytes reached: at once", time.Hour, 100, 1, 1, 0},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -68,7 +70,8 @@ func TestProducerDelayBound(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer c.Close(context.Background())
-				p, err := c.Queue("delay-"+string(rune('a'+i))).Producer(queen.WithBatchDelay(tc.delay), queen.WithBatchCount(tc.count))
+				p, err := c.Queue("delay-"+string(rune('a'+i))).Producer(queen.WithBatchDelay(tc.delay),
+					queen.WithBatchCount(tc.count), queen.WithBatchBytes(tc.bytes))
 				if err != nil {
 					t.Fatal(err)
 				}
