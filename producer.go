@@ -133,7 +133,10 @@ func WithBatchBytes(n int) ProducerOption {
 // pushed while the partition's previous batch is being sent: a lone message
 // goes at once, a busy partition sends big batches. A delay trades that
 // latency for fewer, bigger requests at moderate rates: a lone message then
-// goes after the delay.
+// goes after the delay. The delay counts from the partition's oldest
+// buffered message, or from the settling of its previous batch when that is
+// later, so that callers who wait for their result have the delay to push
+// again and join the next batch.
 func WithBatchDelay(d time.Duration) ProducerOption {
 	return func(c *producerConfig) { c.delay = d }
 }
@@ -297,6 +300,7 @@ type partState struct {
 	sending  []*PendingPush // the batch on the wire
 	running  bool           // a worker goroutine serves it
 	paused   error          // the cause, while paused
+	freed    time.Time      // when its last batch was settled (with a delay)
 	kick     chan struct{}  // wakes the worker (cap 1)
 }
 
@@ -634,7 +638,17 @@ func (ps *partState) wake() {
 // ready reports whether ps's buffer should go now. e.mu is held.
 func (e *producer) ready(ps *partState) bool {
 	return e.cfg.delay == 0 || e.flushes > 0 || len(ps.buf) >= e.cfg.count || ps.bufBytes >= e.cfg.bytes ||
-		time.Since(ps.buf[0].at) >= e.cfg.delay
+		time.Since(ps.since()) >= e.cfg.delay
+}
+
+// since is when ps's delay started: when its oldest buffered message came,
+// or when its last batch was settled if that was later (the callers of
+// that batch then have the delay to push again and join the next one).
+func (ps *partState) since() time.Time {
+	if t := ps.buf[0].at; t.After(ps.freed) {
+		return t
+	}
+	return ps.freed
 }
 
 // take removes the next batch from ps's buffer: at most n messages and
@@ -733,7 +747,7 @@ func (e *producer) work(ps *partState) {
 			return
 		}
 		if !e.ready(ps) && e.ctx.Err() == nil {
-			wait := e.cfg.delay - time.Since(ps.buf[0].at)
+			wait := e.cfg.delay - time.Since(ps.since())
 			e.mu.Unlock()
 			if timer == nil {
 				timer = time.NewTimer(wait)
@@ -923,6 +937,9 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 		}
 	}
 	ps.sending = nil
+	if e.cfg.delay > 0 {
+		ps.freed = time.Now()
+	}
 	ps.wake() // its worker, if another worker's request carried the batch
 	n, size := 0, 0
 	for _, list := range [][]*PendingPush{batch, failed} {

@@ -17,9 +17,10 @@ import (
 // handler on the caller's goroutine, and notes when each push arrived (in
 // the synctest bubble's time).
 type inProcess struct {
-	srv    *queentest.Server
-	mu     sync.Mutex
-	pushes []time.Time
+	srv     *queentest.Server
+	latency time.Duration // of each push, in bubble time
+	mu      sync.Mutex
+	pushes  []time.Time
 }
 
 func (rt *inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -30,6 +31,9 @@ func (rt *inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	rec := httptest.NewRecorder()
 	rt.srv.ServeHTTP(rec, req)
+	if req.URL.Path == "/api/v1/push" {
+		time.Sleep(rt.latency)
+	}
 	return rec.Result(), nil
 }
 
@@ -109,4 +113,40 @@ func sinceAll(ts []time.Time, start time.Time) []time.Duration {
 		out[i] = t.Sub(start)
 	}
 	return out
+}
+
+// A message pushed while its partition's batch is on the wire waits the
+// delay from the moment that batch is settled (not from its own push), so
+// that the callers of the settled batch can join it.
+func TestProducerDelayAfterSettle(t *testing.T) {
+	srv := queentest.NewServer()
+	synctest.Test(t, func(t *testing.T) {
+		defer srv.Close()
+		rt := &inProcess{srv: srv, latency: 2 * time.Millisecond}
+		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		p, err := c.Queue("settle").Producer(queen.WithBatchDelay(5 * time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		a := p.Push(context.Background(), payload(1)) // sent at 5 ms, settled at 7 ms
+		time.Sleep(6 * time.Millisecond)
+		b := p.Push(context.Background(), payload(2)) // pushed at 6 ms, during a's flight
+		for _, pp := range []*queen.PendingPush{a, b} {
+			if err := waitErr(pp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := sinceAll(rt.arrivals(), start)
+		if len(got) != 2 || got[0] != 5*time.Millisecond || got[1] != 12*time.Millisecond {
+			t.Fatalf("pushes at %v, want at 5ms and 12ms (5 ms after the first was settled)", got)
+		}
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
