@@ -56,10 +56,10 @@ func BenchmarkProducer(b *testing.B) {
 	rounds := min(10, max(1, b.N/(10*workers)))
 	sides := []string{"producer", "push"}
 	if real {
-		sides = append(sides, "bare100")
+		sides = append(sides, "bare100", "producer-delay1ms", "producer-nowait")
 	}
 	total := map[string]time.Duration{}
-	var ratios, bareRatios []float64
+	var ratios, bareRatios, delayRatios, noWaitRatios []float64
 	seq := time.Now().UnixNano()
 	b.ResetTimer()
 	for r := range rounds {
@@ -73,6 +73,10 @@ func BenchmarkProducer(b *testing.B) {
 			switch side {
 			case "producer":
 				d = benchProducer(b, c, q, workers, n)
+			case "producer-nowait":
+				d = benchProducerNoWait(b, c, q, workers, n)
+			case "producer-delay1ms":
+				d = benchProducer(b, c, q, workers, n, queen.WithBatchDelay(time.Millisecond))
 			case "push":
 				d = benchPush(b, c, q, workers, n)
 			case "bare100":
@@ -87,6 +91,8 @@ func BenchmarkProducer(b *testing.B) {
 		ratios = append(ratios, took["push"].Seconds()/took["producer"].Seconds())
 		if real {
 			bareRatios = append(bareRatios, took["bare100"].Seconds()/took["producer"].Seconds())
+			delayRatios = append(delayRatios, took["bare100"].Seconds()/took["producer-delay1ms"].Seconds())
+			noWaitRatios = append(noWaitRatios, took["bare100"].Seconds()/took["producer-nowait"].Seconds())
 		}
 	}
 	b.StopTimer()
@@ -96,6 +102,8 @@ func BenchmarkProducer(b *testing.B) {
 	b.ReportMetric(median(ratios), "ratio")
 	if real {
 		b.ReportMetric(median(bareRatios), "bare-ratio")
+		b.ReportMetric(median(delayRatios), "delay1ms-bare-ratio")
+		b.ReportMetric(median(noWaitRatios), "nowait-bare-ratio")
 	}
 }
 
@@ -132,9 +140,9 @@ func benchMsg(i int) json.RawMessage {
 	return json.RawMessage(`{"n":` + strconv.Itoa(i) + `,"event":"page_view","user":"u-42"}`)
 }
 
-func benchProducer(b *testing.B, c *queen.Client, q string, workers, n int) time.Duration {
+func benchProducer(b *testing.B, c *queen.Client, q string, workers, n int, opts ...queen.ProducerOption) time.Duration {
 	ctx := context.Background()
-	p, err := c.Queue(q).Producer()
+	p, err := c.Queue(q).Producer(opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,6 +153,35 @@ func benchProducer(b *testing.B, c *queen.Client, q string, workers, n int) time
 	if err != nil {
 		b.Fatal(err)
 	}
+	if err := p.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// benchProducerNoWait is benchProducer with callers that do not wait for
+// each result before the next push (fire and forget): the time is until
+// every message is settled (checked stored).
+func benchProducerNoWait(b *testing.B, c *queen.Client, q string, workers, n int) time.Duration {
+	ctx := context.Background()
+	p, err := c.Queue(q).Producer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	pending := make([]*queen.PendingPush, n)
+	start := time.Now()
+	if _, err := spread(workers, n, func(i int) error {
+		pending[i] = p.Push(ctx, benchMsg(i))
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	for _, pp := range pending {
+		if _, err := pp.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d := time.Since(start)
 	if err := p.Close(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -214,7 +251,9 @@ func benchCheckStored(b *testing.B, c *queen.Client, q string, n int) {
 	ctx := context.Background()
 	got := 0
 	for got < n {
-		msgs, err := c.Queue(q).Batch(5000).Wait(false).CommitOnDelivery(true).Pop(ctx)
+		// A short long poll: a 0.15.1 broker makes pushed messages
+		// visible to pops a moment after it answered the push.
+		msgs, err := c.Queue(q).Batch(5000).Wait(true).TimeoutMillis(2000).CommitOnDelivery(true).Pop(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
