@@ -43,7 +43,9 @@ import (
 type Hook any
 
 // PushHook is called after every PushBuilder.Execute that sent a request
-// (not after one refused before the wire).
+// (not after one refused before the wire), and after every batch a
+// Producer sent (one event per batch; its ctx is the producer's own, not
+// that of a Push).
 type PushHook interface {
 	OnPush(ctx context.Context, e PushEvent)
 }

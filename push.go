@@ -216,22 +216,31 @@ func (p *PushBuilder) send(ctx context.Context, items []wire.PushItem) ([]PushRe
 // broker generations (snake_case ids), or an error object that a 0.15.1
 // broker sends with HTTP 200.
 func decodePush(status int, body []byte, items []wire.PushItem) ([]PushResult, error) {
+	res, _, err := decodePushAnswer(status, body, items)
+	return res, err
+}
+
+// decodePushAnswer is decodePush that also says which items a 0.15.1 broker
+// answered "buffered": not stored yet, but kept by the broker to be stored
+// later, so their outcome is open (nil when none was).
+func decodePushAnswer(status int, body []byte, items []wire.PushItem) ([]PushResult, []bool, error) {
 	fail := func(msg string) *BrokerError {
 		return &BrokerError{Status: status, Method: http.MethodPost, Path: wire.RoutePush, Body: body, Message: msg}
 	}
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '{' {
-		return nil, objectForResults(status, wire.RoutePush, body, "push")
+		return nil, nil, objectForResults(status, wire.RoutePush, body, "push")
 	}
 	var out []wire.PushResult
 	if err := json.Unmarshal(body, &out); err != nil {
-		return nil, fail("undecodable push answer: " + err.Error())
+		return nil, nil, fail("undecodable push answer: " + err.Error())
 	}
 	if len(out) != len(items) {
-		return nil, fail(fmt.Sprintf("push answer has %d results for %d messages", len(out), len(items)))
+		return nil, nil, fail(fmt.Sprintf("push answer has %d results for %d messages", len(out), len(items)))
 	}
 	res := make([]PushResult, len(out))
 	var failed []int
+	var buffered []bool
 	// The answer lists the items in request order (its "index" repeats the
 	// position; a 0.15.1 "buffered" entry has none), so position is trusted.
 	for i, o := range out {
@@ -257,13 +266,19 @@ func decodePush(status int, body []byte, items []wire.PushItem) ([]PushResult, e
 				r.Error = "broker status " + o.Status
 			}
 			failed = append(failed, i)
+			if o.Status == wire.PushBuffered {
+				if buffered == nil {
+					buffered = make([]bool, len(out))
+				}
+				buffered[i] = true
+			}
 		}
 		res[i] = r
 	}
 	if len(failed) > 0 {
-		return res, &PushError{Results: res, Failed: failed}
+		return res, buffered, &PushError{Results: res, Failed: failed}
 	}
-	return res, nil
+	return res, buffered, nil
 }
 
 func checkTraceID(id string) error {
