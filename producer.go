@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/queen-go/queen/internal/transport"
 	"net/http"
 	"sync"
 	"time"
@@ -285,7 +286,7 @@ func (p *PendingPush) Wait(ctx context.Context) (PushResult, error) {
 // partKey names a partition; "" is normalised to "Default".
 type partKey struct{ queue, partition string }
 
-func keyOf(queue, partition string) partKey {
+func partKeyOf(queue, partition string) partKey {
 	if partition == "" {
 		partition = "Default"
 	}
@@ -413,7 +414,7 @@ func (p *Producer) Push(ctx context.Context, payload any) *PendingPush {
 		e.refuse(pp, fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, pp.size, e.cfg.maxBytes))
 		return pp
 	}
-	if err := e.admit(ctx, pp, keyOf(p.queue, p.partition)); err != nil {
+	if err := e.admit(ctx, pp, partKeyOf(p.queue, p.partition)); err != nil {
 		e.refuse(pp, err)
 	}
 	return pp
@@ -432,7 +433,7 @@ func (p *Producer) check() error {
 // not paused.
 func (p *Producer) Resume() {
 	e := p.e
-	k := keyOf(p.queue, p.partition)
+	k := partKeyOf(p.queue, p.partition)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ps := e.parts[k]; ps != nil && ps.paused != nil {
@@ -891,7 +892,7 @@ func classify(err error) outcome {
 	if errors.Is(err, ErrClosed) {
 		return outcome{err: err, state: stateNotStored}
 	}
-	if be, ok := errors.AsType[*BrokerError](err); ok && be.Status >= 400 && !ambiguous(be) && !errors.Is(err, ErrOutcomeUnknown) {
+	if be, ok := errors.AsType[*BrokerError](err); ok && be.Status >= 400 && !transport.MayHaveApplied(be.Status, be.Body) && !errors.Is(err, ErrOutcomeUnknown) {
 		return outcome{err: err, state: stateNotStored}
 	}
 	if !errors.Is(err, ErrOutcomeUnknown) {
