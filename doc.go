@@ -122,6 +122,14 @@
 //
 // Examples: ExampleQueueBuilder_Push, ExamplePushBuilder_TransactionID.
 //
+// A Producer batches pushes of one message each, as a web service makes
+// them: Push returns at once with a PendingPush to wait on, and batches go
+// out per queue and partition on a count, a size or a short delay, in
+// order within a partition. Flush and Close send what is buffered and say
+// which messages were not stored and which have an unknown outcome.
+//
+// Examples: ExampleQueueBuilder_Producer, ExampleClient_Producer.
+//
 // # Popping
 //
 // QueueBuilder collects the options of a pop: Group, SubscriptionMode and

@@ -152,6 +152,13 @@ func harnesses(t *testing.T) map[string][]tok {
 		t.Fatal(err)
 	}
 	files = append(files, otel...)
+	// integration runs the README's queencontainer block (it is the module
+	// that has both the client and queencontainer).
+	container, err := filepath.Glob(filepath.Join("integration", "readme_*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, container...)
 	out := map[string][]tok{}
 	for _, name := range files {
 		src, err := os.ReadFile(name)
