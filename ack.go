@@ -185,10 +185,10 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	}
 	// The single ack route for one message, the batch route otherwise;
 	// the body is written with the hot path's JSON library (see readWire).
-	cl := call{method: http.MethodPost, path: wire.RouteAckBatch}
+	cl := call{method: http.MethodPost, path: wire.RouteAckBatch.Path()}
 	var raw []byte
 	if len(items) == 1 {
-		cl.path = wire.RouteAck
+		cl.path = wire.RouteAck.Path()
 		raw, err = jsonv2.Marshal(wire.AckRequest{AckItem: items[0], ConsumerGroup: group})
 	} else {
 		raw, err = jsonv2.Marshal(wire.AckBatchRequest{ConsumerGroup: group, Acknowledgments: items})
@@ -361,7 +361,7 @@ func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, que
 
 // sendRenew sends the renewal of one lease id and reads its answer.
 func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int) (RenewResult, error) {
-	path := "/api/v1/lease/" + escape(leaseID) + "/extend"
+	path := wire.RouteLeaseExtend.Path(leaseID)
 	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}})
 	if err != nil {
 		return RenewResult{LeaseID: leaseID}, err

@@ -233,13 +233,13 @@ type ConsumerGroup struct {
 // ListConsumerGroups lists every consumer group on every queue, one row
 // per (group, queue), with its lag and state (GET /api/v1/consumer-groups).
 func (a *Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroup, error) {
-	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteGroups}, nil)
+	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteGroups.Path()}, nil)
 	if err != nil {
 		return nil, err
 	}
 	var rows []wire.ConsumerGroupRow
 	if err := decodeList(resp.body, &rows, "consumerGroups", "groups", "data"); err != nil {
-		return nil, resp.refusal(http.MethodGet, wire.RouteGroups, "undecodable consumer-group list: "+err.Error())
+		return nil, resp.refusal(http.MethodGet, wire.RouteGroups.Path(), "undecodable consumer-group list: "+err.Error())
 	}
 	out := make([]ConsumerGroup, 0, len(rows))
 	for _, r := range rows {
@@ -449,13 +449,13 @@ type QueuePartition struct {
 // ListQueues lists the broker's queues with their counters and
 // configuration (GET /api/v1/resources/queues).
 func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
-	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueues}, nil)
+	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueues.Path()}, nil)
 	if err != nil {
 		return nil, err
 	}
 	var rows []wire.QueueRow
 	if err := decodeList(resp.body, &rows, "queues", "data"); err != nil {
-		return nil, resp.refusal(http.MethodGet, wire.RouteQueues, "undecodable queue list: "+err.Error())
+		return nil, resp.refusal(http.MethodGet, wire.RouteQueues.Path(), "undecodable queue list: "+err.Error())
 	}
 	out := make([]QueueSummary, 0, len(rows))
 	for i := range rows {
@@ -472,7 +472,7 @@ func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) 
 	if err := checkName(queueName, name); err != nil {
 		return QueueDetail{}, err
 	}
-	path := "/api/v1/resources/queues/" + escape(name)
+	path := wire.RouteQueue.Path(name)
 	var row wire.QueueRow
 	if _, err := a.c.doObject(ctx, call{method: http.MethodGet, path: path}, &row); err != nil {
 		return QueueDetail{}, err
@@ -574,7 +574,7 @@ type Health struct {
 // report says Healthy false. Errors are for no answer, or an answer that
 // is not a health report.
 func (a *Admin) Health(ctx context.Context) (Health, error) {
-	resp, err := a.c.do(ctx, call{method: http.MethodGet, path: wire.RouteHealth})
+	resp, err := a.c.do(ctx, call{method: http.MethodGet, path: wire.RouteHealth.Path()})
 	var be *BrokerError
 	if err != nil && !(errors.As(err, &be) && be.Status == http.StatusServiceUnavailable) {
 		return Health{}, err
@@ -584,7 +584,7 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 		if err != nil {
 			return Health{}, err
 		}
-		return Health{}, resp.refusal(http.MethodGet, wire.RouteHealth, "undecodable health answer")
+		return Health{}, resp.refusal(http.MethodGet, wire.RouteHealth.Path(), "undecodable health answer")
 	}
 	return Health{
 		Healthy: resp.status == http.StatusOK && h.Status == "healthy", Status: h.Status, HTTPStatus: resp.status,
@@ -679,7 +679,7 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 	if err != nil {
 		return DLQPage{}, fmt.Errorf("queen: encode dlq query: %w", err)
 	}
-	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteDLQ, query: vals}, nil)
+	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteDLQ.Path(), query: vals}, nil)
 	if err != nil {
 		return DLQPage{}, err
 	}
@@ -692,7 +692,7 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		err = json.Unmarshal(body, &page)
 	}
 	if err != nil {
-		return DLQPage{}, resp.refusal(http.MethodGet, wire.RouteDLQ, "undecodable dlq answer: "+err.Error())
+		return DLQPage{}, resp.refusal(http.MethodGet, wire.RouteDLQ.Path(), "undecodable dlq answer: "+err.Error())
 	}
 	out := DLQPage{Total: page.Total, Limit: opts.Limit, Offset: opts.Offset, Messages: make([]DeadLetter, 0, len(page.Messages))}
 	if page.Pagination != nil {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // Where a consumer group starts (SubscriptionMode, SubscriptionFrom) is
@@ -172,7 +174,8 @@ func (c *Client) withSubscription(ctx context.Context, r *popRequest) (bool, err
 // 404, or an answer without the queue, means it has none; 0.15.1 answers a
 // group it does not know with 200 and null.
 func (c *Client) groupOnQueue(ctx context.Context, group, queue string) (bool, error) {
-	resp, err := c.do(ctx, call{method: http.MethodGet, path: "/api/v1/consumer-groups/" + escape(group)})
+	path := wire.RouteGroup.Path(group)
+	resp, err := c.do(ctx, call{method: http.MethodGet, path: path})
 	if err != nil {
 		var be *BrokerError
 		if errors.As(err, &be) && be.Status == http.StatusNotFound {
@@ -185,14 +188,14 @@ func (c *Client) groupOnQueue(ctx context.Context, group, queue string) (bool, e
 		if err := json.Unmarshal(resp.body, &queues); err != nil {
 			// An error object of a 0.15.1 broker, or something else: not
 			// an answer to the question.
-			return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: "/api/v1/consumer-groups/" + group,
+			return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: path,
 				Body: resp.body, Message: "undecodable consumer-group answer: " + err.Error()}
 		}
 	}
 	if msg, ok := queues["error"]; ok && len(queues) == 1 {
 		var s string
 		_ = json.Unmarshal(msg, &s)
-		return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: "/api/v1/consumer-groups/" + group,
+		return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: path,
 			Body: resp.body, Message: s}
 	}
 	_, ok := queues[queue]

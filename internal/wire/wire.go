@@ -41,30 +41,6 @@ const (
 	PushFailed   = "failed"
 )
 
-// Routes of the broker's HTTP API. Path parameters are shown as {name}.
-const (
-	RoutePush          = "/api/v1/push"
-	RoutePopQueue      = "/api/v1/pop/queue/{queue}"
-	RoutePopPartition  = "/api/v1/pop/queue/{queue}/partition/{partition}"
-	RoutePopDiscover   = "/api/v1/pop"
-	RouteAck           = "/api/v1/ack"
-	RouteAckBatch      = "/api/v1/ack/batch"
-	RouteLeaseExtend   = "/api/v1/lease/{leaseId}/extend"
-	RouteTransaction   = "/api/v1/transaction"
-	RouteConfigure     = "/api/v1/configure"
-	RouteQueue         = "/api/v1/resources/queues/{queue}"
-	RouteQueues        = "/api/v1/resources/queues"
-	RouteSeekGroup     = "/api/v1/consumer-groups/{group}/queues/{queue}/seek"
-	RouteSeekPartition = "/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek"
-	RouteGroups        = "/api/v1/consumer-groups"
-	RouteGroup         = "/api/v1/consumer-groups/{group}"
-	RouteGroupQueue    = "/api/v1/consumer-groups/{group}/queues/{queue}"
-	RouteDLQ           = "/api/v1/dlq"
-	RouteDLQReplay     = "/api/v1/dlq/{id}/replay"
-	RouteFetch         = "/api/v1/fetch"
-	RouteHealth        = "/health"
-)
-
 // CodeOutcomeUnknown is the code of a 2.x refusal (503) after which the
 // broker cannot tell whether it applied the request (CHANGELOG; PROTOCOL.md
 // §1.1).
@@ -536,9 +512,6 @@ type DLQMoveResponse struct {
 	TransactionID         string      `json:"transactionId,omitempty"`
 	MessageID             string      `json:"messageId,omitempty"`
 }
-
-// RouteMessageRetry replays a dead-lettered message by its address.
-const RouteMessageRetry = "/api/v1/messages/{partitionId}/{transactionId}/retry"
 
 // MessageCounts are the message counters of a queue or partition in the
 // resources views.
