@@ -106,47 +106,6 @@ type PopQuery struct {
 // Values encodes q as URL query values.
 func (q PopQuery) Values() (url.Values, error) { return query.Values(q) }
 
-// PopResponse is the 200 body of a pop.
-type PopResponse struct {
-	Success            bool           `json:"success"`
-	Error              string         `json:"error,omitempty"`
-	Queue              string         `json:"queue,omitempty"`
-	Partition          string         `json:"partition,omitempty"`
-	PartitionID        *string        `json:"partitionId,omitempty"`
-	LeaseID            *string        `json:"leaseId,omitempty"`
-	ConsumerGroup      string         `json:"consumerGroup,omitempty"`
-	Messages           []PopMessage   `json:"messages"`
-	PartitionsClaimed  int            `json:"partitionsClaimed,omitempty"`
-	Conflation         *bool          `json:"conflation,omitempty"`
-	ConflationConflict *bool          `json:"conflationConflict,omitempty"`
-	Autopilot          *AutopilotEcho `json:"autopilot,omitempty"`
-}
-
-// AutopilotEcho is the broker's report of the sizes it chose for a pop.
-type AutopilotEcho struct {
-	Partitions int  `json:"partitions"`
-	Batch      int  `json:"batch"`
-	WaitMs     *int `json:"waitMs,omitempty"`
-}
-
-// PopMessage is one message of a pop reply.
-type PopMessage struct {
-	ID              string          `json:"id"`
-	TransactionID   string          `json:"transactionId"`
-	TraceID         *string         `json:"traceId"`
-	Data            json.RawMessage `json:"data"`
-	ProducerSub     *string         `json:"producerSub"`
-	CreatedAt       string          `json:"createdAt"`
-	PartitionID     string          `json:"partitionId"`
-	Partition       string          `json:"partition"`
-	LeaseID         *string         `json:"leaseId"`
-	ConsumerGroup   string          `json:"consumerGroup"`
-	DeliveryAttempt *int            `json:"deliveryAttempt,omitempty"`
-	Offset          *int64          `json:"offset,omitempty"`
-	Queue           string          `json:"queue,omitempty"`
-	RetryCount      *int            `json:"retryCount,omitempty"`
-}
-
 // AckItem is one acknowledgment. In a single ack it is the body itself
 // (with ConsumerGroup at top level); in a batch it is an element of
 // Acknowledgments.
