@@ -380,7 +380,8 @@ func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int) (Renew
 	return decodeRenew(resp.body, leaseID, path)
 }
 
-// decodeRenew reads the 2.x object or the 0.15.1 array answer.
+// decodeRenew reads the 2.x object or the 0.15.1 array answer
+// (wire.Generation.RenewArray): either, whatever the broker.
 func decodeRenew(body []byte, leaseID, path string) (RenewResult, error) {
 	body = bytes.TrimSpace(body)
 	var rr wire.RenewResponse

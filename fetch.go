@@ -306,6 +306,7 @@ func (c *Client) fetch(ctx context.Context, req wire.FetchRequest) ([]wire.Fetch
 	if err != nil {
 		var be *BrokerError
 		if errors.As(err, &be) && (be.Status == http.StatusNotFound || be.Status == http.StatusMethodNotAllowed) {
+			// A generation without the route (wire.Generation.Serves: 0.15.1).
 			return nil, fmt.Errorf("%w: fetch by offset (POST %s answered %d; the broker predates it): %w",
 				ErrNotSupported, wire.RouteFetch.Path(), be.Status, err)
 		}

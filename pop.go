@@ -18,14 +18,6 @@ import (
 // the broker answers before the client gives up.
 const popMargin = 5 * time.Second
 
-// emptyPopErrors are 0.15.1 answers (HTTP 200, success:false) that mean "no
-// messages", not a failure.
-var emptyPopErrors = map[string]bool{
-	"no_available_partition": true,
-	"partition_not_found":    true,
-	"lease_held":             true,
-}
-
 // Pop takes one batch of messages and leases them to the caller, who acks
 // each (Client.Ack) before the lease runs out. It returns an empty slice,
 // not an error, when there is nothing to take (after waiting, unless
@@ -139,7 +131,8 @@ func (c *Client) popWith(ctx context.Context, r *popRequest, query string, confl
 	if err != nil {
 		var be *BrokerError
 		if r.discover && errors.As(err, &be) && routeMissing(be) {
-			// 0.15.1 has no discovery route.
+			// A generation without the discovery route answers 404
+			// (wire.Generation.Serves: 0.15.1).
 			return nil, fmt.Errorf("%w: namespace/task pop (GET %s answered %d): %w", ErrNotSupported, r.path, be.Status, err)
 		}
 		return nil, err
@@ -184,7 +177,7 @@ func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResul
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
 			Message: "undecodable pop answer: " + err.Error()}
 	}
-	if !pr.Success && pr.Error != "" && !emptyPopErrors[pr.Error] {
+	if !pr.Success && pr.Error != "" && !wire.EmptyPopError(pr.Error) {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body, Message: pr.Error}
 	}
 	// A broker that conflates echoes it on every answer with a body, empty
