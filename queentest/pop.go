@@ -15,8 +15,8 @@ import (
 )
 
 // Pop defaults and bounds of the 2.x broker (handlers/data.rs, handlers/raft.rs).
+// The default batch is the generation's (wire.Generation.DefaultPopBatch).
 const (
-	defaultPopBatch   = 200
 	defaultPopTimeout = 30 * time.Second
 	maxPopTimeout     = 60 * time.Second
 	maxPopPartitions  = 64
@@ -200,7 +200,7 @@ func conflationRefused(w *recorder, p popParams) bool {
 
 func (p popParams) base(now time.Time) popReq {
 	group := groupOrQueueMode(p.group)
-	batch := defaultPopBatch
+	batch := wire.Gen2x().DefaultPopBatch
 	if p.batch != nil {
 		batch = max(*p.batch, 1) // the claim takes at least one message
 	}

@@ -15,11 +15,9 @@ import (
 // The two pop routes of the 0.15.1 profile (server/src/routes/pop.cpp and
 // the stored procedure pop_unified_batch_v4 of 002d_pop_unified_v4.sql).
 
-// Pop defaults of 0.15.1 (server/include/queen/config.hpp).
-const (
-	defaultPopBatch015   = 1
-	defaultPopTimeout015 = 30 * time.Second
-)
+// Pop defaults of 0.15.1 (server/include/queen/config.hpp); the default
+// batch is the generation's (wire.Generation.DefaultPopBatch).
+const defaultPopTimeout015 = 30 * time.Second
 
 // pop015Params is a 0.15.1 pop query, read as the broker's query helpers
 // read it: a number that does not parse is the default, a boolean is true
@@ -68,7 +66,7 @@ func parsePop015(q url.Values) pop015Params {
 		group:    group,
 		wait:     boolOf("wait"),
 		timeout:  time.Duration(intOf("timeout", int(defaultPopTimeout015/time.Millisecond))) * time.Millisecond,
-		batch:    intOf("batch", defaultPopBatch015),
+		batch:    intOf("batch", wire.Gen015().DefaultPopBatch),
 		maxParts: max(intOf("partitions", 1), 1),
 		autoAck:  boolOf("autoAck"),
 		subMode:  q.Get("subscriptionMode"),

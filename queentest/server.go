@@ -40,9 +40,11 @@ type Server struct {
 	faults faults
 	log    *slog.Logger
 	hs     *http.Server
-	// profile is the broker generation served; legacy is profile == Profile015.
-	profile Profile
-	legacy  bool
+	// profile is the broker generation served, generation what it does
+	// on the wire; legacy is profile == Profile015.
+	profile    Profile
+	generation wire.Generation
+	legacy     bool
 
 	lmu      sync.Mutex // guards ln, conns, refuseGen, closing, inflight
 	ln       net.Listener
@@ -124,14 +126,15 @@ func Listen(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		addr:    ln.Addr().String(),
-		b:       newBroker(o.clock, defaults, legacy),
-		log:     o.log,
-		profile: o.profile,
-		legacy:  legacy,
-		ln:      ln,
-		conns:   map[net.Conn]struct{}{},
-		closed:  make(chan struct{}),
+		addr:       ln.Addr().String(),
+		b:          newBroker(o.clock, defaults, legacy),
+		log:        o.log,
+		profile:    o.profile,
+		generation: o.profile.generation(),
+		legacy:     legacy,
+		ln:         ln,
+		conns:      map[net.Conn]struct{}{},
+		closed:     make(chan struct{}),
 	}
 	s.URL = "http://" + s.addr
 	s.idle = sync.NewCond(&s.lmu)
@@ -254,7 +257,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.leave()
 
-	route, h, params := match(r, s.legacy)
+	route, h, params := match(r, &s.generation, s.legacy)
 	s.faults.count(route)
 	s.log.Debug("queentest request", "method", r.Method, "path", r.URL.Path, "route", string(route))
 
@@ -305,18 +308,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec.writeTo(w)
 }
 
-// match finds the route of r: its fault-injection name, its handler and its
-// path parameters. The 2.x broker unescapes path parameters; 0.15.1
-// (uWebSockets) hands them to its routes raw, so legacy takes them as sent.
-// legacy also swaps in the 0.15.1 handlers and leaves out the routes 0.15.1
-// does not have (discovery pop, fetch, queue depth, DLQ replay and purge),
-// which then answer its 404.
-func match(r *http.Request, legacy bool) (Route, handler, []string) {
+// match finds the route of r on generation gen: its fault-injection name,
+// its handler and its path parameters. The 2.x broker unescapes path
+// parameters; 0.15.1 (uWebSockets) hands them to its routes raw
+// (gen.RawPathParams). The routes gen does not serve (gen.Serves:
+// discovery pop, fetch, queue depth, DLQ replay and purge on 0.15.1) answer
+// its 404, and legacy swaps in the 0.15.1 profile's handlers.
+func match(r *http.Request, gen *wire.Generation, legacy bool) (Route, handler, []string) {
 	raw := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
 	seg := make([]string, len(raw))
 	for i, p := range raw {
 		u, err := url.PathUnescape(p)
-		if err != nil || legacy {
+		if err != nil || gen.RawPathParams {
 			u = p
 		}
 		seg[i] = u
@@ -326,7 +329,7 @@ func match(r *http.Request, legacy bool) (Route, handler, []string) {
 	// is matches the request against method and a route of the broker's,
 	// keeping the route's path parameters.
 	is := func(method string, rt wire.Route) bool {
-		if m != method {
+		if m != method || !gen.Serves(method, rt) {
 			return false
 		}
 		p, ok := rt.Match(seg)
@@ -352,7 +355,7 @@ func match(r *http.Request, legacy bool) (Route, handler, []string) {
 		return RoutePop, by((*Server).handlePopQueue, (*Server).handlePop015), params
 	case is("GET", wire.RoutePopPartition):
 		return RoutePop, by((*Server).handlePopPartition, (*Server).handlePop015), params
-	case is("GET", wire.RoutePopDiscover) && !legacy:
+	case is("GET", wire.RoutePopDiscover):
 		return RoutePop, (*Server).handlePopDiscover, nil
 	case is("POST", wire.RouteAck):
 		return RouteAck, by((*Server).handleAck, (*Server).handleAck015), nil
@@ -370,7 +373,7 @@ func match(r *http.Request, legacy bool) (Route, handler, []string) {
 		return RouteQueues, (*Server).handleGetQueue, params
 	case is("DELETE", wire.RouteQueue):
 		return RouteQueues, by((*Server).handleDeleteQueue, (*Server).handleDeleteQueue015), params
-	case is("GET", wire.RouteQueueDepth) && !legacy:
+	case is("GET", wire.RouteQueueDepth):
 		return RouteQueues, (*Server).handleQueueDepth, params
 	case is("POST", wire.RouteSeekGroup):
 		return RouteSeek, by((*Server).handleSeek, (*Server).handleSeek015), params
@@ -390,13 +393,13 @@ func match(r *http.Request, legacy bool) (Route, handler, []string) {
 		return RouteGroups, (*Server).handleGroupSubscription, params
 	case is("GET", wire.RouteDLQ):
 		return RouteDLQ, (*Server).handleDLQList, nil
-	case is("DELETE", wire.RouteDLQ) && !legacy:
+	case is("DELETE", wire.RouteDLQ):
 		return RouteDLQ, (*Server).handleDLQPurge, nil
-	case is("POST", wire.RouteDLQReplay) && !legacy:
+	case is("POST", wire.RouteDLQReplay):
 		return RouteDLQ, (*Server).handleDLQReplay, params
-	case is("POST", wire.RouteMessageRetry) && !legacy:
+	case is("POST", wire.RouteMessageRetry):
 		return RouteDLQ, (*Server).handleDLQRetryByAddress, params
-	case is("POST", wire.RouteFetch) && !legacy:
+	case is("POST", wire.RouteFetch):
 		return RouteFetch, (*Server).handleFetch, nil
 	case is("POST", wire.RouteStatsRefresh):
 		return "", (*Server).handleStatsRefresh, nil
