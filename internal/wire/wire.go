@@ -71,7 +71,9 @@ type PushItem struct {
 }
 
 // PushResult is one entry of the push reply (an array in input order). The
-// 2.x broker and 0.15.1 both use snake_case for the id fields.
+// 2.x broker and 0.15.1 both use snake_case for the id fields; 2.x sends
+// index, message_id, transaction_id, queueName, status and offset, 0.15.1
+// partition_id and trace_id instead of offset.
 type PushResult struct {
 	Index         int     `json:"index"`
 	MessageID     string  `json:"message_id,omitempty"`
@@ -130,7 +132,9 @@ type AckBatchRequest struct {
 	Acknowledgments []AckItem `json:"acknowledgments"`
 }
 
-// AckResult is one entry of the ack reply (an array in input order).
+// AckResult is one entry of the ack reply (an array in input order): 2.x
+// sends every field but the 0.15.1 QueueName and PartitionName; 0.15.1
+// sends no noop.
 type AckResult struct {
 	Index         int     `json:"index"`
 	TransactionID string  `json:"transactionId"`
@@ -138,7 +142,7 @@ type AckResult struct {
 	Error         *string `json:"error"`
 	LeaseReleased bool    `json:"leaseReleased"`
 	DLQ           bool    `json:"dlq"`
-	Noop          bool    `json:"noop,omitempty"`
+	Noop          bool    `json:"noop"`
 	QueueName     *string `json:"queueName,omitempty"`
 	PartitionName *string `json:"partitionName,omitempty"`
 }
