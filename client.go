@@ -210,7 +210,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 
 // apiPath is the path of the broker's API, which every request path
 // starts with (a base URL may not end with it).
-const apiPath = "/api/v1"
+const apiPath = wire.APIPrefix
 
 func normalizeURL(raw string) (string, error) {
 	if strings.TrimSpace(raw) != raw || strings.ContainsFunc(raw, unicode.IsControl) {

@@ -13,7 +13,7 @@ func TestGenerationOf(t *testing.T) {
 
 func TestGenerationServes(t *testing.T) {
 	g2, g015 := Gen2x(), Gen015()
-	for _, r := range Routes {
+	for _, r := range routes {
 		for _, m := range []string{"GET", "POST", "DELETE"} {
 			assert.True(t, g2.Serves(m, r), "2.x %s %s", m, r)
 		}

@@ -13,46 +13,75 @@ import (
 // route for metrics (its string).
 type Route string
 
+// APIPrefix is the path every route of the broker's API but RouteHealth
+// starts with.
+const APIPrefix = "/api/v1"
+
 // Routes of the broker's HTTP API (2.x; 0.15.1 lacks some, see
-// Generation).
+// Generation.Serves).
 const (
-	RoutePush        Route = "/api/v1/push"
-	RouteTransaction Route = "/api/v1/transaction"
-	RouteHealth      Route = "/health"
+	// RoutePush is POST: store messages (PushRequest, answer []PushResult).
+	RoutePush Route = APIPrefix + "/push"
+	// RouteTransaction is POST: pushes and acks applied atomically (TxnRequest, TxnResponse).
+	RouteTransaction Route = APIPrefix + "/transaction"
+	// RouteHealth is GET: the broker's health (HealthResponse); outside APIPrefix.
+	RouteHealth Route = "/health"
 
-	RoutePopQueue     Route = "/api/v1/pop/queue/{queue}"
-	RoutePopPartition Route = "/api/v1/pop/queue/{queue}/partition/{partition}"
-	RoutePopDiscover  Route = "/api/v1/pop"
+	// RoutePopQueue is GET: a pop from any partition of a queue (PopQuery, PopResponse).
+	RoutePopQueue Route = APIPrefix + "/pop/queue/{queue}"
+	// RoutePopPartition is GET: a pop from one partition.
+	RoutePopPartition Route = APIPrefix + "/pop/queue/{queue}/partition/{partition}"
+	// RoutePopDiscover is GET: a pop from the queues of a namespace and task (2.x).
+	RoutePopDiscover Route = APIPrefix + "/pop"
 
-	RouteAck         Route = "/api/v1/ack"
-	RouteAckBatch    Route = "/api/v1/ack/batch"
-	RouteLeaseExtend Route = "/api/v1/lease/{leaseId}/extend"
+	// RouteAck is POST: one acknowledgment (AckRequest, answer []AckResult).
+	RouteAck Route = APIPrefix + "/ack"
+	// RouteAckBatch is POST: several acknowledgments (AckBatchRequest).
+	RouteAckBatch Route = APIPrefix + "/ack/batch"
+	// RouteLeaseExtend is POST: extend a lease (RenewRequest, RenewResponse).
+	RouteLeaseExtend Route = APIPrefix + "/lease/{leaseId}/extend"
 
-	RouteConfigure  Route = "/api/v1/configure"
-	RouteQueues     Route = "/api/v1/resources/queues"
-	RouteQueue      Route = "/api/v1/resources/queues/{queue}"
-	RouteQueueDepth Route = "/api/v1/resources/queues/{queue}/depth"
+	// RouteConfigure is POST: create or configure a queue (ConfigureRequest).
+	RouteConfigure Route = APIPrefix + "/configure"
+	// RouteQueues is GET: the queue list.
+	RouteQueues Route = APIPrefix + "/resources/queues"
+	// RouteQueue is GET: one queue's detail; DELETE: delete the queue.
+	RouteQueue Route = APIPrefix + "/resources/queues/{queue}"
+	// RouteQueueDepth is GET: a queue's depth for a group (2.x).
+	RouteQueueDepth Route = APIPrefix + "/resources/queues/{queue}/depth"
 
-	RouteGroups            Route = "/api/v1/consumer-groups"
-	RouteGroupsLagging     Route = "/api/v1/consumer-groups/lagging"
-	RouteGroup             Route = "/api/v1/consumer-groups/{group}"
-	RouteGroupQueue        Route = "/api/v1/consumer-groups/{group}/queues/{queue}"
-	RouteGroupSubscription Route = "/api/v1/consumer-groups/{group}/subscription"
-	RouteSeekGroup         Route = "/api/v1/consumer-groups/{group}/queues/{queue}/seek"
-	RouteSeekPartition     Route = "/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek"
+	// RouteGroups is GET: the consumer-group rows (ConsumerGroupRow).
+	RouteGroups Route = APIPrefix + "/consumer-groups"
+	// RouteGroupsLagging is GET: the groups lagging by at least minLagSeconds.
+	RouteGroupsLagging Route = APIPrefix + "/consumer-groups/lagging"
+	// RouteGroup is GET: a group's detail (GroupDetail); DELETE: delete the group.
+	RouteGroup Route = APIPrefix + "/consumer-groups/{group}"
+	// RouteGroupQueue is DELETE: delete a group's position on one queue.
+	RouteGroupQueue Route = APIPrefix + "/consumer-groups/{group}/queues/{queue}"
+	// RouteGroupSubscription is POST: set a group's subscription.
+	RouteGroupSubscription Route = APIPrefix + "/consumer-groups/{group}/subscription"
+	// RouteSeekGroup is POST: move a group's cursors on a queue (SeekRequest, SeekResponse).
+	RouteSeekGroup Route = APIPrefix + "/consumer-groups/{group}/queues/{queue}/seek"
+	// RouteSeekPartition is POST: move a group's cursor on one partition.
+	RouteSeekPartition Route = APIPrefix + "/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek"
 
-	RouteDLQ          Route = "/api/v1/dlq"
-	RouteDLQReplay    Route = "/api/v1/dlq/{id}/replay"
-	RouteMessageRetry Route = "/api/v1/messages/{partitionId}/{transactionId}/retry"
+	// RouteDLQ is GET: list dead-lettered messages (DLQQuery, DLQListResponse); DELETE: purge them (2.x).
+	RouteDLQ Route = APIPrefix + "/dlq"
+	// RouteDLQReplay is POST: replay a dead-lettered message by its row id (DLQMoveResponse; 2.x).
+	RouteDLQReplay Route = APIPrefix + "/dlq/{id}/replay"
+	// RouteMessageRetry is POST: replay a dead-lettered message by its address (2.x).
+	RouteMessageRetry Route = APIPrefix + "/messages/{partitionId}/{transactionId}/retry"
 
-	RouteFetch        Route = "/api/v1/fetch"
-	RouteStatsRefresh Route = "/api/v1/stats/refresh"
+	// RouteFetch is POST: read partitions by offset (FetchRequest, FetchResponse; 2.x).
+	RouteFetch Route = APIPrefix + "/fetch"
+	// RouteStatsRefresh is POST: refresh the statistics (a no-op on 2.x).
+	RouteStatsRefresh Route = APIPrefix + "/stats/refresh"
 )
 
-// Routes lists every Route above, literal routes before the parameterised
+// routes lists every Route above, literal routes before the parameterised
 // ones that could match the same path (RouteGroupsLagging before
 // RouteGroup), so that RouteOf finds the most specific.
-var Routes = []Route{
+var routes = [...]Route{
 	RoutePush, RouteTransaction, RouteHealth,
 	RoutePopQueue, RoutePopPartition, RoutePopDiscover,
 	RouteAck, RouteAckBatch, RouteLeaseExtend,
@@ -127,11 +156,11 @@ func (r Route) Match(segs []string) ([]string, bool) {
 }
 
 // RouteOf returns the Route of an escaped request path (leading "/"
-// included), and false when it is none of Routes. A parameter matches any
+// included), and false when it is none of the routes above. A parameter matches any
 // one segment: a name in a path is escaped, so it is one segment.
 func RouteOf(escapedPath string) (Route, bool) {
 	segs := strings.Split(strings.TrimPrefix(escapedPath, "/"), "/")
-	for _, r := range Routes {
+	for _, r := range routes {
 		if _, ok := r.Match(segs); ok {
 			return r, true
 		}

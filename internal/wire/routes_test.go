@@ -35,7 +35,7 @@ func TestRouteMatch(t *testing.T) {
 }
 
 func TestRouteOf(t *testing.T) {
-	for _, r := range Routes {
+	for _, r := range routes {
 		n := strings.Count(string(r), "{")
 		params := make([]string, n)
 		for i := range params {
