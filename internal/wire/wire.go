@@ -1,8 +1,10 @@
-// Package wire holds the request and response bodies of the Queen broker's
-// HTTP API (see PROTOCOL.md in the design notes) and the query encoding of
-// pop requests. It has no logic beyond encoding: both the client and the
-// in-memory broker (queentest) use these types, so that they agree on field
-// names by construction while each keeps its own semantics.
+// Package wire is the one source of the Queen broker's HTTP API (see
+// PROTOCOL.md in the design notes): its routes (Route, whose Path builds a
+// request's escaped path), the request and response bodies and the query
+// encoding of pops, and what each broker generation does (Generation). It
+// has no logic beyond encoding: both the client and the in-memory broker
+// (queentest) use it, so that they agree on routes and field names by
+// construction while each keeps its own semantics.
 //
 // Optional fields are pointers or carry omitempty so that a field the sender
 // did not set stays off the wire; fields that differ between broker
