@@ -185,10 +185,10 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	}
 	// The single ack route for one message, the batch route otherwise;
 	// the body is written with the hot path's JSON library (see readWire).
-	cl := call{method: http.MethodPost, path: wire.RouteAckBatch}
+	cl := call{method: http.MethodPost, path: wire.RouteAckBatch.Path()}
 	var raw []byte
 	if len(items) == 1 {
-		cl.path = wire.RouteAck
+		cl.path = wire.RouteAck.Path()
 		raw, err = jsonv2.Marshal(wire.AckRequest{AckItem: items[0], ConsumerGroup: group})
 	} else {
 		raw, err = jsonv2.Marshal(wire.AckBatchRequest{ConsumerGroup: group, Acknowledgments: items})
@@ -355,7 +355,7 @@ func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, que
 
 // sendRenew sends the renewal of one lease id and reads its answer.
 func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int) (RenewResult, error) {
-	path := "/api/v1/lease/" + escape(leaseID) + "/extend"
+	path := wire.RouteLeaseExtend.Path(leaseID)
 	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}})
 	if err != nil {
 		return RenewResult{LeaseID: leaseID}, err
@@ -374,7 +374,8 @@ func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int) (Renew
 	return decodeRenew(resp.body, leaseID, path)
 }
 
-// decodeRenew reads the 2.x object or the 0.15.1 array answer.
+// decodeRenew reads the 2.x object or the 0.15.1 array answer
+// (wire.Generation.RenewArray): either, whatever the broker.
 func decodeRenew(body []byte, leaseID, path string) (RenewResult, error) {
 	body = bytes.TrimSpace(body)
 	var rr wire.RenewResponse

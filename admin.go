@@ -162,11 +162,10 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 			return SeekResult{}, err
 		}
 	}
-	path := "/api/v1/consumer-groups/" + escape(group) + "/queues/" + escape(queue)
+	path := wire.RouteSeekGroup.Path(group, queue)
 	if partition != "" {
-		path += "/partitions/" + escape(partition)
+		path = wire.RouteSeekPartition.Path(group, queue, partition)
 	}
-	path += "/seek"
 	// The 2.x broker sends "updated":true where wire.SeekResponse has an
 	// int: the shallower field shadows it, so either decodes.
 	var out struct {
@@ -300,13 +299,13 @@ type ConsumerGroup struct {
 // ListConsumerGroups lists every consumer group on every queue, one row
 // per (group, queue), with its lag and state (GET /api/v1/consumer-groups).
 func (a *Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroup, error) {
-	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteGroups}, nil)
+	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteGroups.Path()}, nil)
 	if err != nil {
 		return nil, err
 	}
 	var rows []wire.ConsumerGroupRow
 	if err := decodeList(resp.body, &rows, "consumerGroups", "groups", "data"); err != nil {
-		return nil, resp.refusal(http.MethodGet, wire.RouteGroups, "undecodable consumer-group list: "+err.Error())
+		return nil, resp.refusal(http.MethodGet, wire.RouteGroups.Path(), "undecodable consumer-group list: "+err.Error())
 	}
 	out := make([]ConsumerGroup, 0, len(rows))
 	for _, r := range rows {
@@ -382,7 +381,7 @@ func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGro
 	if err := checkName(groupName, group); err != nil {
 		return ConsumerGroupDetail{}, err
 	}
-	path := "/api/v1/consumer-groups/" + escape(group)
+	path := wire.RouteGroup.Path(group)
 	var out wire.GroupDetail
 	if _, err := a.c.doObject(ctx, call{method: http.MethodGet, path: path}, &out); err != nil {
 		var be *BrokerError
@@ -447,9 +446,9 @@ func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts Dele
 	if err := checkOptionalName(queueName, opts.Queue); err != nil {
 		return DeleteGroupResult{}, err
 	}
-	path := "/api/v1/consumer-groups/" + escape(group)
+	path := wire.RouteGroup.Path(group)
 	if opts.Queue != "" {
-		path += "/queues/" + escape(opts.Queue)
+		path = wire.RouteGroupQueue.Path(group, opts.Queue)
 	}
 	q := url.Values{"deleteMetadata": {strconv.FormatBool(!opts.KeepMetadata)}}
 	// Whatever the answer, the group's next pop asks again whether it is
@@ -556,13 +555,13 @@ type QueuePartition struct {
 // size figures; its pending count, which leaves out the messages being
 // processed, is returned with them added, as a 2.x broker counts.
 func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
-	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueues}, nil)
+	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueues.Path()}, nil)
 	if err != nil {
 		return nil, err
 	}
 	var rows []wire.QueueRow
 	if err := decodeList(resp.body, &rows, "queues", "data"); err != nil {
-		return nil, resp.refusal(http.MethodGet, wire.RouteQueues, "undecodable queue list: "+err.Error())
+		return nil, resp.refusal(http.MethodGet, wire.RouteQueues.Path(), "undecodable queue list: "+err.Error())
 	}
 	// Which rows count pending the 0.15.1 way: their counters lack
 	// "completed".
@@ -592,7 +591,7 @@ func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) 
 	if err := checkName(queueName, name); err != nil {
 		return QueueDetail{}, err
 	}
-	path := "/api/v1/resources/queues/" + escape(name)
+	path := wire.RouteQueue.Path(name)
 	var row wire.QueueRow
 	if _, err := a.c.doObject(ctx, call{method: http.MethodGet, path: path}, &row); err != nil {
 		var be *BrokerError
@@ -736,7 +735,7 @@ type RaftStatus struct {
 // report says Healthy false. Errors are for no answer, or an answer that
 // is not a health report.
 func (a *Admin) Health(ctx context.Context) (Health, error) {
-	resp, err := a.c.do(ctx, call{method: http.MethodGet, path: wire.RouteHealth})
+	resp, err := a.c.do(ctx, call{method: http.MethodGet, path: wire.RouteHealth.Path()})
 	var be *BrokerError
 	if err != nil && !(errors.As(err, &be) && be.Status == http.StatusServiceUnavailable) {
 		return Health{}, err
@@ -746,7 +745,7 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 		if err != nil {
 			return Health{}, err
 		}
-		return Health{}, resp.refusal(http.MethodGet, wire.RouteHealth, "undecodable health answer")
+		return Health{}, resp.refusal(http.MethodGet, wire.RouteHealth.Path(), "undecodable health answer")
 	}
 	out := Health{
 		Healthy: resp.status == http.StatusOK && h.Status == "healthy", Status: h.Status, HTTPStatus: resp.status,
@@ -862,13 +861,16 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 	if !opts.From.IsZero() && !opts.To.IsZero() && !opts.From.Before(opts.To) {
 		return DLQPage{}, fmt.Errorf("%w: From %s is not before To %s", ErrInvalidOption, opts.From, opts.To)
 	}
-	legacy, err := a.c.legacyBroker(ctx)
+	g, err := a.c.generation(ctx)
 	if err != nil {
 		return DLQPage{}, err
 	}
 	q := wire.DLQQuery{Queue: queue, ConsumerGroup: opts.ConsumerGroup}
-	if !legacy {
-		q.Partition, q.Limit, q.Offset = opts.Partition, opts.Limit, opts.Offset
+	if g.DLQPaging {
+		q.Limit, q.Offset = opts.Limit, opts.Offset
+	}
+	if g.DLQFilters {
+		q.Partition = opts.Partition
 		if !opts.From.IsZero() {
 			q.From = opts.From.UTC().Format(time.RFC3339Nano)
 		}
@@ -880,7 +882,7 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 	if err != nil {
 		return DLQPage{}, fmt.Errorf("queen: encode dlq query: %w", err)
 	}
-	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteDLQ, query: vals}, nil)
+	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteDLQ.Path(), query: vals}, nil)
 	if err != nil {
 		return DLQPage{}, err
 	}
@@ -893,14 +895,14 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		err = json.Unmarshal(body, &page)
 	}
 	if err != nil {
-		return DLQPage{}, resp.refusal(http.MethodGet, wire.RouteDLQ, "undecodable dlq answer: "+err.Error())
+		return DLQPage{}, resp.refusal(http.MethodGet, wire.RouteDLQ.Path(), "undecodable dlq answer: "+err.Error())
 	}
 	out := DLQPage{Total: page.Total, Limit: opts.Limit, Offset: opts.Offset, Messages: make([]DeadLetter, 0, len(page.Messages))}
-	if page.Pagination != nil && !legacy {
+	if page.Pagination != nil && g.DLQPaging {
 		out.Limit, out.Offset = page.Pagination.Limit, page.Pagination.Offset
 	}
 	for i := range page.Messages {
-		d := deadLetterFromWire(&page.Messages[i], legacy)
+		d := deadLetterFromWire(&page.Messages[i], !g.DLQRowIDs)
 		if d.Queue != "" && d.Queue != queue {
 			continue
 		}
@@ -918,8 +920,10 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		}
 		out.Messages = append(out.Messages, d)
 	}
-	if legacy {
+	if !g.DLQTotal {
 		out.Total = len(out.Messages)
+	}
+	if !g.DLQPaging {
 		if out.Limit == 0 {
 			out.Limit = 100
 		}
@@ -1015,16 +1019,16 @@ func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, err
 	if dl.ID == "" && !byAddress {
 		return ReplayResult{}, ErrNotReplayable
 	}
-	if a.c.mem.generation.Load() == genLegacy {
-		return ReplayResult{}, fmt.Errorf("%w: a 0.15.1 broker cannot replay dead letters", ErrNotSupported)
+	if g := a.c.mem.gen.Load(); g != nil && !g.DLQReplay {
+		return ReplayResult{}, fmt.Errorf("%w: a %s broker cannot replay dead letters", ErrNotSupported, g.Name)
 	}
 	addrPath := ""
 	if byAddress {
-		addrPath = "/api/v1/messages/" + escape(dl.PartitionID) + "/" + escape(dl.TransactionID) + "/retry"
+		addrPath = wire.RouteMessageRetry.Path(dl.PartitionID, dl.TransactionID)
 	}
 	path := addrPath
 	if dl.ID != "" {
-		path = "/api/v1/dlq/" + escape(dl.ID) + "/replay"
+		path = wire.RouteDLQReplay.Path(dl.ID)
 	}
 	var out struct {
 		wire.DLQMoveResponse

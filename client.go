@@ -210,7 +210,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 
 // apiPath is the path of the broker's API, which every request path
 // starts with (a base URL may not end with it).
-const apiPath = "/api/v1"
+const apiPath = wire.APIPrefix
 
 func normalizeURL(raw string) (string, error) {
 	if strings.TrimSpace(raw) != raw || strings.ContainsFunc(raw, unicode.IsControl) {
@@ -443,15 +443,11 @@ func errorObject(resp *response, method, path string) *BrokerError {
 	if len(body) == 0 || body[0] != '{' {
 		return nil
 	}
-	var eb struct {
-		Error   *string `json:"error"`
-		Code    string  `json:"code"`
-		Success *bool   `json:"success"`
-	}
-	if json.Unmarshal(body, &eb) != nil || eb.Error == nil || *eb.Error == "" || (eb.Success != nil && *eb.Success) {
+	var eb wire.ErrorBody
+	if json.Unmarshal(body, &eb) != nil || eb.Error == "" || (eb.Success != nil && *eb.Success) {
 		return nil
 	}
-	return &BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body, Code: eb.Code, Message: *eb.Error}
+	return &BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body, Code: eb.Code, Message: eb.Error}
 }
 
 // brokerError is the refusal of a non-2xx answer to method path: the

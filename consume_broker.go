@@ -103,7 +103,7 @@ func (b *clientBroker) retryRule(ctx context.Context, failed *Message) (retryRul
 	// One attempt each: a loop started in an outage must go on to its pops
 	// (which report the outage), not wait here.
 	var row wire.QueueRow
-	_, err := b.c.doObject(ctx, call{method: http.MethodGet, path: "/api/v1/resources/queues/" + escape(b.queue), attempts: 1}, &row)
+	_, err := b.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueue.Path(b.queue), attempts: 1}, &row)
 	if be, ok := errors.AsType[*BrokerError](err); ok && be.Status == http.StatusNotFound {
 		return retryRule{}, fmt.Errorf("%w: %s: %w", errQueueUnknown, b.queue, err)
 	}
@@ -120,7 +120,7 @@ func (b *clientBroker) retryRule(ctx context.Context, failed *Message) (retryRul
 				RetryDelay *int `json:"retryDelay"`
 			} `json:"queueConfig"`
 		}
-		path := "/api/v1/messages/" + escape(failed.PartitionID) + "/" + escape(failed.TransactionID)
+		path := wire.RouteMessage.Path(failed.PartitionID, failed.TransactionID)
 		if _, err := b.c.doObject(ctx, call{method: http.MethodGet, path: path, attempts: 1}, &view); err != nil {
 			return retryRule{}, err
 		}

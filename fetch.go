@@ -298,7 +298,7 @@ func (b *QueueBuilder) Fetch(ctx context.Context, partitions []string, opts ...F
 
 // fetch sends one fetch and returns its entries aligned with the request.
 func (c *Client) fetch(ctx context.Context, req wire.FetchRequest) ([]wire.FetchEntryResult, error) {
-	cl := call{method: http.MethodPost, path: wire.RouteFetch, body: req}
+	cl := call{method: http.MethodPost, path: wire.RouteFetch.Path(), body: req}
 	if req.MaxWaitMs > 0 {
 		cl.timeout = time.Duration(req.MaxWaitMs)*time.Millisecond + popMargin
 	}
@@ -307,8 +307,9 @@ func (c *Client) fetch(ctx context.Context, req wire.FetchRequest) ([]wire.Fetch
 	if err != nil {
 		var be *BrokerError
 		if errors.As(err, &be) && (be.Status == http.StatusNotFound || be.Status == http.StatusMethodNotAllowed) {
+			// A generation without the route (wire.Generation.Serves: 0.15.1).
 			return nil, fmt.Errorf("%w: fetch by offset (POST %s answered %d; the broker predates it): %w",
-				ErrNotSupported, wire.RouteFetch, be.Status, err)
+				ErrNotSupported, wire.RouteFetch.Path(), be.Status, err)
 		}
 		return nil, err
 	}
@@ -324,7 +325,7 @@ func (c *Client) fetch(ctx context.Context, req wire.FetchRequest) ([]wire.Fetch
 	for i, e := range req.Entries {
 		r, ok := byName[e.Partition]
 		if !ok {
-			return nil, resp.refusal(http.MethodPost, wire.RouteFetch, fmt.Sprintf("fetch answer has no entry for partition %q", e.Partition))
+			return nil, resp.refusal(http.MethodPost, wire.RouteFetch.Path(), fmt.Sprintf("fetch answer has no entry for partition %q", e.Partition))
 		}
 		aligned[i] = r
 	}

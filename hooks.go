@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -562,44 +561,11 @@ func (hs *hookSet) onAttempt() func(context.Context, transport.Attempt) {
 	}
 }
 
-// route is a path template, whole and split into segments.
-type route struct {
-	template string
-	segs     []string
-}
-
-// routes are the path templates routeOf knows.
-var routes = func() []route {
-	all := []string{
-		wire.RoutePush, wire.RoutePopQueue, wire.RoutePopPartition, wire.RoutePopDiscover, wire.RouteAck,
-		wire.RouteAckBatch, wire.RouteLeaseExtend, wire.RouteTransaction, wire.RouteConfigure, wire.RouteQueue,
-		wire.RouteQueues, wire.RouteSeekGroup, wire.RouteSeekPartition, wire.RouteGroups, wire.RouteGroup,
-		wire.RouteGroupQueue, wire.RouteDLQ, wire.RouteDLQReplay, wire.RouteFetch, wire.RouteHealth,
-		wire.RouteMessageRetry,
-	}
-	out := make([]route, len(all))
-	for i, r := range all {
-		out[i] = route{template: r, segs: strings.Split(r, "/")}
-	}
-	return out
-}()
-
-// routeOf returns the template of an escaped request path: literal
-// segments equal, a "{name}" segment matching any one segment (a name in a
-// path is escaped, so it is one segment). "other" when none matches.
+// routeOf returns the template of an escaped request path (wire.RouteOf),
+// "other" when it is no route of the broker's.
 func routeOf(path string) string {
-	segs := strings.Split(path, "/")
-next:
-	for _, r := range routes {
-		if len(r.segs) != len(segs) {
-			continue
-		}
-		for i, s := range r.segs {
-			if s != segs[i] && !strings.HasPrefix(s, "{") {
-				continue next
-			}
-		}
-		return r.template
+	if r, ok := wire.RouteOf(path); ok {
+		return string(r)
 	}
 	return "other"
 }

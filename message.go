@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // Message is one message handed out by a pop. The fields that identify it
@@ -82,7 +84,7 @@ func parseBrokerTime(s string) time.Time {
 
 // fromReply fills m from a pop answer's message. queue and lease are the
 // answer's own, for a message that does not carry them.
-func fromReply(m *Message, r *popReplyMessage, queue, lease string) {
+func fromReply(m *Message, r *wire.PopMessage, queue, lease string) {
 	*m = Message{
 		ID:              r.ID,
 		TransactionID:   r.TransactionID,
@@ -92,12 +94,12 @@ func fromReply(m *Message, r *popReplyMessage, queue, lease string) {
 		Partition:       r.Partition,
 		ConsumerGroup:   r.ConsumerGroup,
 		CreatedAt:       parseBrokerTime(r.CreatedAt),
-		TraceID:         r.TraceID,
-		ProducerSub:     r.ProducerSub,
+		TraceID:         string(r.TraceID),
+		ProducerSub:     string(r.ProducerSub),
 		DeliveryAttempt: r.DeliveryAttempt,
 		Offset:          -1,
-		Data:            r.Data.data,
-		Raw:             r.Data.raw,
+		Data:            r.Data.Object,
+		Raw:             r.Data.Raw,
 	}
 	if m.Queue == "" {
 		m.Queue = queue
@@ -105,8 +107,8 @@ func fromReply(m *Message, r *popReplyMessage, queue, lease string) {
 	if m.LeaseID == "" {
 		m.LeaseID = lease
 	}
-	if r.Offset.set {
-		m.Offset = r.Offset.n
+	if r.Offset.Set {
+		m.Offset = r.Offset.N
 	}
 	if len(m.Raw) == 0 {
 		m.Raw = json.RawMessage("null")

@@ -2,10 +2,11 @@ package queen
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // MaxNameBytes is the longest queue, partition or consumer-group name the
@@ -104,17 +105,5 @@ func shorten(s string) string {
 	return s[:keep] + "..."
 }
 
-// escape escapes one path segment so that it only ever means itself: '/'
-// and the other reserved bytes are percent-encoded by url.PathEscape, and
-// the segments "." and "..", which url.PathEscape leaves as they are and a
-// server or proxy that cleans paths would resolve, are sent as %2E and
-// %2E%2E.
-func escape(s string) string {
-	switch s {
-	case ".":
-		return "%2E"
-	case "..":
-		return "%2E%2E"
-	}
-	return url.PathEscape(s)
-}
+// escape escapes one path segment (wire.Segment).
+func escape(s string) string { return wire.Segment(s) }

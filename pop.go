@@ -18,14 +18,6 @@ import (
 // the broker answers before the client gives up.
 const popMargin = 5 * time.Second
 
-// emptyPopErrors are 0.15.1 answers (HTTP 200, success:false) that mean "no
-// messages", not a failure.
-var emptyPopErrors = map[string]bool{
-	"no_available_partition": true,
-	"partition_not_found":    true,
-	"lease_held":             true,
-}
-
 // Pop takes one batch of messages and leases them to the caller, who acks
 // each (Client.Ack) before the lease runs out. It returns an empty slice,
 // not an error, when there is nothing to take (after waiting, unless
@@ -139,7 +131,8 @@ func (c *Client) popWith(ctx context.Context, r *popRequest, query string, confl
 	if err != nil {
 		var be *BrokerError
 		if r.discover && errors.As(err, &be) && routeMissing(be) {
-			// 0.15.1 has no discovery route.
+			// A generation without the discovery route answers 404
+			// (wire.Generation.Serves: 0.15.1).
 			return nil, fmt.Errorf("%w: namespace/task pop (GET %s answered %d): %w", ErrNotSupported, r.path, be.Status, err)
 		}
 		return nil, err
@@ -174,107 +167,17 @@ func readWire(body []byte, v any, reset func()) error {
 // lenientJSON are the options of readWire's second reading.
 var lenientJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 
-// popReply is the client's reading of a pop answer (wire.PopResponse):
-// no pointer where absent and empty mean the same, so that a pop of many
-// messages costs few allocations.
-type popReply struct {
-	Success            bool                `json:"success"`
-	Error              string              `json:"error"`
-	Queue              string              `json:"queue"`
-	Partition          string              `json:"partition"`
-	LeaseID            string              `json:"leaseId"`
-	ConsumerGroup      string              `json:"consumerGroup"`
-	Messages           []popReplyMessage   `json:"messages"`
-	Conflation         *bool               `json:"conflation"`
-	ConflationConflict *bool               `json:"conflationConflict"`
-	Autopilot          *wire.AutopilotEcho `json:"autopilot"`
-}
-
-// popReplyMessage is one message of a popReply (wire.PopMessage).
-type popReplyMessage struct {
-	ID              string      `json:"id"`
-	TransactionID   string      `json:"transactionId"`
-	TraceID         string      `json:"traceId"`
-	Data            payload     `json:"data"`
-	ProducerSub     string      `json:"producerSub"`
-	CreatedAt       string      `json:"createdAt"`
-	PartitionID     string      `json:"partitionId"`
-	Partition       string      `json:"partition"`
-	LeaseID         string      `json:"leaseId"`
-	ConsumerGroup   string      `json:"consumerGroup"`
-	DeliveryAttempt int         `json:"deliveryAttempt"`
-	Offset          optionalInt `json:"offset"`
-	Queue           string      `json:"queue"`
-}
-
-// payload is a message's data: the raw JSON value, and the object it
-// holds, if it is one.
-type payload struct {
-	raw  []byte
-	data map[string]any
-}
-
-// UnmarshalJSONFrom keeps the value's bytes, and reads an object into data
-// with the same decoder, so that the keys and strings a pop's messages
-// repeat are made once (an object that does not decode leaves data nil).
-// The bytes are those the decoder has not read yet when the value starts:
-// decodePop decodes a whole answer in memory, so they are the answer's own
-// (copied, all the same, before the message keeps them).
-func (p *payload) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
-	rest := dec.UnreadBuffer()
-	start := dec.InputOffset()
-	var err error
-	if dec.PeekKind() == '{' {
-		var v any // an any, not a map: the decoder's fast path (see readWire)
-		err = jsonv2.UnmarshalDecode(dec, &v)
-		p.data, _ = v.(map[string]any)
-		if err != nil {
-			p.data = nil
-		}
-	} else {
-		err = dec.SkipValue()
-	}
-	if err != nil {
-		return err
-	}
-	n := dec.InputOffset() - start
-	if n < 0 || n > int64(len(rest)) {
-		return fmt.Errorf("queen: payload of %d bytes beyond the %d read", n, len(rest))
-	}
-	p.raw = bytes.Clone(bytes.TrimLeft(rest[:n], " \t\r\n:"))
-	return nil
-}
-
-// optionalInt is a number that may be absent or null (set false).
-type optionalInt struct {
-	n   int64
-	set bool
-}
-
-// UnmarshalJSONFrom reads a number or null.
-func (o *optionalInt) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
-	if dec.PeekKind() == 'n' {
-		_, err := dec.ReadToken()
-		return err
-	}
-	if err := jsonv2.UnmarshalDecode(dec, &o.n); err != nil {
-		return err
-	}
-	o.set = true
-	return nil
-}
-
 // decodePop reads a 200 pop body of either broker generation.
 func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResult, error) {
 	// Room for the messages up front (a pop of 100 would else grow the
 	// slice seven times).
 	size := bytes.Count(body, []byte(`"transactionId"`))
-	pr := popReply{Messages: make([]popReplyMessage, 0, size)}
-	if err := readWire(body, &pr, func() { pr = popReply{Messages: make([]popReplyMessage, 0, size)} }); err != nil {
+	pr := wire.PopResponse{Messages: make([]wire.PopMessage, 0, size)}
+	if err := readWire(body, &pr, func() { pr = wire.PopResponse{Messages: make([]wire.PopMessage, 0, size)} }); err != nil {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
 			Message: "undecodable pop answer: " + err.Error()}
 	}
-	if !pr.Success && pr.Error != "" && !emptyPopErrors[pr.Error] {
+	if !pr.Success && pr.Error != "" && !wire.EmptyPopError(pr.Error) {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body, Message: pr.Error}
 	}
 	// A broker that conflates echoes it on every answer with a body, empty

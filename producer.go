@@ -827,7 +827,7 @@ func (e *producer) send(segs []segment) {
 	start := hooks.now()
 	var res []PushResult
 	var buffered []bool
-	resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush, raw: body})
+	resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body})
 	if err == nil {
 		res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
 	}

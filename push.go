@@ -205,7 +205,7 @@ func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
 
 // send sends the push request of items and reads its answer.
 func (p *PushBuilder) send(ctx context.Context, items []wire.PushItem) ([]PushResult, error) {
-	resp, err := p.qb.c.do(ctx, call{method: http.MethodPost, path: wire.RoutePush, body: wire.PushRequest{Items: items}})
+	resp, err := p.qb.c.do(ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), body: wire.PushRequest{Items: items}})
 	if err != nil {
 		return nil, err
 	}
@@ -225,11 +225,11 @@ func decodePush(status int, body []byte, items []wire.PushItem) ([]PushResult, e
 // later, so their outcome is open (nil when none was).
 func decodePushAnswer(status int, body []byte, items []wire.PushItem) ([]PushResult, []bool, error) {
 	fail := func(msg string) *BrokerError {
-		return &BrokerError{Status: status, Method: http.MethodPost, Path: wire.RoutePush, Body: body, Message: msg}
+		return &BrokerError{Status: status, Method: http.MethodPost, Path: wire.RoutePush.Path(), Body: body, Message: msg}
 	}
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '{' {
-		return nil, nil, objectForResults(status, wire.RoutePush, body, "push")
+		return nil, nil, objectForResults(status, wire.RoutePush.Path(), body, "push")
 	}
 	var out []wire.PushResult
 	if err := json.Unmarshal(body, &out); err != nil {

@@ -328,13 +328,13 @@ func (cb *CreateBuilder) Execute(ctx context.Context) (QueueInfo, error) {
 		req.Mode = wire.ConfigureReplace
 	}
 	var out wire.ConfigureResponse
-	resp, err := b.c.doJSON(ctx, call{method: http.MethodPost, path: wire.RouteConfigure, body: req}, &out)
+	resp, err := b.c.doJSON(ctx, call{method: http.MethodPost, path: wire.RouteConfigure.Path(), body: req}, &out)
 	if err != nil {
 		return QueueInfo{}, err
 	}
 	if out.Error != "" || !out.Configured {
 		// 0.15.1 answers its failures with HTTP 200 and {"error": ...}.
-		return QueueInfo{}, resp.refusal(http.MethodPost, wire.RouteConfigure,
+		return QueueInfo{}, resp.refusal(http.MethodPost, wire.RouteConfigure.Path(),
 			orDefault(out.Error, "configure answer does not say configured"))
 	}
 	name := out.Queue
@@ -368,7 +368,7 @@ func (d *DeleteBuilder) Execute(ctx context.Context) (DeleteResult, error) {
 		wire.DeleteQueueResponse
 		Error string `json:"error"`
 	}
-	path := "/api/v1/resources/queues/" + escape(b.queue)
+	path := wire.RouteQueue.Path(b.queue)
 	resp, err := b.c.doJSON(ctx, call{method: http.MethodDelete, path: path}, &out)
 	if err != nil {
 		return DeleteResult{}, err

@@ -306,12 +306,12 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 
 	switch {
 	case discover:
-		r.path = wire.RoutePopDiscover
+		r.path = wire.RoutePopDiscover.Path()
 		q.Namespace, q.Task = b.namespace, b.task
 	case pinned:
-		r.path = "/api/v1/pop/queue/" + escape(b.queue) + "/partition/" + escape(b.partition)
+		r.path = wire.RoutePopPartition.Path(b.queue, b.partition)
 	default:
-		r.path = "/api/v1/pop/queue/" + escape(b.queue)
+		r.path = wire.RoutePopQueue.Path(b.queue)
 	}
 	return r, nil
 }

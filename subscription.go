@@ -9,12 +9,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // Where a consumer group starts (SubscriptionMode, SubscriptionFrom) is
 // decided by the pop that registers the group on a queue. On a 2.x broker
 // the parameters are ignored once the group exists; on a 0.15.1 broker they
-// are not: a pop with subscriptionMode=new on a partition where the group's
+// are not (wire.Generation.SubscriptionOnEveryPop): a pop with subscriptionMode=new on a partition where the group's
 // cursor is still at its start (after a failed or retried first message, a
 // lease expiry, a seek back in time) moves the cursor to the end of the
 // partition and every message before it is skipped by the group
@@ -33,7 +35,8 @@ import (
 
 // LegacyBatch is the batch the client asks for on a broker that does not
 // size pops itself (a broker older than autopilot, such as 0.15.1, hands out
-// one message per pop when no batch is sent). It applies only when the
+// one message per pop when no batch is sent: wire.Generation.Autopilot and
+// DefaultPopBatch). It applies only when the
 // application set no Batch: a Batch set by the application is never changed.
 const LegacyBatch = 100
 
@@ -42,61 +45,68 @@ const LegacyBatch = 100
 type groupKey struct{ queue, group string }
 
 // brokerMemory is what a Client learns about its broker from the answers:
-// which groups are registered, and whether the broker sizes pops.
+// which groups are registered, whether the broker sizes pops, and its
+// generation (wire.Generation, the one place that says what each
+// generation does).
 type brokerMemory struct {
 	mu         sync.Mutex
 	registered map[groupKey]bool
 	// noAutopilot is set once a pop that asked the broker to size it was
 	// answered with messages and no autopilot echo.
 	noAutopilot atomic.Bool
-	// generation is what GET /health said of the broker: 0 not asked yet,
-	// gen2 (it has an engine: 2.x), genLegacy (0.15.1 and older).
-	generation atomic.Int32
+	// gen is what GET /health said of the broker; nil until asked.
+	gen atomic.Pointer[wire.Generation]
 }
 
-const (
-	gen2 int32 = 1 + iota
-	genLegacy
-)
-
-// legacyBroker says whether the broker is older than 2.x (its /health
-// answer names no engine). It asks once per Client.
-func (c *Client) legacyBroker(ctx context.Context) (bool, error) {
-	if g := c.mem.generation.Load(); g != 0 {
-		return g == genLegacy, nil
+// generation returns the broker's generation (wire.GenerationOf its
+// /health answer). It asks once per Client.
+func (c *Client) generation(ctx context.Context) (*wire.Generation, error) {
+	if g := c.mem.gen.Load(); g != nil {
+		return g, nil
 	}
 	h, err := c.Admin().Health(ctx)
 	if err != nil {
-		return false, fmt.Errorf("queen: ask the broker's generation (GET /health): %w", err)
+		return nil, fmt.Errorf("queen: ask the broker's generation (GET /health): %w", err)
 	}
-	g := gen2
-	if h.Engine == "" {
-		g = genLegacy
+	g := wire.GenerationOf(wire.HealthResponse{Engine: h.Engine})
+	c.mem.gen.Store(&g)
+	return &g, nil
+}
+
+// sizesPops says whether the broker sizes a pop that asks for autopilot:
+// not once an answer came without the echo, nor when its generation is
+// known not to (wire.Generation.Autopilot).
+func (c *Client) sizesPops() bool {
+	if c.mem.noAutopilot.Load() {
+		return false
 	}
-	c.mem.generation.Store(g)
-	return g == genLegacy, nil
+	g := c.mem.gen.Load()
+	return g == nil || g.Autopilot
 }
 
 // seekTime is the timestamp to send for a seek that must read everything
-// stored at or after ts (an RFC 3339 time, validated by the caller). A 2.x
-// broker places the cursor just before the first message at or after the
-// time; a 0.15.1 broker places it on the last message at or before it, so
-// that messages stored at exactly that time would be skipped: there the
-// time sent is one microsecond (the broker's precision) earlier.
+// stored at or after ts (an RFC 3339 time, validated by the caller). On a
+// generation that places the cursor on the last message at or before the
+// time (wire.Generation.SeekAtOrBefore), messages stored at exactly that
+// time would be skipped: there the time sent is one tick of the broker's
+// precision (wire.SeekPrecision) earlier.
 func (c *Client) seekTime(ctx context.Context, ts string) (string, error) {
-	legacy, err := c.legacyBroker(ctx)
-	if err != nil || !legacy {
+	g, err := c.generation(ctx)
+	if err != nil {
 		return ts, err
+	}
+	if !g.SeekAtOrBefore {
+		return ts, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, ts)
 	if err != nil {
 		return ts, nil // seekBody validated it; nothing to adjust
 	}
-	us := t.Truncate(time.Microsecond)
+	us := t.Truncate(wire.SeekPrecision)
 	if us.Before(t) {
-		us = us.Add(time.Microsecond) // the first instant a message can have at or after t
+		us = us.Add(wire.SeekPrecision) // the first instant a message can have at or after t
 	}
-	return us.Add(-time.Microsecond).UTC().Format(time.RFC3339Nano), nil
+	return us.Add(-wire.SeekPrecision).UTC().Format(time.RFC3339Nano), nil
 }
 
 func (m *brokerMemory) known(k groupKey) bool {
@@ -172,7 +182,8 @@ func (c *Client) withSubscription(ctx context.Context, r *popRequest) (bool, err
 // 404, or an answer without the queue, means it has none; 0.15.1 answers a
 // group it does not know with 200 and null.
 func (c *Client) groupOnQueue(ctx context.Context, group, queue string) (bool, error) {
-	resp, err := c.do(ctx, call{method: http.MethodGet, path: "/api/v1/consumer-groups/" + escape(group)})
+	path := wire.RouteGroup.Path(group)
+	resp, err := c.do(ctx, call{method: http.MethodGet, path: path})
 	if err != nil {
 		var be *BrokerError
 		if errors.As(err, &be) && be.Status == http.StatusNotFound {
@@ -185,14 +196,14 @@ func (c *Client) groupOnQueue(ctx context.Context, group, queue string) (bool, e
 		if err := json.Unmarshal(resp.body, &queues); err != nil {
 			// An error object of a 0.15.1 broker, or something else: not
 			// an answer to the question.
-			return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: "/api/v1/consumer-groups/" + group,
+			return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: path,
 				Body: resp.body, Message: "undecodable consumer-group answer: " + err.Error()}
 		}
 	}
 	if msg, ok := queues["error"]; ok && len(queues) == 1 {
 		var s string
 		_ = json.Unmarshal(msg, &s)
-		return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: "/api/v1/consumer-groups/" + group,
+		return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: path,
 			Body: resp.body, Message: s}
 	}
 	_, ok := queues[queue]
@@ -208,7 +219,7 @@ func (r *popRequest) hasSubscription() bool {
 // start point, with an explicit batch on a broker that does not size pops,
 // and capped to n messages when n > 0 (the rest of a Limit).
 func (c *Client) popQuery(r *popRequest, withSub bool, n int, nowait bool) (string, error) {
-	legacy := c.mem.noAutopilot.Load() && r.autopilotBatch()
+	legacy := !c.sizesPops() && r.autopilotBatch()
 	if n > 0 && !r.capChanges(legacy, n) {
 		n = 0 // the cap changes nothing: the query encoded once will do
 	}
@@ -298,7 +309,7 @@ func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
 		c.mem.remember(k)
 	}
 	if len(res.messages) > 0 && res.autopilot == nil && r.query.Autopilot && !r.pinned &&
-		!r.query.Conflation && !c.mem.noAutopilot.Load() {
+		!r.query.Conflation && c.sizesPops() {
 		if c.mem.noAutopilot.CompareAndSwap(false, true) {
 			c.log.Info("queen: the broker does not size pops (no autopilot echo); pops without a Batch now ask for a fixed one",
 				"batch", LegacyBatch, "path", r.path)

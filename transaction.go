@@ -306,7 +306,7 @@ func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, er
 	if err != nil {
 		return nil, err
 	}
-	resp, err := t.c.do(ctx, call{method: http.MethodPost, path: wire.RouteTransaction, body: req, once: true})
+	resp, err := t.c.do(ctx, call{method: http.MethodPost, path: wire.RouteTransaction.Path(), body: req, once: true})
 	if err != nil {
 		return nil, err
 	}
@@ -325,13 +325,13 @@ func decodeTransaction(body []byte, req wire.TxnRequest) (*TransactionResult, er
 		Success *bool `json:"success"`
 	}
 	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &out) != nil {
-		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction,
+		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction.Path(),
 			Body: body, Message: "undecodable transaction answer"})
 	}
 	if out.Success == nil && out.Error == "" {
 		// Neither committed nor refused: claiming a rollback (nothing
 		// applied) would be a guess.
-		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction,
+		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction.Path(),
 			Body: body, Message: "transaction answer says neither success nor error"})
 	}
 	res := &TransactionResult{

@@ -19,17 +19,6 @@ const (
 	defaultDLQError = "Retries exhausted"
 )
 
-// ackResult is one entry of the ack reply (a JSON array in input order).
-type ackResult struct {
-	Index         int     `json:"index"`
-	TransactionID string  `json:"transactionId"`
-	Success       bool    `json:"success"`
-	Error         *string `json:"error"`
-	LeaseReleased bool    `json:"leaseReleased"`
-	DLQ           bool    `json:"dlq"`
-	Noop          bool    `json:"noop"`
-}
-
 // ackBodyItem is one acknowledgment as it arrives (both body shapes).
 type ackBodyItem struct {
 	TransactionID *string `json:"transactionId"`
@@ -142,10 +131,10 @@ func (s *Server) handleAck(w *recorder, req *request) {
 	b.bump()
 	b.mu.Unlock()
 
-	res := make([]ackResult, len(items))
+	res := make([]wire.AckResult, len(items))
 	for i, it := range items {
 		o := outs[i]
-		res[i] = ackResult{Index: i, TransactionID: it.txn, Success: o.success, LeaseReleased: o.leaseReleased, DLQ: o.dlq, Noop: o.noop}
+		res[i] = wire.AckResult{Index: i, TransactionID: it.txn, Success: o.success, LeaseReleased: o.leaseReleased, DLQ: o.dlq, Noop: o.noop}
 		if o.err != "" {
 			e := o.err
 			res[i].Error = &e

@@ -15,8 +15,8 @@ import (
 )
 
 // Pop defaults and bounds of the 2.x broker (handlers/data.rs, handlers/raft.rs).
+// The default batch is the generation's (wire.Generation.DefaultPopBatch).
 const (
-	defaultPopBatch   = 200
 	defaultPopTimeout = 30 * time.Second
 	maxPopTimeout     = 60 * time.Second
 	maxPopPartitions  = 64
@@ -158,23 +158,10 @@ type popReq struct {
 	timeout     time.Duration
 }
 
-// popBody is the 2.x pop reply.
-type popBody struct {
-	Success            bool                `json:"success"`
-	Queue              string              `json:"queue"`
-	Partition          string              `json:"partition"`
-	PartitionID        string              `json:"partitionId"`
-	LeaseID            string              `json:"leaseId"`
-	ConsumerGroup      string              `json:"consumerGroup"`
-	Messages           []wire.PopMessage   `json:"messages"`
-	PartitionsClaimed  int                 `json:"partitionsClaimed"`
-	Conflation         *bool               `json:"conflation,omitempty"`
-	ConflationConflict *bool               `json:"conflationConflict,omitempty"`
-	Autopilot          *wire.AutopilotEcho `json:"autopilot,omitempty"`
-}
-
+// popResult is a pop's 2.x answer (wire.PopResponse) and what the claim
+// found.
 type popResult struct {
-	body    popBody
+	body    wire.PopResponse
 	claimed int
 	nextAt  time.Time // when a partition of the scope may become claimable (0: unknown)
 }
@@ -213,7 +200,7 @@ func conflationRefused(w *recorder, p popParams) bool {
 
 func (p popParams) base(now time.Time) popReq {
 	group := groupOrQueueMode(p.group)
-	batch := defaultPopBatch
+	batch := wire.Gen2x().DefaultPopBatch
 	if p.batch != nil {
 		batch = max(*p.batch, 1) // the claim takes at least one message
 	}
@@ -394,7 +381,7 @@ type candidate struct {
 // popOnce is one claim attempt. Callers hold mu.
 func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 	named := pr.group != queueModeGroup
-	res := popResult{body: popBody{Success: true, Queue: pr.queue, ConsumerGroup: pr.group, Messages: []wire.PopMessage{}}}
+	res := popResult{body: wire.PopResponse{Success: true, Queue: pr.queue, ConsumerGroup: pr.group, Messages: []wire.PopMessage{}}}
 
 	// The queues in scope. A wildcard pop creates its queue with the
 	// default configuration, as the 2.x planner does (create_cfg).
@@ -563,14 +550,11 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			c.attemptOff, c.attemptCount = start, attempt
 		}
 		for _, off := range offs {
-			attempt := attempt
 			m := p.msgs[off]
-			o := m.offset
-			l := wireLease
 			res.body.Messages = append(res.body.Messages, wire.PopMessage{
-				ID: m.id, TransactionID: m.txn, TraceID: m.traceID, Data: m.payload,
+				ID: m.id, TransactionID: m.txn, TraceID: nullString(m.traceID), Data: wire.Payload{Raw: m.payload},
 				CreatedAt: isoMillis(m.createdAt), PartitionID: p.pid(), Partition: p.name,
-				LeaseID: &l, ConsumerGroup: pr.group, DeliveryAttempt: &attempt, Offset: &o,
+				LeaseID: wireLease, ConsumerGroup: pr.group, DeliveryAttempt: attempt, Offset: wire.Int(m.offset),
 			})
 		}
 		delivered += len(offs)
@@ -601,6 +585,14 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 		}
 	}
 	return res
+}
+
+// nullString is a stored optional string as the wire carries it.
+func nullString(s *string) wire.NullString {
+	if s == nil {
+		return ""
+	}
+	return wire.NullString(*s)
 }
 
 // nack gives back a claim nobody received. Callers hold mu.

@@ -2,23 +2,22 @@ package queentest
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // The two pop routes of the 0.15.1 profile (server/src/routes/pop.cpp and
 // the stored procedure pop_unified_batch_v4 of 002d_pop_unified_v4.sql).
 
-// Pop defaults of 0.15.1 (server/include/queen/config.hpp).
-const (
-	defaultPopBatch015   = 1
-	defaultPopTimeout015 = 30 * time.Second
-)
+// Pop defaults of 0.15.1 (server/include/queen/config.hpp); the default
+// batch is the generation's (wire.Generation.DefaultPopBatch).
+const defaultPopTimeout015 = 30 * time.Second
 
 // pop015Params is a 0.15.1 pop query, read as the broker's query helpers
 // read it: a number that does not parse is the default, a boolean is true
@@ -67,7 +66,7 @@ func parsePop015(q url.Values) pop015Params {
 		group:    group,
 		wait:     boolOf("wait"),
 		timeout:  time.Duration(intOf("timeout", int(defaultPopTimeout015/time.Millisecond))) * time.Millisecond,
-		batch:    intOf("batch", defaultPopBatch015),
+		batch:    intOf("batch", wire.Gen015().DefaultPopBatch),
 		maxParts: max(intOf("partitions", 1), 1),
 		autoAck:  boolOf("autoAck"),
 		subMode:  q.Get("subscriptionMode"),
@@ -75,32 +74,9 @@ func parsePop015(q url.Values) pop015Params {
 	}
 }
 
-// pop015Message is one message of a 0.15.1 pop: no deliveryAttempt, no
-// offset, a UUID partitionId.
-type pop015Message struct {
-	ID            string          `json:"id"`
-	TransactionID string          `json:"transactionId"`
-	TraceID       *string         `json:"traceId"`
-	Data          json.RawMessage `json:"data"`
-	ProducerSub   *string         `json:"producerSub"`
-	CreatedAt     string          `json:"createdAt"`
-	PartitionID   string          `json:"partitionId"`
-	Partition     string          `json:"partition"`
-	LeaseID       string          `json:"leaseId"`
-	ConsumerGroup string          `json:"consumerGroup"`
-}
-
-// pop015Body is a 0.15.1 pop that claimed at least one partition.
-type pop015Body struct {
-	Success           bool            `json:"success"`
-	Queue             string          `json:"queue"`
-	Partition         string          `json:"partition"`
-	PartitionID       string          `json:"partitionId"`
-	LeaseID           string          `json:"leaseId"`
-	ConsumerGroup     string          `json:"consumerGroup"`
-	Messages          []pop015Message `json:"messages"`
-	PartitionsClaimed int             `json:"partitionsClaimed"`
-}
+// A 0.15.1 pop that claimed at least one partition answers a
+// wire.PopResponse without conflation or autopilot fields, whose messages
+// have no deliveryAttempt and no offset, and a UUID partitionId.
 
 // emptyPop015 is the answer of a pop that claimed nothing: code is
 // no_available_partition, partition_not_found or lease_held.
@@ -276,7 +252,7 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 	})
 	remaining, claimed := max(p.batch, 1), 0
 	var first *partition
-	var all []pop015Message
+	var all []wire.PopMessage
 	changed := false
 	for _, cd := range cands {
 		if remaining <= 0 || claimed >= p.maxParts {
@@ -305,14 +281,14 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 	return b.popBody015(p, leaseID, first, all, claimed), len(all) > 0
 }
 
-func (b *broker) popBody015(p pop015Params, leaseID string, first *partition, msgs []pop015Message, claimed int) pop015Body {
+func (b *broker) popBody015(p pop015Params, leaseID string, first *partition, msgs []wire.PopMessage, claimed int) wire.PopResponse {
 	if p.autoAck {
 		leaseID = ""
 	}
 	if msgs == nil {
-		msgs = []pop015Message{}
+		msgs = []wire.PopMessage{}
 	}
-	return pop015Body{
+	return wire.PopResponse{
 		Success: true, Queue: first.q.name, Partition: first.name, PartitionID: first.uuid,
 		LeaseID: leaseID, ConsumerGroup: p.group, Messages: msgs, PartitionsClaimed: claimed,
 	}
@@ -340,7 +316,7 @@ func (b *broker) popBody015(p pop015Params, leaseID string, first *partition, ms
 //
 // It also reports whether it changed anything a parked pop could care
 // about (messages handed out, a cursor moved, a subscription written).
-func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID string, limit int, subPart string, now time.Time) ([]pop015Message, bool) {
+func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID string, limit int, subPart string, now time.Time) ([]wire.PopMessage, bool) {
 	secs := part.q.cfg.LeaseTime
 	if secs == 0 {
 		secs = 60
@@ -404,11 +380,11 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 	if p.autoAck {
 		wireLease = ""
 	}
-	out := make([]pop015Message, n)
+	out := make([]wire.PopMessage, n)
 	for i, off := range offs {
 		m := part.msgs[off]
-		out[i] = pop015Message{
-			ID: m.id, TransactionID: m.txn, TraceID: m.traceID, Data: m.payload,
+		out[i] = wire.PopMessage{
+			ID: m.id, TransactionID: m.txn, TraceID: nullString(m.traceID), Data: wire.Payload{Raw: m.payload},
 			CreatedAt: isoMicros(m.createdAt), PartitionID: part.uuid, Partition: part.name,
 			LeaseID: wireLease, ConsumerGroup: p.group,
 		}

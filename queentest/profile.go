@@ -3,6 +3,8 @@ package queentest
 import (
 	"fmt"
 	"strings"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // Profile names the broker generation a Server imitates: its routes, its
@@ -18,6 +20,14 @@ const (
 	// PROTOCOL.md §11, §13, §15 and §16 record it. See Broker015.
 	Profile015 Profile = "0.15.1"
 )
+
+// generation is what the profile's broker does on the wire.
+func (p Profile) generation() wire.Generation {
+	if p == Profile015 {
+		return wire.Gen015()
+	}
+	return wire.Gen2x()
+}
 
 // Profiles lists the profiles a Server can take, default first.
 func Profiles() []Profile { return []Profile{Profile2x, Profile015} }

@@ -11,17 +11,6 @@ import (
 // maxTxnBytes is the 2.x limit on a transactionId (a u16 length prefix).
 const maxTxnBytes = 65535
 
-// pushResult is one entry of the 2.x push reply:
-// {index, message_id, transaction_id, queueName, status, offset?}.
-type pushResult struct {
-	Index         int    `json:"index"`
-	MessageID     string `json:"message_id"`
-	TransactionID string `json:"transaction_id"`
-	QueueName     string `json:"queueName"`
-	Status        string `json:"status"`
-	Offset        *int64 `json:"offset,omitempty"`
-}
-
 // handlePush is POST /api/v1/push: 201 with one result per item, in input
 // order. A queue (and a partition) is created on its first push with the
 // default configuration. An item whose (queue, partition, transactionId)
@@ -46,7 +35,7 @@ func (s *Server) handlePush(w *recorder, req *request) {
 		return
 	}
 	if len(body.Items) == 0 {
-		w.json(http.StatusCreated, []pushResult{})
+		w.json(http.StatusCreated, []wire.PushResult{})
 		return
 	}
 	for _, it := range body.Items {
@@ -69,11 +58,11 @@ func (s *Server) handlePush(w *recorder, req *request) {
 	b := s.b
 	b.mu.Lock()
 	now := b.now()
-	out := make([]pushResult, len(body.Items))
+	out := make([]wire.PushResult, len(body.Items))
 	for i, it := range body.Items {
 		m, dup := b.pushOne(it.Queue, it.Partition, it.Payload, it.TransactionID, nil, now)
 		off := m.offset
-		out[i] = pushResult{Index: i, MessageID: m.id, TransactionID: m.txn, QueueName: it.Queue, Status: wire.PushQueued, Offset: &off}
+		out[i] = wire.PushResult{Index: i, MessageID: m.id, TransactionID: m.txn, QueueName: it.Queue, Status: wire.PushQueued, Offset: &off}
 		if dup {
 			out[i].Status = wire.PushDuplicate
 		}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/queen-go/queen/internal/wire"
 )
 
 // Version is what GET /health reports as the broker version.
@@ -38,9 +40,11 @@ type Server struct {
 	faults faults
 	log    *slog.Logger
 	hs     *http.Server
-	// profile is the broker generation served; legacy is profile == Profile015.
-	profile Profile
-	legacy  bool
+	// profile is the broker generation served, generation what it does
+	// on the wire; legacy is profile == Profile015.
+	profile    Profile
+	generation wire.Generation
+	legacy     bool
 
 	lmu      sync.Mutex // guards ln, conns, refuseGen, closing, inflight
 	ln       net.Listener
@@ -122,14 +126,15 @@ func Listen(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		addr:    ln.Addr().String(),
-		b:       newBroker(o.clock, defaults, legacy),
-		log:     o.log,
-		profile: o.profile,
-		legacy:  legacy,
-		ln:      ln,
-		conns:   map[net.Conn]struct{}{},
-		closed:  make(chan struct{}),
+		addr:       ln.Addr().String(),
+		b:          newBroker(o.clock, defaults, legacy),
+		log:        o.log,
+		profile:    o.profile,
+		generation: o.profile.generation(),
+		legacy:     legacy,
+		ln:         ln,
+		conns:      map[net.Conn]struct{}{},
+		closed:     make(chan struct{}),
 	}
 	s.URL = "http://" + s.addr
 	s.idle = sync.NewCond(&s.lmu)
@@ -252,7 +257,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.leave()
 
-	route, h, params := match(r, s.legacy)
+	route, h, params := match(r, &s.generation, s.legacy)
 	s.faults.count(route)
 	s.log.Debug("queentest request", "method", r.Method, "path", r.URL.Path, "route", string(route))
 
@@ -303,34 +308,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec.writeTo(w)
 }
 
-// match finds the route of r: its fault-injection name, its handler and its
-// path parameters. The 2.x broker unescapes path parameters; 0.15.1
-// (uWebSockets) hands them to its routes raw, so legacy takes them as sent.
-// legacy also swaps in the 0.15.1 handlers and leaves out the routes 0.15.1
-// does not have (discovery pop, fetch, queue depth, DLQ replay and purge),
-// which then answer its 404.
-func match(r *http.Request, legacy bool) (Route, handler, []string) {
+// match finds the route of r on generation gen: its fault-injection name,
+// its handler and its path parameters. The 2.x broker unescapes path
+// parameters; 0.15.1 (uWebSockets) hands them to its routes raw
+// (gen.RawPathParams). The routes gen does not serve (gen.Serves:
+// discovery pop, fetch, queue depth, DLQ replay and purge on 0.15.1) answer
+// its 404, and legacy swaps in the 0.15.1 profile's handlers.
+func match(r *http.Request, gen *wire.Generation, legacy bool) (Route, handler, []string) {
 	raw := strings.Split(strings.Trim(r.URL.EscapedPath(), "/"), "/")
 	seg := make([]string, len(raw))
 	for i, p := range raw {
 		u, err := url.PathUnescape(p)
-		if err != nil || legacy {
+		if err != nil || gen.RawPathParams {
 			u = p
 		}
 		seg[i] = u
 	}
 	m := r.Method
-	n := len(seg)
-	is := func(method string, want ...string) bool {
-		if m != method || n != len(want) {
+	var params []string
+	// is matches the request against method and a route of the broker's,
+	// keeping the route's path parameters.
+	is := func(method string, rt wire.Route) bool {
+		if m != method || !gen.Serves(method, rt) {
 			return false
 		}
-		for i, w := range want {
-			if w != "*" && w != seg[i] {
-				return false
-			}
+		p, ok := rt.Match(seg)
+		if ok {
+			params = p
 		}
-		return true
+		return ok
 	}
 	// by picks the handler of the served profile.
 	by := func(h2, h015 handler) handler {
@@ -341,63 +347,61 @@ func match(r *http.Request, legacy bool) (Route, handler, []string) {
 	}
 	notFound := by((*Server).handleNotFound, (*Server).handleNotFound015)
 	switch {
-	case is("GET", "health"):
+	case is("GET", wire.RouteHealth):
 		return RouteHealth, by((*Server).handleHealth, (*Server).handleHealth015), nil
-	case n < 3 || seg[0] != "api" || seg[1] != "v1":
-		return "", notFound, nil
-	case is("POST", "api", "v1", "push"):
+	case is("POST", wire.RoutePush):
 		return RoutePush, by((*Server).handlePush, (*Server).handlePush015), nil
-	case is("GET", "api", "v1", "pop", "queue", "*"):
-		return RoutePop, by((*Server).handlePopQueue, (*Server).handlePop015), []string{seg[4]}
-	case is("GET", "api", "v1", "pop", "queue", "*", "partition", "*"):
-		return RoutePop, by((*Server).handlePopPartition, (*Server).handlePop015), []string{seg[4], seg[6]}
-	case is("GET", "api", "v1", "pop") && !legacy:
+	case is("GET", wire.RoutePopQueue):
+		return RoutePop, by((*Server).handlePopQueue, (*Server).handlePop015), params
+	case is("GET", wire.RoutePopPartition):
+		return RoutePop, by((*Server).handlePopPartition, (*Server).handlePop015), params
+	case is("GET", wire.RoutePopDiscover):
 		return RoutePop, (*Server).handlePopDiscover, nil
-	case is("POST", "api", "v1", "ack"):
+	case is("POST", wire.RouteAck):
 		return RouteAck, by((*Server).handleAck, (*Server).handleAck015), nil
-	case is("POST", "api", "v1", "ack", "batch"):
+	case is("POST", wire.RouteAckBatch):
 		return RouteAckBatch, by((*Server).handleAck, (*Server).handleAckBatch015), nil
-	case is("POST", "api", "v1", "lease", "*", "extend"):
-		return RouteRenew, by((*Server).handleRenew, (*Server).handleRenew015), []string{seg[3]}
-	case is("POST", "api", "v1", "transaction"):
+	case is("POST", wire.RouteLeaseExtend):
+		return RouteRenew, by((*Server).handleRenew, (*Server).handleRenew015), params
+	case is("POST", wire.RouteTransaction):
 		return RouteTransaction, by((*Server).handleTransaction, (*Server).handleTransaction015), nil
-	case is("POST", "api", "v1", "configure"):
+	case is("POST", wire.RouteConfigure):
 		return RouteConfigure, by((*Server).handleConfigure, (*Server).handleConfigure015), nil
-	case is("GET", "api", "v1", "resources", "queues"):
+	case is("GET", wire.RouteQueues):
 		return RouteQueues, by((*Server).handleListQueues, (*Server).handleListQueues015), nil
-	case is("GET", "api", "v1", "resources", "queues", "*"):
-		return RouteQueues, by((*Server).handleGetQueue, (*Server).handleGetQueue015), []string{seg[4]}
-	case is("DELETE", "api", "v1", "resources", "queues", "*"):
-		return RouteQueues, by((*Server).handleDeleteQueue, (*Server).handleDeleteQueue015), []string{seg[4]}
-	case is("GET", "api", "v1", "resources", "queues", "*", "depth") && !legacy:
-		return RouteQueues, (*Server).handleQueueDepth, []string{seg[4]}
-	case is("POST", "api", "v1", "consumer-groups", "*", "queues", "*", "seek"):
-		return RouteSeek, by((*Server).handleSeek, (*Server).handleSeek015), []string{seg[3], seg[5]}
-	case is("POST", "api", "v1", "consumer-groups", "*", "queues", "*", "partitions", "*", "seek"):
-		return RouteSeek, by((*Server).handleSeek, (*Server).handleSeekPartition015), []string{seg[3], seg[5], seg[7]}
-	case is("GET", "api", "v1", "consumer-groups"):
+	case is("GET", wire.RouteQueue):
+		return RouteQueues, by((*Server).handleGetQueue, (*Server).handleGetQueue015), params
+	case is("DELETE", wire.RouteQueue):
+		return RouteQueues, by((*Server).handleDeleteQueue, (*Server).handleDeleteQueue015), params
+	case is("GET", wire.RouteQueueDepth):
+		return RouteQueues, (*Server).handleQueueDepth, params
+	case is("POST", wire.RouteSeekGroup):
+		return RouteSeek, by((*Server).handleSeek, (*Server).handleSeek015), params
+	case is("POST", wire.RouteSeekPartition):
+		return RouteSeek, by((*Server).handleSeek, (*Server).handleSeekPartition015), params
+	case is("GET", wire.RouteGroups):
 		return RouteGroups, by((*Server).handleListGroups, (*Server).handleListGroups015), nil
-	case is("GET", "api", "v1", "consumer-groups", "lagging"):
+	case is("GET", wire.RouteGroupsLagging):
 		return RouteGroups, (*Server).handleLaggingGroups, nil
-	case is("GET", "api", "v1", "consumer-groups", "*"):
-		return RouteGroups, by((*Server).handleGroupDetail, (*Server).handleGroupDetail015), []string{seg[3]}
-	case is("DELETE", "api", "v1", "consumer-groups", "*"):
-		return RouteGroups, (*Server).handleDeleteGroup, []string{seg[3]}
-	case is("DELETE", "api", "v1", "consumer-groups", "*", "queues", "*"):
-		return RouteGroups, (*Server).handleDeleteGroup, []string{seg[3], seg[5]}
-	case is("POST", "api", "v1", "consumer-groups", "*", "subscription"):
-		return RouteGroups, (*Server).handleGroupSubscription, []string{seg[3]}
-	case is("GET", "api", "v1", "dlq"):
+	case is("GET", wire.RouteGroup):
+		return RouteGroups, by((*Server).handleGroupDetail, (*Server).handleGroupDetail015), params
+	case is("DELETE", wire.RouteGroup):
+		return RouteGroups, (*Server).handleDeleteGroup, params
+	case is("DELETE", wire.RouteGroupQueue):
+		return RouteGroups, (*Server).handleDeleteGroup, params
+	case is("POST", wire.RouteGroupSubscription):
+		return RouteGroups, (*Server).handleGroupSubscription, params
+	case is("GET", wire.RouteDLQ):
 		return RouteDLQ, by((*Server).handleDLQList, (*Server).handleDLQList015), nil
-	case is("DELETE", "api", "v1", "dlq") && !legacy:
+	case is("DELETE", wire.RouteDLQ):
 		return RouteDLQ, (*Server).handleDLQPurge, nil
-	case is("POST", "api", "v1", "dlq", "*", "replay") && !legacy:
-		return RouteDLQ, (*Server).handleDLQReplay, []string{seg[3]}
-	case is("POST", "api", "v1", "messages", "*", "*", "retry") && !legacy:
-		return RouteDLQ, (*Server).handleDLQRetryByAddress, []string{seg[3], seg[4]}
-	case is("POST", "api", "v1", "fetch") && !legacy:
+	case is("POST", wire.RouteDLQReplay):
+		return RouteDLQ, (*Server).handleDLQReplay, params
+	case is("POST", wire.RouteMessageRetry):
+		return RouteDLQ, (*Server).handleDLQRetryByAddress, params
+	case is("POST", wire.RouteFetch):
 		return RouteFetch, (*Server).handleFetch, nil
-	case is("POST", "api", "v1", "stats", "refresh"):
+	case is("POST", wire.RouteStatsRefresh):
 		return "", (*Server).handleStatsRefresh, nil
 	}
 	return "", notFound, nil

@@ -1,8 +1,10 @@
-// Package wire holds the request and response bodies of the Queen broker's
-// HTTP API (see PROTOCOL.md in the design notes) and the query encoding of
-// pop requests. It has no logic beyond encoding: both the client and the
-// in-memory broker (queentest) use these types, so that they agree on field
-// names by construction while each keeps its own semantics.
+// Package wire is the one source of the Queen broker's HTTP API (see
+// PROTOCOL.md in the design notes): its routes (Route, whose Path builds a
+// request's escaped path), the request and response bodies and the query
+// encoding of pops, and what each broker generation does (Generation). It
+// has no logic beyond encoding: both the client and the in-memory broker
+// (queentest) use it, so that they agree on routes and field names by
+// construction while each keeps its own semantics.
 //
 // Optional fields are pointers or carry omitempty so that a field the sender
 // did not set stays off the wire; fields that differ between broker
@@ -41,30 +43,6 @@ const (
 	PushFailed   = "failed"
 )
 
-// Routes of the broker's HTTP API. Path parameters are shown as {name}.
-const (
-	RoutePush          = "/api/v1/push"
-	RoutePopQueue      = "/api/v1/pop/queue/{queue}"
-	RoutePopPartition  = "/api/v1/pop/queue/{queue}/partition/{partition}"
-	RoutePopDiscover   = "/api/v1/pop"
-	RouteAck           = "/api/v1/ack"
-	RouteAckBatch      = "/api/v1/ack/batch"
-	RouteLeaseExtend   = "/api/v1/lease/{leaseId}/extend"
-	RouteTransaction   = "/api/v1/transaction"
-	RouteConfigure     = "/api/v1/configure"
-	RouteQueue         = "/api/v1/resources/queues/{queue}"
-	RouteQueues        = "/api/v1/resources/queues"
-	RouteSeekGroup     = "/api/v1/consumer-groups/{group}/queues/{queue}/seek"
-	RouteSeekPartition = "/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek"
-	RouteGroups        = "/api/v1/consumer-groups"
-	RouteGroup         = "/api/v1/consumer-groups/{group}"
-	RouteGroupQueue    = "/api/v1/consumer-groups/{group}/queues/{queue}"
-	RouteDLQ           = "/api/v1/dlq"
-	RouteDLQReplay     = "/api/v1/dlq/{id}/replay"
-	RouteFetch         = "/api/v1/fetch"
-	RouteHealth        = "/health"
-)
-
 // CodeOutcomeUnknown is the code of a 2.x refusal (503) after which the
 // broker cannot tell whether it applied the request (CHANGELOG; PROTOCOL.md
 // §1.1).
@@ -95,7 +73,9 @@ type PushItem struct {
 }
 
 // PushResult is one entry of the push reply (an array in input order). The
-// 2.x broker and 0.15.1 both use snake_case for the id fields.
+// 2.x broker and 0.15.1 both use snake_case for the id fields; 2.x sends
+// index, message_id, transaction_id, queueName, status and offset, 0.15.1
+// partition_id and trace_id instead of offset.
 type PushResult struct {
 	Index         int     `json:"index"`
 	MessageID     string  `json:"message_id,omitempty"`
@@ -130,47 +110,6 @@ type PopQuery struct {
 // Values encodes q as URL query values.
 func (q PopQuery) Values() (url.Values, error) { return query.Values(q) }
 
-// PopResponse is the 200 body of a pop.
-type PopResponse struct {
-	Success            bool           `json:"success"`
-	Error              string         `json:"error,omitempty"`
-	Queue              string         `json:"queue,omitempty"`
-	Partition          string         `json:"partition,omitempty"`
-	PartitionID        *string        `json:"partitionId,omitempty"`
-	LeaseID            *string        `json:"leaseId,omitempty"`
-	ConsumerGroup      string         `json:"consumerGroup,omitempty"`
-	Messages           []PopMessage   `json:"messages"`
-	PartitionsClaimed  int            `json:"partitionsClaimed,omitempty"`
-	Conflation         *bool          `json:"conflation,omitempty"`
-	ConflationConflict *bool          `json:"conflationConflict,omitempty"`
-	Autopilot          *AutopilotEcho `json:"autopilot,omitempty"`
-}
-
-// AutopilotEcho is the broker's report of the sizes it chose for a pop.
-type AutopilotEcho struct {
-	Partitions int  `json:"partitions"`
-	Batch      int  `json:"batch"`
-	WaitMs     *int `json:"waitMs,omitempty"`
-}
-
-// PopMessage is one message of a pop reply.
-type PopMessage struct {
-	ID              string          `json:"id"`
-	TransactionID   string          `json:"transactionId"`
-	TraceID         *string         `json:"traceId"`
-	Data            json.RawMessage `json:"data"`
-	ProducerSub     *string         `json:"producerSub"`
-	CreatedAt       string          `json:"createdAt"`
-	PartitionID     string          `json:"partitionId"`
-	Partition       string          `json:"partition"`
-	LeaseID         *string         `json:"leaseId"`
-	ConsumerGroup   string          `json:"consumerGroup"`
-	DeliveryAttempt *int            `json:"deliveryAttempt,omitempty"`
-	Offset          *int64          `json:"offset,omitempty"`
-	Queue           string          `json:"queue,omitempty"`
-	RetryCount      *int            `json:"retryCount,omitempty"`
-}
-
 // AckItem is one acknowledgment. In a single ack it is the body itself
 // (with ConsumerGroup at top level); in a batch it is an element of
 // Acknowledgments.
@@ -195,7 +134,9 @@ type AckBatchRequest struct {
 	Acknowledgments []AckItem `json:"acknowledgments"`
 }
 
-// AckResult is one entry of the ack reply (an array in input order).
+// AckResult is one entry of the ack reply (an array in input order): 2.x
+// sends every field but the 0.15.1 QueueName and PartitionName; 0.15.1
+// sends no noop.
 type AckResult struct {
 	Index         int     `json:"index"`
 	TransactionID string  `json:"transactionId"`
@@ -203,7 +144,7 @@ type AckResult struct {
 	Error         *string `json:"error"`
 	LeaseReleased bool    `json:"leaseReleased"`
 	DLQ           bool    `json:"dlq"`
-	Noop          bool    `json:"noop,omitempty"`
+	Noop          bool    `json:"noop"`
 	QueueName     *string `json:"queueName,omitempty"`
 	PartitionName *string `json:"partitionName,omitempty"`
 }
@@ -547,9 +488,6 @@ type DLQMoveResponse struct {
 	TransactionID         string      `json:"transactionId,omitempty"`
 	MessageID             string      `json:"messageId,omitempty"`
 }
-
-// RouteMessageRetry replays a dead-lettered message by its address.
-const RouteMessageRetry = "/api/v1/messages/{partitionId}/{transactionId}/retry"
 
 // MessageCounts are the message counters of a queue or partition in the
 // resources views.
