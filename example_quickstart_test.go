@@ -307,8 +307,7 @@ func TestPopOfUnknownQueueCreatesIt(t *testing.T) {
 			exists := func(q string) bool {
 				t.Helper()
 				_, err := client.Admin().GetQueue(ctx, q)
-				var be *queen.BrokerError
-				if err != nil && !(errors.As(err, &be) && be.Status == 404) {
+				if err != nil && !errors.Is(err, queen.ErrQueueNotFound) {
 					t.Fatalf("GetQueue(%s): %v", q, err)
 				}
 				return err == nil
