@@ -41,6 +41,9 @@ const (
 	// RouteDLQ is every dead-letter route: GET/DELETE /api/v1/dlq,
 	// POST /api/v1/dlq/{id}/replay and POST /api/v1/messages/{pid}/{txn}/retry.
 	RouteDLQ Route = "dlq"
+	// RouteMessages is the message view GET
+	// /api/v1/messages/{partitionId}/{transactionId} (0.15.1).
+	RouteMessages Route = "messages"
 	// RouteFetch is POST /api/v1/fetch.
 	RouteFetch Route = "fetch"
 	// RouteHealth is GET /health.

@@ -125,6 +125,11 @@ func WithProfile(p Profile) Option {
 //     (no total; entries carry the message's id; the limit never cuts the
 //     list, an offset of 1 or more or a limit of 0 answers
 //     {"success":true,"value":null}; partition, from and to are ignored).
+//     The message view GET /api/v1/messages/{partitionId}/{transactionId}
+//     is the 0.15.1 one (status, queueConfig, mode, consumerGroups; an
+//     unknown message is 200 {"error":"Message not found"}); the message
+//     list and DELETE of a message, which the real broker has, are not
+//     served (404, HTML). The 2.x profile has no message view (its 404).
 //     There is no DLQ replay or purge route (404, HTML). The real broker
 //     reads the queue counters from a statistics table it refreshes in the
 //     background; the profile computes them at once.

@@ -399,6 +399,8 @@ func match(r *http.Request, gen *wire.Generation, legacy bool) (Route, handler, 
 		return RouteDLQ, (*Server).handleDLQReplay, params
 	case is("POST", wire.RouteMessageRetry):
 		return RouteDLQ, (*Server).handleDLQRetryByAddress, params
+	case is("GET", wire.RouteMessage):
+		return RouteMessages, (*Server).handleGetMessage015, params
 	case is("POST", wire.RouteFetch):
 		return RouteFetch, (*Server).handleFetch, nil
 	case is("POST", wire.RouteStatsRefresh):
