@@ -88,7 +88,8 @@ func BenchmarkLimitRun(b *testing.B) {
 	}
 	for _, mode := range modes {
 		b.Run(mode.name, func(b *testing.B) {
-			c := newBenchClient(b)
+			var cp popCount
+			c := newBenchClient(b, queen.WithHooks(&cp))
 			var rs rounds
 			for b.Loop() {
 				i := len(rs.client)
@@ -103,8 +104,13 @@ func BenchmarkLimitRun(b *testing.B) {
 						b.Fatalf("loop: %v, %d of %d messages", err, got.Load(), n)
 					}
 				}
-				bare := func() { bareConsume(b, be.url, bq, n) }
+				var bp popCount
+				bare := func() { bareConsume(b, be.url, bq, n, &bp) }
+				cp = popCount{}
 				rs.pair(b, client, bare)
+				b.Logf("round %d: client %v (cpu %v, %s), bare %v (cpu %v, %s)", i,
+					rs.client[i].wall.Round(time.Millisecond), rs.client[i].cpu.Round(time.Millisecond), &cp,
+					rs.bare[i].wall.Round(time.Millisecond), rs.bare[i].cpu.Round(time.Millisecond), &bp)
 				dropQueues(b, c, lq, bq)
 			}
 			rs.report(b, n)
@@ -247,8 +253,37 @@ func dropQueues(b *testing.B, c *queen.Client, qs ...string) {
 	}
 }
 
-func newBenchClient(b *testing.B) *queen.Client {
-	c, err := queen.New(be.url, queen.WithIdleConns(16))
+// popCount counts the pops of one side of a round: the client's through
+// its PopHook, the bare loop's by hand. It explains a gap in wall time that
+// CPU time does not: pops that came back empty, or waited at the broker.
+type popCount struct {
+	pops, empty, waited atomic.Int64
+	inPop               atomic.Int64 // nanoseconds, summed over the pops
+}
+
+// OnPop implements queen.PopHook.
+func (p *popCount) OnPop(_ context.Context, e queen.PopEvent) {
+	p.add(len(e.Messages), e.Wait > 0, e.Duration)
+}
+
+func (p *popCount) add(msgs int, waited bool, d time.Duration) {
+	p.pops.Add(1)
+	if msgs == 0 {
+		p.empty.Add(1)
+	}
+	if waited {
+		p.waited.Add(1)
+	}
+	p.inPop.Add(int64(d))
+}
+
+func (p *popCount) String() string {
+	return fmt.Sprintf("%d pops, %d empty, %d waiting, %v in pops", p.pops.Load(), p.empty.Load(), p.waited.Load(),
+		time.Duration(p.inPop.Load()).Round(time.Millisecond))
+}
+
+func newBenchClient(b *testing.B, opts ...queen.Option) *queen.Client {
+	c, err := queen.New(be.url, append([]queen.Option{queen.WithIdleConns(16)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -291,7 +326,7 @@ func benchQueue(b *testing.B, c *queen.Client, base string, n int) string {
 // bareConsume is the baseline: 4 goroutines pop (up to 100, any
 // partition, no long poll) and ack each pop in one batch ack, until n
 // messages are acked.
-func bareConsume(b *testing.B, base, q string, n int) {
+func bareConsume(b *testing.B, base, q string, n int, pc *popCount) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	defer hc.CloseIdleConnections()
 	var acked atomic.Int64
@@ -301,7 +336,7 @@ func bareConsume(b *testing.B, base, q string, n int) {
 		wg.Go(func() {
 			for acked.Load() < int64(n) {
 				left := int64(n) - acked.Load()
-				if err := barePopAck(hc, base, q, min(100, int(left)), &acked); err != nil {
+				if err := barePopAck(hc, base, q, min(100, int(left)), &acked, pc); err != nil {
 					errs <- err
 					return
 				}
@@ -331,7 +366,8 @@ type bareAck struct {
 	Status        string `json:"status"`
 }
 
-func barePopAck(hc *http.Client, base, q string, batch int, acked *atomic.Int64) error {
+func barePopAck(hc *http.Client, base, q string, batch int, acked *atomic.Int64, pc *popCount) error {
+	began := time.Now()
 	resp, err := hc.Get(base + "/api/v1/pop/queue/" + url.PathEscape(q) + "?wait=false&batch=" + strconv.Itoa(batch))
 	if err != nil {
 		return err
@@ -342,7 +378,9 @@ func barePopAck(hc *http.Client, base, q string, batch int, acked *atomic.Int64)
 		return err
 	}
 	var p barePop
-	if resp.StatusCode == http.StatusNoContent || len(body) == 0 || json.Unmarshal(body, &p) != nil || len(p.Messages) == 0 {
+	decodeErr := json.Unmarshal(body, &p)
+	pc.add(len(p.Messages), false, time.Since(began))
+	if resp.StatusCode == http.StatusNoContent || len(body) == 0 || decodeErr != nil || len(p.Messages) == 0 {
 		time.Sleep(2 * time.Millisecond) // every partition leased or empty
 		return nil
 	}
