@@ -259,6 +259,19 @@ func dropQueues(b *testing.B, c *queen.Client, qs ...string) {
 type popCount struct {
 	pops, empty, waited atomic.Int64
 	inPop               atomic.Int64 // nanoseconds, summed over the pops
+	acks, inAck         atomic.Int64 // ack requests, and their nanoseconds summed
+}
+
+// OnRequest implements queen.RequestHook: it counts the ack requests.
+func (p *popCount) OnRequest(_ context.Context, e queen.RequestEvent) {
+	if strings.HasPrefix(e.Route, "/api/v1/ack") {
+		p.acked(e.Duration)
+	}
+}
+
+func (p *popCount) acked(d time.Duration) {
+	p.acks.Add(1)
+	p.inAck.Add(int64(d))
 }
 
 // OnPop implements queen.PopHook.
@@ -278,8 +291,8 @@ func (p *popCount) add(msgs int, waited bool, d time.Duration) {
 }
 
 func (p *popCount) String() string {
-	return fmt.Sprintf("%d pops, %d empty, %d waiting, %v in pops", p.pops.Load(), p.empty.Load(), p.waited.Load(),
-		time.Duration(p.inPop.Load()).Round(time.Millisecond))
+	return fmt.Sprintf("%d pops, %d empty, %d waiting, %v in pops; %d acks, %v in acks", p.pops.Load(), p.empty.Load(), p.waited.Load(),
+		time.Duration(p.inPop.Load()).Round(time.Millisecond), p.acks.Load(), time.Duration(p.inAck.Load()).Round(time.Millisecond))
 }
 
 func newBenchClient(b *testing.B, opts ...queen.Option) *queen.Client {
@@ -389,6 +402,8 @@ func barePopAck(hc *http.Client, base, q string, batch int, acked *atomic.Int64,
 		acks[i] = bareAck{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: "completed"}
 	}
 	out, _ := json.Marshal(map[string]any{"acknowledgments": acks})
+	ackBegan := time.Now()
+	defer func() { pc.acked(time.Since(ackBegan)) }()
 	resp, err = hc.Post(base+"/api/v1/ack/batch", "application/json", bytes.NewReader(out))
 	if err != nil {
 		return err
