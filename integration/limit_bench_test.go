@@ -47,6 +47,11 @@ import (
 //	load1              the one-minute load average, mean of the rounds'
 //	                   starts (0 where /proc/loadavg is missing)
 //
+// and logs each round: both sides' wall and CPU time, pops (empty ones,
+// waiting ones, time in pops summed over the goroutines) and acks (count,
+// time summed), to tell a gap the broker made (slower answers while one
+// side ran) from one the client made (more CPU, more or waiting pops).
+//
 // The CPU figures come from getrusage(RUSAGE_SELF): they count this
 // process only. Against a broker of its own (QUEEN_URL, a container) that
 // is the client side alone, the broker's work being in another process;
@@ -55,7 +60,7 @@ import (
 //
 // It runs against the integration backend, a real broker included:
 //
-//	QUEEN_URL=http://127.0.0.1:6632 QUEEN_BENCH_MSGS=10000 go -C integration test -run '^$' -bench LimitRun -benchtime 3x -count 3 ./...
+//	QUEEN_URL=http://127.0.0.1:6632 QUEEN_BENCH_MSGS=5000 go -C integration test -run '^$' -bench LimitRun -benchtime 5x -count 3 .
 //
 // QUEEN_BENCH_MSGS sets N (default 2000).
 func BenchmarkLimitRun(b *testing.B) {

@@ -36,7 +36,7 @@ import (
 // (QUEEN_URL, a container) the client side alone; against queentest in
 // process the in-process broker's work too, the same for both sides.
 //
-//	QUEEN_URL=http://127.0.0.1:6632 go -C integration test -run '^$' -bench 'Push$' -benchtime 5x -count 3 ./...
+//	QUEEN_URL=http://127.0.0.1:6632 go -C integration test -run '^$' -bench 'Push$' -benchtime 5x -count 3 .
 //
 // QUEEN_BENCH_PUSH_MSGS sets M (default 500).
 func BenchmarkPush(b *testing.B) {
