@@ -10,6 +10,7 @@ replace (
 )
 
 require (
+	github.com/google/uuid v1.6.0
 	github.com/queen-go/queen v0.0.0-00010101000000-000000000000
 	github.com/queen-go/queen/queencontainer v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
@@ -36,7 +37,6 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
 	github.com/google/go-querystring v1.2.0 // indirect
-	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/hashicorp/go-retryablehttp v0.7.8 // indirect
 	github.com/klauspost/compress v1.18.7 // indirect
