@@ -16,10 +16,13 @@ import (
 // A Producer pushes messages one at a time and sends them in batches: each
 // Push returns at once with a *PendingPush, and the messages of one queue
 // and partition form a batch that goes out when it reaches its count or its
-// size, or has waited its delay, whichever comes first. One push request
-// carries the batches of every partition ready then (up to the batch count
-// and bytes in all), at most WithMaxInflight requests at once: what is
-// pushed while they are on the wire joins the next ones.
+// size, or has waited its delay, whichever comes first. At most
+// WithMaxInflight push requests are on the wire at once: while more than
+// one is free, a partition's batch goes in a request of its own (so that
+// the broker serves partitions side by side); the request that takes the
+// last free one also carries the batches of every other partition ready
+// then (up to the batch count and bytes in all). What is pushed while the
+// requests are on the wire joins the next ones.
 // Create one with Client.Producer (any queue) or QueueBuilder.Producer (one
 // queue), and stop it with Close.
 //
@@ -158,7 +161,9 @@ func WithFailWhenFull() ProducerOption {
 
 // WithMaxInflight sets how many push requests may be on the wire at once
 // (default DefaultMaxInflight). A partition has at most one batch on the
-// wire whatever the setting.
+// wire whatever the setting, so more than one request at once needs more
+// than one partition; the last free request carries the ready batches of
+// several partitions.
 func WithMaxInflight(n int) ProducerOption {
 	return func(c *producerConfig) { c.inflight = n }
 }
@@ -788,7 +793,14 @@ func (e *producer) work(ps *partState) {
 			<-e.slots
 			continue
 		}
-		segs := e.gather([]segment{{ps, e.take(ps, e.cfg.count, e.cfg.bytes, true)}})
+		segs := []segment{{ps, e.take(ps, e.cfg.count, e.cfg.bytes, true)}}
+		if len(e.slots) == cap(e.slots) {
+			// The last free slot: the other ready partitions, which
+			// would otherwise wait for a slot, go in this request.
+			// While slots are free each partition sends its own, so
+			// that the broker serves them side by side.
+			segs = e.gather(segs)
+		}
 		e.mu.Unlock()
 		e.send(segs)
 		<-e.slots

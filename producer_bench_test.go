@@ -33,10 +33,25 @@ import (
 // ratios, ratio (producer to push) and bare-ratio (producer to bare100).
 // Every message of every side is checked stored.
 //
+// Against a real broker it also runs, each with its ratio to bare100
+// (<side>-bare-ratio):
+//
+//	producer-delay1ms  producer with WithBatchDelay(time.Millisecond)
+//	producer-4p        producer, the messages spread over 4 partitions
+//	producer-nowait    64 goroutines that push without waiting for each
+//	                   result (fire and forget), timed until every
+//	                   message is settled
+//	producer-nowait-4p the same, over 4 partitions
+//	bare64x1           bare net/http, 1 goroutine sending 64 messages per
+//	                   request: the most one partition (one batch on the
+//	                   wire) can carry for 64 callers that wait
+//	bare16x4           bare net/http, 4 goroutines sending 16 per request:
+//	                   64 outstanding messages without the order rule
+//
 // With QUEEN_URL unset it runs against queentest in the same process.
 //
 //	go test -run '^$' -bench BenchmarkProducer -benchtime 20000x .
-//	QUEEN_URL=http://127.0.0.1:6632 go test -run '^$' -bench BenchmarkProducer -benchtime 20000x .
+//	QUEEN_URL=http://127.0.0.1:6632 go test -run '^$' -bench BenchmarkProducer -benchtime 6400x .
 func BenchmarkProducer(b *testing.B) {
 	url := os.Getenv("QUEEN_URL")
 	if url == "" {
@@ -56,10 +71,12 @@ func BenchmarkProducer(b *testing.B) {
 	rounds := min(10, max(1, b.N/(10*workers)))
 	sides := []string{"producer", "push"}
 	if real {
-		sides = append(sides, "bare100", "producer-delay1ms", "producer-nowait")
+		sides = append(sides, "bare100", "producer-delay1ms", "producer-4p", "producer-nowait",
+			"producer-nowait-4p", "bare64x1", "bare16x4")
 	}
 	total := map[string]time.Duration{}
-	var ratios, bareRatios, delayRatios, noWaitRatios []float64
+	var ratios []float64
+	bareRatios := map[string][]float64{}
 	seq := time.Now().UnixNano()
 	b.ResetTimer()
 	for r := range rounds {
@@ -72,15 +89,23 @@ func BenchmarkProducer(b *testing.B) {
 			var d time.Duration
 			switch side {
 			case "producer":
-				d = benchProducer(b, c, q, workers, n)
-			case "producer-nowait":
-				d = benchProducerNoWait(b, c, q, workers, n)
+				d = benchProducer(b, c, q, workers, n, 1)
+			case "producer-4p":
+				d = benchProducer(b, c, q, workers, n, 4)
 			case "producer-delay1ms":
-				d = benchProducer(b, c, q, workers, n, queen.WithBatchDelay(time.Millisecond))
+				d = benchProducer(b, c, q, workers, n, 1, queen.WithBatchDelay(time.Millisecond))
+			case "producer-nowait":
+				d = benchProducerNoWait(b, c, q, workers, n, 1)
+			case "producer-nowait-4p":
+				d = benchProducerNoWait(b, c, q, workers, n, 4)
 			case "push":
 				d = benchPush(b, c, q, workers, n)
 			case "bare100":
 				d = benchBare(b, hc, url, q, 4, 100, n)
+			case "bare64x1":
+				d = benchBare(b, hc, url, q, 1, 64, n)
+			case "bare16x4":
+				d = benchBare(b, hc, url, q, 4, 16, n)
 			}
 			took[side] = d
 			total[side] += d
@@ -90,9 +115,11 @@ func BenchmarkProducer(b *testing.B) {
 		}
 		ratios = append(ratios, took["push"].Seconds()/took["producer"].Seconds())
 		if real {
-			bareRatios = append(bareRatios, took["bare100"].Seconds()/took["producer"].Seconds())
-			delayRatios = append(delayRatios, took["bare100"].Seconds()/took["producer-delay1ms"].Seconds())
-			noWaitRatios = append(noWaitRatios, took["bare100"].Seconds()/took["producer-nowait"].Seconds())
+			for _, s := range sides {
+				if s != "bare100" && s != "push" {
+					bareRatios[s] = append(bareRatios[s], took["bare100"].Seconds()/took[s].Seconds())
+				}
+			}
 		}
 	}
 	b.StopTimer()
@@ -101,10 +128,22 @@ func BenchmarkProducer(b *testing.B) {
 	}
 	b.ReportMetric(median(ratios), "ratio")
 	if real {
-		b.ReportMetric(median(bareRatios), "bare-ratio")
-		b.ReportMetric(median(delayRatios), "delay1ms-bare-ratio")
-		b.ReportMetric(median(noWaitRatios), "nowait-bare-ratio")
+		b.ReportMetric(median(bareRatios["producer"]), "bare-ratio")
+		for _, s := range sides {
+			if s != "bare100" && s != "push" && s != "producer" {
+				b.ReportMetric(median(bareRatios[s]), s+"-bare-ratio")
+			}
+		}
 	}
+}
+
+// benchPart is the partition of message i over parts partitions ("" for
+// the Default one when parts is 1).
+func benchPart(i, parts int) string {
+	if parts == 1 {
+		return ""
+	}
+	return "p" + strconv.Itoa(i%parts)
 }
 
 // spread runs f(i) for i in 0..n-1 on workers goroutines and returns the
@@ -140,14 +179,16 @@ func benchMsg(i int) json.RawMessage {
 	return json.RawMessage(`{"n":` + strconv.Itoa(i) + `,"event":"page_view","user":"u-42"}`)
 }
 
-func benchProducer(b *testing.B, c *queen.Client, q string, workers, n int, opts ...queen.ProducerOption) time.Duration {
+// benchProducer pushes n messages with a Producer on workers goroutines,
+// each waiting for its result, over parts partitions.
+func benchProducer(b *testing.B, c *queen.Client, q string, workers, n, parts int, opts ...queen.ProducerOption) time.Duration {
 	ctx := context.Background()
 	p, err := c.Queue(q).Producer(opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	d, err := spread(workers, n, func(i int) error {
-		_, err := p.Push(ctx, benchMsg(i)).Wait(ctx)
+		_, err := p.Partition(benchPart(i, parts)).Push(ctx, benchMsg(i)).Wait(ctx)
 		return err
 	})
 	if err != nil {
@@ -162,7 +203,7 @@ func benchProducer(b *testing.B, c *queen.Client, q string, workers, n int, opts
 // benchProducerNoWait is benchProducer with callers that do not wait for
 // each result before the next push (fire and forget): the time is until
 // every message is settled (checked stored).
-func benchProducerNoWait(b *testing.B, c *queen.Client, q string, workers, n int) time.Duration {
+func benchProducerNoWait(b *testing.B, c *queen.Client, q string, workers, n, parts int) time.Duration {
 	ctx := context.Background()
 	p, err := c.Queue(q).Producer()
 	if err != nil {
@@ -171,7 +212,7 @@ func benchProducerNoWait(b *testing.B, c *queen.Client, q string, workers, n int
 	pending := make([]*queen.PendingPush, n)
 	start := time.Now()
 	if _, err := spread(workers, n, func(i int) error {
-		pending[i] = p.Push(ctx, benchMsg(i))
+		pending[i] = p.Partition(benchPart(i, parts)).Push(ctx, benchMsg(i))
 		return nil
 	}); err != nil {
 		b.Fatal(err)

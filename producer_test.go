@@ -276,13 +276,15 @@ func TestProducerPauseAndResume(t *testing.T) {
 			if errors.Is(err, queen.ErrOutcomeUnknown) {
 				t.Fatal("a message never sent reports an unknown outcome")
 			}
-		case err == nil:
 		default:
 			t.Fatalf("unexpected %v", err)
 		}
 	}
-	if unknown != 5 || paused == 0 {
-		t.Fatalf("unknown %d, paused %d: want the first batch (5) unknown and the rest paused", unknown, paused)
+	// The first batch holds what was buffered when the partition's worker
+	// took it (1 to 5 messages, as the pushes race the worker): all of it
+	// unknown, every later message paused (none is sent after it).
+	if unknown < 1 || unknown > 5 || unknown+paused != len(items) {
+		t.Fatalf("unknown %d, paused %d: want the first batch (1 to 5) unknown and the rest paused", unknown, paused)
 	}
 	if err := waitErr(a.Push(ctx, payload(99))); !errors.Is(err, queen.ErrPartitionPaused) {
 		t.Fatalf("push to a paused partition: %v", err)
@@ -304,8 +306,8 @@ func TestProducerPauseAndResume(t *testing.T) {
 			dups++
 		}
 	}
-	if dups != 5 {
-		t.Fatalf("%d duplicates on the push again, want the 5 of the lost batch", dups)
+	if dups != unknown {
+		t.Fatalf("%d duplicates on the push again, want the %d of the lost batch", dups, unknown)
 	}
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)
