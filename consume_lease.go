@@ -33,7 +33,7 @@ type leaseKeeper struct {
 
 // keepLease starts renewing b's lease.
 func (e *engine) keepLease(b *batch) *leaseKeeper {
-	ctx, cancel := context.WithCancel(e.reqCtx)
+	ctx, cancel := context.WithCancel(e.life.reqCtx)
 	k := &leaseKeeper{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(k.done)

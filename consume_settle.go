@@ -24,6 +24,98 @@ import (
 
 const settleTimeout = 15 * time.Second // how long a failing ack is sent again
 
+// settler holds the pops not yet settled (e.mu held for every method):
+// busy counts them from their answer until their ack; after a stop, a pop
+// whose groups are all done waits in pending until no pop of the loop is
+// parked at the broker (quiet), and is then settled by the next free
+// worker (settling).
+type settler struct {
+	busy     int      // pops not yet settled
+	pending  []*batch // pops to settle once quiet (after a stop)
+	settling int      // pops taken from pending and being settled
+}
+
+// add counts one more pop in hand.
+func (s *settler) add() { s.busy++ }
+
+// hold keeps a pop whose groups are all done and that its goroutine did
+// not settle (after a stop) for take.
+func (s *settler) hold(b *batch) { s.pending = append(s.pending, b) }
+
+// take gives the next pop held, once quiet.
+func (s *settler) take(quiet bool) *batch {
+	if len(s.pending) == 0 || !quiet {
+		return nil
+	}
+	b := s.pending[0]
+	s.pending = s.pending[1:]
+	s.settling++
+	return b
+}
+
+// done counts a pop settled (late: one that take gave).
+func (s *settler) done(late bool) {
+	if late {
+		s.settling--
+	}
+	s.busy--
+}
+
+// idle says whether no pop is held or being settled after a stop.
+func (s *settler) idle() bool { return s.settling == 0 && len(s.pending) == 0 }
+
+// groupDone takes a group back from its goroutine. The goroutine that
+// ends a pop's last group settles the pop at once (while the loop runs;
+// after a stop, the pop waits for quiet: consume_stop.go), before the
+// group's partition is free again.
+func (e *engine) groupDone(g *group) {
+	b := g.b
+	last := b.left.Add(-1) == 0
+	now := last && !g.goexit && !e.stopping()
+	if now {
+		e.settle(b)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sched.done(g)
+	if g.goexit {
+		e.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
+			"queue", e.cfg.queue, "group", e.cfg.group)
+		e.stopLocked(errHandlerGoexit)
+		e.startSlot(false) // in the place of the worker that ended: the stop path needs workers
+	}
+	switch {
+	case now:
+		e.settledLocked(b, false)
+	case last:
+		e.settler.hold(b)
+	}
+	e.changed()
+}
+
+// settledLate takes back a pop settled after a stop.
+func (e *engine) settledLate(b *batch) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settledLocked(b, true)
+	e.changed()
+}
+
+// settledLocked ends the hold of a settled pop (e.mu held); the Limit,
+// once all handled and settled, stops the loop.
+func (e *engine) settledLocked(b *batch, late bool) {
+	e.settler.done(late)
+	handled := 0
+	for _, g := range b.groups {
+		handled += g.handled
+	}
+	reached := e.fetcher.onSettle(len(b.msgs), handled, e.cfg.slots)
+	b.cancel(nil)
+	if reached {
+		e.stopLocked(nil)
+	}
+}
+
 // outcomes is the pop's batch ack: each group's outcomes, then its
 // messages without one as retry. (A pop of one group that handled all its
 // messages has them all in that group's outcomes: those are the ack.)
@@ -105,7 +197,7 @@ func (e *engine) holdFailed(b *batch, rule retryRule) {
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-e.stopCh:
+	case <-e.life.stopCh:
 	case <-b.ctx.Done(): // the lease is lost
 	}
 }
@@ -148,9 +240,9 @@ func splitHeld(chosen, sent []Settlement) (heldC, heldS, nowC, nowS []Settlement
 // above all, must not leave the messages leased until their lease runs
 // out.
 func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
-	ctx, end := context.WithTimeout(e.reqCtx, settleTimeout)
+	ctx, end := context.WithTimeout(e.life.reqCtx, settleTimeout)
 	defer end()
-	backoff := newOutage(e.retry)
+	backoff := newOutage(e.cfg.retry)
 	start := e.hooks.now()
 	var err error
 	var res []AckResult
@@ -221,9 +313,9 @@ func (e *engine) readRule(failed *Message) retryRule {
 		return r.rule
 	}
 	r.reads++
-	ctx, cancel := context.WithTimeout(e.reqCtx, ruleTimeout)
+	ctx, cancel := context.WithTimeout(e.life.reqCtx, ruleTimeout)
 	if failed == nil {
-		ctx, cancel = context.WithTimeout(e.execCtx, ruleTimeout)
+		ctx, cancel = context.WithTimeout(e.life.ctx, ruleTimeout)
 	}
 	defer cancel()
 	rule, err := e.b.retryRule(ctx, failed)
