@@ -133,19 +133,31 @@ type scheduler struct {
 
 func newScheduler() scheduler { return scheduler{wake: newWakeup()} }
 
-// dispatch hands the groups of a pop's answer to the scheduler, starts
-// the renewal of its lease, and handles its first group on this
-// goroutine, if a handler is free for it, so that a pop of one partition
-// is handled with no hand-off; workers take the rest.
-func (e *engine) dispatch(b *batch) {
+// dispatch turns a pop's answer (reserved: what its pop took from the
+// Limit) into groups for the scheduler, starts the renewal of its lease,
+// and handles its first group on this goroutine, if a handler is free for
+// it, so that a pop of one partition is handled with no hand-off; workers
+// take the rest. An answer that comes after a stop is given back whole.
+func (e *engine) dispatch(res *popResult, reserved int) {
+	b := e.newBatch(res, reserved)
 	e.mu.Lock()
 	e.settler.add()
-	if e.cfg.renewEvery > 0 && b.leaseID != "" {
-		b.keeper = e.keepLease(b)
+	if e.life.phase != running {
+		e.fetcher.landed(false)
+		if e.fetcher.inflight == 0 {
+			e.fetcher.abandon(e.life.pollCancel) // the last pop is back: nothing to wait for
+		}
+		e.settler.hold(b)
+		e.changed()
+		e.mu.Unlock()
+		return
 	}
 	e.sched.add(b.groups)
 	e.fetcher.landed(e.fetcher.inflight+e.inHand() > e.cfg.slots) // no handler idle: nothing to pace
 	mine := e.sched.take(e.cfg.slots)
+	if e.cfg.renewEvery > 0 && b.leaseID != "" {
+		b.keeper = e.keepLease(b) // before any goroutine can settle b: e.mu is held
+	}
 	e.changed()
 	e.mu.Unlock()
 	if mine != nil {

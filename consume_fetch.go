@@ -111,21 +111,19 @@ type popDone struct {
 func (e *engine) fetch(t task) {
 	began := time.Now()
 	res, err := e.b.pop(e.life.pollCtx, t.n, t.nowait)
-	d := popDone{reserved: t.n, nowait: t.nowait, settledAt: t.settledAt, res: res, err: err, took: time.Since(began)}
-	if b := e.answered(d); b != nil {
-		e.dispatch(b)
+	if e.answered(popDone{reserved: t.n, nowait: t.nowait, settledAt: t.settledAt, res: res, err: err, took: time.Since(began)}) {
+		e.dispatch(res, t.n)
 	}
 }
 
 // answered takes a pop's answer: the pacing, the Limit, the outage. It
-// returns the answer's batch when it is to be dispatched; that pop stays
+// says whether the answer brought messages, for dispatch; that pop stays
 // counted in flight until dispatch has its groups.
-func (e *engine) answered(d popDone) *batch {
+func (e *engine) answered(d popDone) (messages bool) {
 	got := 0
 	if d.res != nil {
 		got = len(d.res.messages)
 	}
-	var b *batch
 	e.mu.Lock()
 	f := &e.fetcher
 	stopped := e.life.phase != running
@@ -136,36 +134,31 @@ func (e *engine) answered(d popDone) *batch {
 			"failures", n, "after", time.Since(since).Round(time.Millisecond))
 	}
 	switch {
+	case got > 0:
+		e.mu.Unlock()
+		return true
 	case stopped:
 		if f.inflight == 0 {
 			f.abandon(e.life.pollCancel) // the last pop is back: nothing to wait for
 		}
-		if got > 0 { // an answer on its way at the stop: given back whole
-			e.settler.add()
-			e.settler.hold(e.newBatch(d.res, d.reserved))
-		}
 	case d.err != nil:
 		e.popFailed(d.err)
-	case got > 0:
-		b = e.newBatch(d.res, d.reserved)
 	}
-	if b == nil {
-		e.changed()
-	}
+	e.changed()
 	e.mu.Unlock()
 	if d.err != nil && !stopped {
 		e.loopError(&LoopError{Op: LoopOpPop, Err: d.err})
 	}
-	return b
+	return false
 }
 
 // answer records a pop's answer (got messages), and ends the outage, if
 // one ran, after a pop that succeeded: failures says how many pops failed
-// in it, since when (0: there was none). A pop with messages that the
-// loop dispatches stays in flight (landed ends it).
+// in it, since when (0: there was none). A pop with messages stays in
+// flight (landed ends it).
 func (f *fetcher) answer(d popDone, got int, stopped bool) (failures int, since time.Time) {
 	f.limit.popped(d.reserved, got)
-	if stopped || d.err != nil || got == 0 {
+	if got == 0 {
 		f.inflight--
 	}
 	if stopped || d.err != nil {
@@ -444,15 +437,15 @@ func (o *outage) recovered() (int, time.Time) {
 // popFailed handles a failed pop (e.mu held): a refusal for good stops
 // the loop with it; anything else pauses the pops for a backoff, loudly.
 func (e *engine) popFailed(err error) {
-	if fatalPopError(err) {
-		e.log.Error("queen: consume loop stopped by the broker's refusal", "queue", e.cfg.queue, "group", e.cfg.group, "err", err)
-		e.stopLocked(err)
+	if !fatalPopError(err) {
+		if d, say := e.fetcher.failed(err); say {
+			e.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", e.cfg.queue, "group", e.cfg.group,
+				"err", err, "failures", e.fetcher.outage.failures, "backoff", d)
+		}
 		return
 	}
-	if d, say := e.fetcher.failed(err); say {
-		e.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", e.cfg.queue, "group", e.cfg.group,
-			"err", err, "failures", e.fetcher.outage.failures, "backoff", d)
-	}
+	e.log.Error("queen: consume loop stopped by the broker's refusal", "queue", e.cfg.queue, "group", e.cfg.group, "err", err)
+	e.stopLocked(err)
 }
 
 // loopError hands err to the OnLoopError hook, if any; a panic in the hook
