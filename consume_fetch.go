@@ -12,8 +12,9 @@ import (
 // it waits. A fetcher goroutine of the loop (consume_engine.go) sends a pop
 // when a handler is free for it (fewer pops in flight, groups waiting or
 // running and pops being settled than slots), when no pause runs (after an
-// empty answer or a failure), and when the Limit has some left; the answer
-// goes back to the loop as a popDone.
+// empty answer or a failure), and when the Limit has some left; answered
+// takes the answer (a popDone) for the pacing, and an answer with messages
+// goes on to the scheduler (dispatch, consume_dispatch.go).
 //
 // A pop waits for messages (a long poll, unless Wait(false)) when the loop
 // holds nothing else. While it holds other pops (being handled or settled,
@@ -66,7 +67,8 @@ const (
 )
 
 // fetcher is the pops' state: in flight, paced, within the Limit, through
-// an outage, abandoned at a stop (e.mu held for every method).
+// an outage, abandoned at a stop (e.mu held for every method once the
+// loop runs).
 type fetcher struct {
 	wake      wakeup  // fetchers waiting for a pop to go
 	inflight  int     // pops in flight
