@@ -51,14 +51,17 @@ type lifecycle struct {
 	doneCh chan struct{} // closed when the stop path is done
 	wg     sync.WaitGroup
 
-	ctx        context.Context // Execute's, ended also by Consume's
-	end        func()          // releases ctx
-	pollCtx    context.Context
-	pollCancel context.CancelFunc
-	hctx       context.Context
-	hcancel    context.CancelCauseFunc
-	reqCtx     context.Context
-	reqCancel  context.CancelFunc
+	ctx context.Context // Execute's, ended also by Consume's
+	end func()          // releases ctx
+	// consumeDone is Consume's ctx's Done (nil: none), for stopping: ctx
+	// ends after Consume's only once AfterFunc's goroutine ran.
+	consumeDone <-chan struct{}
+	pollCtx     context.Context
+	pollCancel  context.CancelFunc
+	hctx        context.Context
+	hcancel     context.CancelCauseFunc
+	reqCtx      context.Context
+	reqCancel   context.CancelFunc
 }
 
 // init makes the contexts of a loop over Execute's ctx and Consume's
@@ -76,6 +79,7 @@ func (l *lifecycle) init(execCtx, consumeCtx context.Context) {
 		if consumeCtx.Err() != nil {
 			cancel() // at once: no pop goes after a ctx that has ended
 		}
+		l.consumeDone = consumeCtx.Done()
 		unhook := context.AfterFunc(consumeCtx, cancel)
 		l.end = func() { unhook(); cancel() }
 	}
@@ -118,6 +122,19 @@ func (l *lifecycle) finish() {
 func (l *lifecycle) stopped() bool {
 	select {
 	case <-l.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// ended says whether Execute's ctx or Consume's has ended.
+func (l *lifecycle) ended() bool {
+	if l.ctx.Err() != nil {
+		return true
+	}
+	select {
+	case <-l.consumeDone:
 		return true
 	default:
 		return false
@@ -246,10 +263,10 @@ func (e *engine) stopLocked(err error) {
 }
 
 // stopping says whether the loop is stopping, for the handlers too. It
-// reads the ctx itself rather than wait for run to notice: a message is
-// not started after it has ended.
+// reads the ctxs itself rather than wait for run to notice: a message is
+// not started after either has ended.
 func (e *engine) stopping() bool {
-	return e.life.stopped() || e.life.ctx.Err() != nil
+	return e.life.stopped() || e.life.ended()
 }
 
 // loopTimer is a timer of run: c is nil while it is not armed.
