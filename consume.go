@@ -16,17 +16,17 @@ const DefaultGracePeriod = 10 * time.Second
 //   - consume_broker.go: the narrow interface the engine talks to, and the
 //     real one over the Client;
 //   - consume_fetch.go: the fetcher, pops for free handlers, within the
-//     Limit;
-//   - consume_dispatch.go: the dispatcher, hands messages to handlers, one
+//     Limit, paced;
+//   - consume_dispatch.go: the scheduler, hands messages to handlers, one
 //     partition at a time, in order;
+//   - consume_handle.go: the handler calls, and each message's outcome;
 //   - consume_lease.go: the lease keeper, renews what is in flight;
 //   - consume_settle.go: the settler, one batch ack per pop;
 //   - consume_failures.go: the failure count, each message's failures
 //     against the queue's RetryLimit (the statuses the settler sends);
-//   - consume_engine.go: the engine of one Execute, the state the parts
-//     share;
-//   - consume_loop.go: how the fetchers and workers take their tasks;
-//   - consume_stop.go: the states of a loop and its one stop path.
+//   - consume_stop.go: the lifecycle, the states of a loop and its one
+//     stop path;
+//   - consume_engine.go: the engine of one Execute, which composes them.
 //
 // This file is the public face: ConsumeBuilder, its options and Execute.
 

@@ -2,15 +2,13 @@ package queen
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"time"
 )
 
-// The dispatcher: a pop's messages become groups, and each group is
-// handled by one worker (consume_loop.go), in order:
+// The scheduler: a pop's messages become groups, and each group is
+// handled by one goroutine of the loop (consume_handle.go), in order:
 //
 //   - per message (Consume, or Each()): one group per partition of the
 //     pop; the loop starts a group only when no other group of its
@@ -56,10 +54,10 @@ type group struct {
 
 // newBatch turns a pop's answer into groups.
 func (e *engine) newBatch(res *popResult, reserved int) *batch {
-	b := &batch{leaseID: res.leaseID, msgs: res.messages, reserved: reserved, poppedAt: time.Now(), ctx: e.hctx, cancel: func(error) {}}
+	b := &batch{leaseID: res.leaseID, msgs: res.messages, reserved: reserved, poppedAt: time.Now(), ctx: e.life.hctx, cancel: func(error) {}}
 	if e.cfg.renewEvery > 0 && b.leaseID != "" {
 		// Only a renewal can tell that the lease is lost.
-		b.ctx, b.cancel = context.WithCancelCause(e.hctx)
+		b.ctx, b.cancel = context.WithCancelCause(e.life.hctx)
 	}
 	switch msgs := res.messages; {
 	case !e.cfg.each || onePartition(msgs):
@@ -123,225 +121,86 @@ func (g *group) conflicts(o *group) bool {
 	return !g.whole && !o.whole && samePartition(g.msgs[0], o.msgs[0])
 }
 
-// groupDone is a group handed back to the loop. settled: it was its pop's
-// last, and its worker settled the pop already.
-type groupDone struct {
-	g       *group
-	last    bool
-	settled bool
+// scheduler holds the groups of the pops in hand (e.mu held for every
+// method): queued wait for a handler or for their partition, running are
+// being handled. A group starts only when no group of its partition runs,
+// and the groups of a partition start in the order their pops came.
+type scheduler struct {
+	wake    wakeup // workers waiting for a group (or, after a stop, a settle)
+	queued  []*group
+	running []*group
 }
 
-// runGroup handles g on its worker and hands it back to the loop. The
-// worker that ends a pop's last group settles the pop at once (while the
-// loop runs; after a stop, once quiet, see consume_stop.go). Should the
-// handler end the goroutine (runtime.Goexit, as t.FailNow does), g goes
-// back all the same, marked, with its running message and the rest
-// without an outcome (given back), and the worker is gone: the loop stops.
-func (e *engine) runGroup(g *group) {
-	returned := false
-	defer func() {
-		g.goexit = !returned
-		d := groupDone{g: g, last: g.b.left.Add(-1) == 0}
-		if d.last && returned && !e.stopping() {
-			e.settle(g.b)
-			d.settled = true
-		}
-		e.finished(d)
-	}()
-	if e.cfg.each {
-		e.handleEach(g)
-	} else {
-		e.handleWhole(g)
-	}
-	returned = true
-}
+func newScheduler() scheduler { return scheduler{wake: newWakeup()} }
 
-// handleEach calls the handler once per message, in order. After a
-// failed or retried message the rest of the partition is given back; on a
-// stop the messages not started are.
-func (e *engine) handleEach(g *group) {
-	ctx := g.b.ctx
-	for i, m := range g.msgs {
-		g.next = i
-		if leaseLost(ctx) {
-			g.lost = true
-			return
+// dispatch turns a pop's answer (reserved: what its pop took from the
+// Limit) into groups for the scheduler, starts the renewal of its lease,
+// and handles its first group on this goroutine, if a handler is free for
+// it, so that a pop of one partition is handled with no hand-off; workers
+// take the rest. An answer that comes after a stop is given back whole.
+func (e *engine) dispatch(res *popResult, reserved int) {
+	b := e.newBatch(res, reserved)
+	e.mu.Lock()
+	e.settler.add()
+	if e.life.phase != running {
+		e.fetcher.landed(false)
+		if e.fetcher.inflight == 0 {
+			e.fetcher.abandon(e.life.pollCancel) // the last pop is back: nothing to wait for
 		}
-		if e.stopping() {
-			return
-		}
-		g.handled++
-		var err error
-		hctx, turn := e.hooks.handlerStart(ctx, e.cfg.queue, e.cfg.group, g.msgs[i:i+1:i+1]) // HandlerHook
-		if e.handle != nil {
-			err = e.call(hctx, m)
-		} else {
-			err = e.callBatch(hctx, g.msgs[i:i+1:i+1])
-		}
-		if leaseLost(ctx) {
-			e.hooks.handlerEnd(hctx, turn, err, nil, true)
-			g.lost = true
-			return
-		}
-		o, send := e.decide(hctx, m, err)
-		var outcome [1]Outcome
-		if send {
-			if g.acks == nil {
-				g.acks = make([]Settlement, 0, len(g.msgs)-i) // room for the rest
-			}
-			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
-			outcome[0] = o
-		}
-		e.hooks.handlerEnd(hctx, turn, err, outcome[:], false)
-		g.next = i + 1
-		if o.Status == StatusFailed || o.Status == StatusRetry {
-			return
-		}
-	}
-}
-
-// handleWhole calls the batch handler once with the whole pop. After an
-// error each partition's first message is failed and the rest of the
-// partition given back (or OnError decides, message by message, until a
-// Fail or Retry).
-func (e *engine) handleWhole(g *group) {
-	ctx := g.b.ctx
-	if e.stopping() {
+		e.settler.hold(b)
+		e.changed()
+		e.mu.Unlock()
 		return
 	}
-	g.handled = len(g.msgs)
-	hctx, turn := e.hooks.handlerStart(ctx, e.cfg.queue, e.cfg.group, g.msgs) // HandlerHook
-	err := e.callBatch(hctx, g.msgs)
-	if leaseLost(ctx) {
-		e.hooks.handlerEnd(hctx, turn, err, nil, true)
-		g.lost = true
-		return
+	e.sched.add(b.groups)
+	e.fetcher.landed(e.fetcher.inflight+e.inHand() > e.cfg.slots) // no handler idle: nothing to pace
+	mine := e.sched.take(e.cfg.slots)
+	if e.cfg.renewEvery > 0 && b.leaseID != "" {
+		b.keeper = e.keepLease(b) // before any goroutine can settle b: e.mu is held
 	}
-	var outcomes []Outcome // for the hooks, only when there are some
-	if turn.active() {
-		outcomes = make([]Outcome, len(g.msgs))
+	e.changed()
+	e.mu.Unlock()
+	if mine != nil {
+		e.runGroup(mine)
 	}
-	var skip []*Message // a message of each partition whose rest goes back
-	for i, m := range g.msgs {
-		given := false
-		for _, s := range skip {
-			given = given || samePartition(s, m)
-		}
-		if given {
-			g.acks = append(g.acks, Settlement{Message: m, Status: StatusRetry})
-			if outcomes != nil {
-				outcomes[i] = Retry()
-			}
-			continue
-		}
-		o, send := e.decide(hctx, m, err)
-		if send {
-			if g.acks == nil {
-				g.acks = make([]Settlement, 0, len(g.msgs)-i) // room for the rest
-			}
-			g.acks = append(g.acks, Settlement{Message: m, Status: o.Status, Error: o.Error})
-			if outcomes != nil {
-				outcomes[i] = o
-			}
-		}
-		if o.Status == StatusFailed || o.Status == StatusRetry {
-			skip = append(skip, m)
-		}
-	}
-	e.hooks.handlerEnd(hctx, turn, err, outcomes, false)
-	g.next = len(g.msgs)
 }
 
-// Causes of a handler ctx's cancellation.
-var (
-	errConsumeStopped = errors.New("queen: consume loop stopped and its grace period ended")
-	errLeaseLostCause = fmt.Errorf("%w: renewal refused while the handler ran", ErrLeaseLost)
-	errHandlerGoexit  = errors.New("queen: consume handler ended its goroutine (runtime.Goexit)")
-)
+// add queues the groups of a pop.
+func (s *scheduler) add(groups []*group) { s.queued = append(s.queued, groups...) }
 
-func leaseLost(ctx context.Context) bool {
-	return ctx.Err() != nil && errors.Is(context.Cause(ctx), errLeaseLostCause)
-}
-
-// stoppedBy says whether a handler's error comes from the loop's stop: its
-// ctx was cancelled at the end of the grace period, or, once the loop is
-// stopping, the error is a context cancellation (of a ctx of the handler's
-// own, such as the signal ctx of a worker). Such a message is given back
-// with a retry ack: a stop spends no retry and dead-letters nothing.
-func (e *engine) stoppedBy(ctx context.Context, err error) bool {
-	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errConsumeStopped) {
-		return true
+// take moves the first waiting group whose partition is free to running,
+// while fewer than slots run.
+func (s *scheduler) take(slots int) *group {
+	if len(s.running) >= slots {
+		return nil
 	}
-	return e.stopping() && errors.Is(err, context.Canceled)
-}
-
-// decide turns a handler's result into the message's outcome; send is false
-// when the loop leaves the ack to the handler (AutoAck(false), success).
-func (e *engine) decide(ctx context.Context, m *Message, err error) (o Outcome, send bool) {
-	if err == nil {
-		if f := e.onSuccess; f != nil {
-			return e.checked(e.callback(func() Outcome { return f(ctx, m) }, m), Complete()), true
+	for i, g := range s.queued {
+		if !slices.ContainsFunc(s.running, g.conflicts) {
+			s.queued = slices.Delete(s.queued, i, i+1)
+			s.running = append(s.running, g)
+			return g
 		}
-		if e.cfg.ackOff {
-			return Outcome{}, false
+	}
+	return nil
+}
+
+// done takes back a group that ran.
+func (s *scheduler) done(g *group) {
+	s.running = slices.DeleteFunc(s.running, func(o *group) bool { return o == g })
+}
+
+// drop gives back the groups that never started (at a stop), and returns
+// the pops whose last group that was.
+func (s *scheduler) drop() []*batch {
+	var ended []*batch
+	for _, g := range s.queued {
+		if g.b.left.Add(-1) == 0 {
+			ended = append(ended, g.b)
 		}
-		return Complete(), true
 	}
-	if e.stoppedBy(ctx, err) {
-		return Retry(), true
-	}
-	if f := e.onError; f != nil {
-		return e.checked(e.callback(func() Outcome { return f(ctx, m, err) }, m), Fail(err)), true
-	}
-	return Fail(err), true
+	s.queued = nil
+	return ended
 }
 
-// checked replaces the zero Outcome by def and an unknown status by a
-// failure, so that one bad callback answer cannot sink the pop's batch ack.
-func (e *engine) checked(o, def Outcome) Outcome {
-	if o.Status == "" {
-		return def
-	}
-	if !o.Status.valid() {
-		e.log.Error("queen: outcome callback returned an unknown status; acking failed", "status", string(o.Status))
-		return Outcome{Status: StatusFailed, Error: fmt.Sprintf("unknown outcome status %q", o.Status)}
-	}
-	return o
-}
-
-// callback runs an outcome callback, turning a panic into a failure.
-func (e *engine) callback(f func() Outcome, m *Message) (o Outcome) {
-	defer func() {
-		if v := recover(); v != nil {
-			o = Fail(e.panicked(v, m, "outcome callback"))
-		}
-	}()
-	return f()
-}
-
-func (e *engine) call(ctx context.Context, m *Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = e.panicked(v, m, "handler")
-		}
-	}()
-	return e.handle(ctx, m)
-}
-
-func (e *engine) callBatch(ctx context.Context, msgs []*Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = e.panicked(v, msgs[0], "batch handler")
-		}
-	}()
-	return e.handleBatch(ctx, msgs)
-}
-
-// panicked logs a recovered panic at Error with its stack and returns it as
-// an error naming the message.
-func (e *engine) panicked(v any, m *Message, what string) error {
-	e.log.Error("queen: consume "+what+" panicked; the message is nacked",
-		"queue", m.Queue, "group", e.cfg.group, "partition", m.Partition, "transactionId", m.TransactionID,
-		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-	return fmt.Errorf("%w (queue %s, partition %s, transaction %s): %v", ErrHandlerPanic, m.Queue, m.Partition, m.TransactionID, v)
-}
+// held is how many groups wait or run.
+func (s *scheduler) held() int { return len(s.queued) + len(s.running) }

@@ -107,7 +107,7 @@ func TestDispatchBatchHandlerOncePerPop(t *testing.T) {
 	f.add("b", 1)
 	var calls [][]string
 	e, _ := testEngine(t, context.Background(), f, engineConfig{}, 6, nil)
-	e.handleBatch = func(_ context.Context, msgs []*Message) error {
+	e.on.handleBatch = func(_ context.Context, msgs []*Message) error {
 		var ks []string
 		for _, m := range msgs {
 			ks = append(ks, m.TransactionID)

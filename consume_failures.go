@@ -1,6 +1,8 @@
 package queen
 
 import (
+	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -16,7 +18,7 @@ import (
 // itself, gives the message back with `retry` (which charges nothing)
 // while they are at most retryLimit, and sends `dlq` (with the error text)
 // at the failure that passes it. failureCounter is that count; retryRule
-// is what the loop read of the queue.
+// is what the loop read of the queue (ruleReader, readRule).
 
 // retryRule is the part of a queue's configuration the loop's count needs.
 // known false: the configuration could not be read, and failures are sent
@@ -160,4 +162,58 @@ func (fc *failureCounter) apply(rule retryRule, chosen []Settlement) (sent []Set
 		}
 	}
 	return sent, retried
+}
+
+// ruleReader holds the loop's read of the queue's retry settings: read at
+// the start, and once more at the first failure when that read failed (or
+// found no retryLimit, as on 0.15.1, whose message view has it).
+type ruleReader struct {
+	mu            sync.Mutex
+	rule          retryRule
+	reads         int
+	warnedUnknown bool // the queue does not exist: said once
+	warnedBroker  bool // failures are counted by the broker: said once
+}
+
+const (
+	ruleTimeout  = 5 * time.Second // one read of the queue's settings
+	maxRuleReads = 2
+)
+
+// readRule returns the queue's retry settings, reading them while unknown
+// (at most maxRuleReads times in all); failed is a message that failed
+// (nil at the start). A queue the broker does not know is logged at Warn
+// once: a pop creates it with the broker's defaults, a typo in its name
+// included. Once the reads are spent without an answer, the loop sends
+// failed and the broker counts (per partition), which is logged at Warn
+// once.
+func (e *engine) readRule(failed *Message) retryRule {
+	r := &e.rules
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rule.known || r.reads >= maxRuleReads {
+		return r.rule
+	}
+	r.reads++
+	ctx, cancel := context.WithTimeout(e.life.reqCtx, ruleTimeout)
+	if failed == nil {
+		ctx, cancel = context.WithTimeout(e.life.ctx, ruleTimeout)
+	}
+	defer cancel()
+	rule, err := e.b.retryRule(ctx, failed)
+	if err == nil {
+		r.rule = rule
+		return rule
+	}
+	if errors.Is(err, errQueueUnknown) && !r.warnedUnknown {
+		r.warnedUnknown = true
+		e.log.Warn("queen: the queue does not exist on the broker; the loop's first pop creates it with the broker's defaults (is its name right?)",
+			"queue", e.cfg.queue, "group", e.cfg.group)
+	}
+	if failed != nil && !r.warnedBroker {
+		r.warnedBroker = true
+		e.log.Warn("queen: could not read the queue's retryLimit; failures are acked failed and the broker counts them per partition, not per message",
+			"queue", e.cfg.queue, "group", e.cfg.group, "err", err)
+	}
+	return r.rule
 }

@@ -230,7 +230,11 @@ func failureRequests(tb testing.TB, known bool, fail bool) (requests, failures i
 	}
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	e, _ := testEngine(tb, context.Background(), f, engineConfig{each: true}, 400+56,
+	limit := 400 + 56
+	if !fail {
+		limit = 400
+	}
+	e, _ := testEngine(tb, context.Background(), f, engineConfig{each: true}, limit,
 		func(_ context.Context, m *Message) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -242,9 +246,6 @@ func failureRequests(tb testing.TB, known bool, fail bool) (requests, failures i
 			}
 			return nil
 		})
-	if !fail {
-		e.limit = limiter{on: true, left: 400}
-	}
 	if err := e.run(); err != nil {
 		tb.Fatal(err)
 	}

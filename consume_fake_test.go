@@ -275,8 +275,8 @@ func testEngine(t testing.TB, ctx context.Context, f *fakeBroker, cfg engineConf
 	e := newEngine(ctx, nil, f, cfg, limit)
 	logs := &syncBuf{}
 	e.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.retry = RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
-	e.handle = h
+	e.cfg.retry = RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
+	e.on.handle = h
 	return e, logs
 }
 

@@ -9,11 +9,12 @@ import (
 )
 
 // The fetcher: what decides when a pop goes, how big it is, and whether
-// it waits. A fetcher goroutine of the loop (consume_loop.go) sends a pop
+// it waits. A fetcher goroutine of the loop (consume_engine.go) sends a pop
 // when a handler is free for it (fewer pops in flight, groups waiting or
 // running and pops being settled than slots), when no pause runs (after an
-// empty answer or a failure), and when the Limit has some left; the answer
-// goes back to the loop as a popDone.
+// empty answer or a failure), and when the Limit has some left; answered
+// takes the answer (a popDone) for the pacing, and an answer with messages
+// goes on to the scheduler (dispatch, consume_dispatch.go).
 //
 // A pop waits for messages (a long poll, unless Wait(false)) when the loop
 // holds nothing else. While it holds other pops (being handled or settled,
@@ -39,54 +40,270 @@ import (
 // (one long poll, not a pop every pause). The loop is no longer contended once an
 // answer leaves no handler idle, or a long poll answers.
 
+// The pacing: each constant answers a behaviour of the broker.
 const (
-	autopilotMaxBatch = 1000                   // the most messages a broker hands out when it sizes a pop
-	emptyPollDelay    = 100 * time.Millisecond // the pause after an empty answer, unless the broker says
-	popBackoffMin     = 50 * time.Millisecond  // the first pause after a failed pop
-	popBackoffMax     = 200 * time.Millisecond // the longest: a loop resumes within about 0.2 s of a broker restart
-	outageLogEvery    = 30 * time.Second       // during an outage, at most one line per backoff step or this
+	// A broker that sizes a pop itself (autopilot) hands out at most this many.
+	autopilotMaxBatch = 1000
+	// A broker re-checks a waiting pop only now and then (0.15.1: after
+	// 100 ms first): the pause after an empty answer, unless the broker
+	// advises one (autopilot waitMs), and how long a contended loop waits
+	// for a settle before it long-polls.
+	brokerRecheck = 100 * time.Millisecond
+	// A broker that fails or restarts: the first pause after a failed pop,
+	// and the longest, so that a loop resumes within about 0.2 s of a
+	// broker restart.
+	brokerDownMin = 50 * time.Millisecond
+	brokerDownMax = 200 * time.Millisecond
+	// An answer the broker has sent arrives within this (a local HTTP
+	// answer, with margin): what a stop gives the pops in flight before it
+	// abandons them, so that the messages of an answer on its way are
+	// given back rather than left leased.
+	answerOnItsWay = 250 * time.Millisecond
+	// A broker notices an abandoned long poll (and claims nothing more for
+	// it) within this: the acks held back at a stop wait for it.
+	abandonNoticed = 100 * time.Millisecond
+	// During an outage, at most one line per backoff step or this.
+	outageLogEvery = 30 * time.Second
 )
+
+// fetcher is the pops' state: in flight, paced, within the Limit, through
+// an outage, abandoned at a stop (e.mu held for every method once the
+// loop runs).
+type fetcher struct {
+	wake      wakeup  // fetchers waiting for a pop to go
+	inflight  int     // pops in flight
+	limit     limiter // the Limit
+	outage    outage
+	pauseTill time.Time // no pop before (after an empty answer or a failure)
+	// The pacing of pops that do not wait (the top of this file).
+	settled    uint64    // pops settled so far
+	answered   bool      // a pop was answered (empty or not)
+	flowing    bool      // the last answer brought messages
+	contended  bool      // a pop that did not wait found nothing; pops go one per settle
+	tokens     int       // settles not yet used by a pop, while contended
+	fallbackAt time.Time // while contended with no token: a long poll may go after this
+	lastBusy   time.Time // the last settle (or the start), for IdleMillis
+	// The stop.
+	abandoned bool      // pops in flight were abandoned at the stop
+	quietAt   time.Time // when an abandoned pop is surely gone
+}
+
+func newFetcher(limit int) fetcher {
+	return fetcher{wake: newWakeup(), limit: limiter{on: limit > 0, left: limit}, lastBusy: time.Now()}
+}
+
+// start readies the fetcher at the loop's start: the outage's backoff
+// within the Client's retry policy.
+func (f *fetcher) start(p RetryPolicy) { f.outage = newOutage(p) }
 
 // popDone is a pop that came back: its reservation from the Limit, and
 // what it brought.
 type popDone struct {
 	reserved  int
 	nowait    bool
-	settledAt uint64 // e.settled when it went
+	settledAt uint64 // fetcher.settled when it went
 	res       *popResult
 	err       error
 	took      time.Duration
 }
 
 // fetch sends the pop of t, for at most t.n messages (0: the builder's
-// batch), on a fetcher, and hands the answer to the loop; it returns the group the
-// fetcher is to handle itself, if any.
-func (e *engine) fetch(t task) *group {
+// batch), and hands an answer with messages to the scheduler, which
+// handles its first group on this goroutine.
+func (e *engine) fetch(t task) {
 	began := time.Now()
-	res, err := e.b.pop(e.pollCtx, t.n, t.nowait)
-	return e.popped(popDone{reserved: t.n, nowait: t.nowait, settledAt: t.settledAt, res: res, err: err, took: time.Since(began)})
+	res, err := e.b.pop(e.life.pollCtx, t.n, t.nowait)
+	if e.answered(popDone{reserved: t.n, nowait: t.nowait, settledAt: t.settledAt, res: res, err: err, took: time.Since(began)}) {
+		e.dispatch(res, t.n)
+	}
 }
 
-// paced says how the next pop may go (e.mu held; see the top of this
-// file): go false, the fetcher waits (for a settle, or until wakeAt);
-// nowait, a pop that does not wait. A pop that goes while contended uses a
-// settle (tokens).
-func (e *engine) paced(now time.Time) (goes, nowait bool) {
-	held := e.inHand() > 0 || (e.inflight > 0 && e.flowing)
+// answered takes a pop's answer: the pacing, the Limit, the outage. It
+// says whether the answer brought messages, for dispatch; that pop stays
+// counted in flight until dispatch has its groups.
+func (e *engine) answered(d popDone) (messages bool) {
+	got := 0
+	if d.res != nil {
+		got = len(d.res.messages)
+	}
+	e.mu.Lock()
+	f := &e.fetcher
+	stopped := e.life.phase != running
+	if n, since := f.answer(d, got, stopped); n > 0 {
+		// The outage's end, at the level of its start, so that a logger
+		// that shows the outage shows its end.
+		e.log.Warn("queen: pops succeed again", "queue", e.cfg.queue, "group", e.cfg.group,
+			"failures", n, "after", time.Since(since).Round(time.Millisecond))
+	}
 	switch {
-	case !held && !e.answered && e.cfg.slots > 1:
+	case got > 0:
+		e.mu.Unlock()
+		return true
+	case stopped:
+		if f.inflight == 0 {
+			f.abandon(e.life.pollCancel) // the last pop is back: nothing to wait for
+		}
+	case d.err != nil:
+		e.popFailed(d.err)
+	}
+	e.changed()
+	e.mu.Unlock()
+	if d.err != nil && !stopped {
+		e.loopError(&LoopError{Op: LoopOpPop, Err: d.err})
+	}
+	return false
+}
+
+// answer records a pop's answer (got messages), and ends the outage, if
+// one ran, after a pop that succeeded: failures says how many pops failed
+// in it, since when (0: there was none). A pop with messages stays in
+// flight (landed ends it).
+func (f *fetcher) answer(d popDone, got int, stopped bool) (failures int, since time.Time) {
+	f.limit.popped(d.reserved, got)
+	if got == 0 {
+		f.inflight--
+	}
+	if stopped || d.err != nil {
+		return 0, time.Time{}
+	}
+	failures, since = f.outage.recovered()
+	f.answered = true
+	switch {
+	case got == 0 && d.nowait:
+		if !f.contended {
+			f.contended, f.tokens = true, 0
+		}
+		if f.settled != d.settledAt {
+			f.tokens = max(f.tokens, 1) // a settle while it was on its way may have freed a partition
+		}
+		f.fallbackAt = time.Now().Add(emptyDelay(d.res, 0))
+	case got == 0:
+		f.flowing = false // a long poll found nothing: the queue is empty
+		f.pauseTill = time.Now().Add(emptyDelay(d.res, d.took))
+	default:
+		f.flowing = true
+		f.pauseTill = time.Time{}
+	}
+	return failures, since
+}
+
+// landed ends the flight of a pop whose groups the scheduler has; full:
+// no handler is left idle, so there is nothing to pace.
+func (f *fetcher) landed(full bool) {
+	f.inflight--
+	if full {
+		f.contended = false
+	}
+}
+
+// takePop gives a fetcher a pop to send, if one may go (e.mu held): only
+// for a free handler (pops in flight, groups waiting and running and pops
+// being settled stay below Concurrency, which bounds what the loop holds
+// to Concurrency pops), after any pause, within the Limit.
+func (e *engine) takePop() (task, bool) {
+	if e.life.phase != running {
+		return task{}, false
+	}
+	return e.fetcher.take(time.Now(), e.inHand(), e.cfg.slots, e.cfg.want)
+}
+
+// take is takePop's pacing and Limit (inHand: what the loop holds past the
+// answers).
+func (f *fetcher) take(now time.Time, inHand, slots, want int) (task, bool) {
+	if f.inflight+inHand >= slots || now.Before(f.pauseTill) {
+		return task{}, false
+	}
+	goes, nowait := f.paced(now, inHand, slots)
+	if !goes {
+		return task{}, false
+	}
+	n, ok := f.limit.reserve(want)
+	if !ok {
+		if nowait && f.contended {
+			f.tokens++ // the settle stays unused
+		}
+		return task{}, false
+	}
+	f.inflight++
+	return task{pop: true, n: n, nowait: nowait, settledAt: f.settled}, true
+}
+
+// paced says how the next pop may go (see the top of this file): go
+// false, the fetcher waits (for a settle, or until wakeAt); nowait, a pop
+// that does not wait. A pop that goes while contended uses a settle
+// (tokens).
+func (f *fetcher) paced(now time.Time, inHand, slots int) (goes, nowait bool) {
+	held := inHand > 0 || (f.inflight > 0 && f.flowing)
+	switch {
+	case !held && !f.answered && slots > 1:
 		return true, true // the first pops: see the top of this file
 	case !held:
 		return true, false
-	case !e.contended:
+	case !f.contended:
 		return true, true
-	case e.tokens > 0:
-		e.tokens--
+	case f.tokens > 0:
+		f.tokens--
 		return true, true
-	case !now.Before(e.fallbackAt):
+	case !now.Before(f.fallbackAt):
 		return true, false
 	}
 	return false, false
+}
+
+// wakeAt is when a fetcher with nothing to do looks again by itself: the
+// end of a pause, or when a contended loop may long-poll.
+func (f *fetcher) wakeAt() time.Time {
+	if f.contended && f.tokens == 0 && f.fallbackAt.After(f.pauseTill) {
+		return f.fallbackAt
+	}
+	return f.pauseTill
+}
+
+// onSettle counts a settled pop of n messages, used of them handled: a
+// partition may be free again (one more pop may go while contended), the
+// Limit gets back what was not handled. It says whether the Limit is
+// reached.
+func (f *fetcher) onSettle(n, used, slots int) bool {
+	f.settled++
+	if f.contended {
+		f.tokens = min(f.tokens+1, slots)
+		f.fallbackAt = time.Now().Add(brokerRecheck)
+	}
+	f.lastBusy = time.Now()
+	f.limit.settled(n, used)
+	return f.limit.reached()
+}
+
+// abandon cancels the pops still in flight, once: after answerOnItsWay,
+// or as soon as none is in flight (cancel is the pops' ctx's). The broker
+// claims nothing more for a poll that is gone, once it has noticed: quiet
+// waits abandonNoticed for that. It says whether pops were abandoned now.
+func (f *fetcher) abandon(cancel context.CancelFunc) bool {
+	if !f.quietAt.IsZero() {
+		return false // done before
+	}
+	f.quietAt = time.Now()
+	if f.inflight > 0 {
+		f.abandoned = true
+		f.quietAt = f.quietAt.Add(abandonNoticed)
+	}
+	cancel()
+	return f.abandoned
+}
+
+// quiet says whether, after a stop, no pop of the loop can still claim
+// messages at the broker (pollCtx: the pops').
+func (f *fetcher) quiet(pollCtx context.Context) bool {
+	return f.inflight == 0 && pollCtx.Err() != nil && (!f.abandoned || !time.Now().Before(f.quietAt))
+}
+
+// failed pauses the pops after a failure for the outage's backoff; it
+// returns the pause, and whether to log this failure.
+func (f *fetcher) failed(err error) (time.Duration, bool) {
+	now := time.Now()
+	d, say := f.outage.failed(err, now)
+	f.pauseTill = now.Add(d)
+	return d, say
 }
 
 // limiter counts the Limit: left is what no pop has asked for yet, held
@@ -143,7 +360,7 @@ func (l *limiter) reached() bool { return l.on && l.left <= 0 && l.held == 0 }
 // wait (Wait(false), discovery, a broker that answers at once) do not spin:
 // the broker's own advice when it gives one, less the time the pop took.
 func emptyDelay(res *popResult, took time.Duration) time.Duration {
-	d := emptyPollDelay
+	d := brokerRecheck
 	if res.autopilot != nil && res.autopilot.WaitMs != nil && *res.autopilot.WaitMs >= 0 {
 		d = time.Duration(*res.autopilot.WaitMs) * time.Millisecond
 	}
@@ -181,12 +398,12 @@ type outage struct {
 }
 
 func newOutage(p RetryPolicy) outage {
-	o := outage{lo: popBackoffMin, hi: popBackoffMax}
+	o := outage{lo: brokerDownMin, hi: brokerDownMax}
 	if p.MinBackoff > 0 {
-		o.lo = min(p.MinBackoff, popBackoffMax)
+		o.lo = min(p.MinBackoff, brokerDownMax)
 	}
 	if p.MaxBackoff > 0 {
-		o.hi = min(p.MaxBackoff, popBackoffMax)
+		o.hi = min(p.MaxBackoff, brokerDownMax)
 	}
 	o.hi = max(o.hi, o.lo)
 	return o
@@ -222,34 +439,21 @@ func (o *outage) recovered() (int, time.Time) {
 // popFailed handles a failed pop (e.mu held): a refusal for good stops
 // the loop with it; anything else pauses the pops for a backoff, loudly.
 func (e *engine) popFailed(err error) {
-	if fatalPopError(err) {
-		e.log.Error("queen: consume loop stopped by the broker's refusal", "queue", e.cfg.queue, "group", e.cfg.group, "err", err)
-		e.stopLocked(err)
+	if !fatalPopError(err) {
+		if d, say := e.fetcher.failed(err); say {
+			e.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", e.cfg.queue, "group", e.cfg.group,
+				"err", err, "failures", e.fetcher.outage.failures, "backoff", d)
+		}
 		return
 	}
-	now := time.Now()
-	d, say := e.outage.failed(err, now)
-	if say {
-		e.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", e.cfg.queue, "group", e.cfg.group,
-			"err", err, "failures", e.outage.failures, "backoff", d)
-	}
-	e.pause(now.Add(d))
-}
-
-// popOK ends an outage, if one was running, with a line at the level of
-// its start, Warn, so that a logger that shows the outage shows its end
-// (e.mu held).
-func (e *engine) popOK() {
-	if n, since := e.outage.recovered(); n > 0 {
-		e.log.Warn("queen: pops succeed again", "queue", e.cfg.queue, "group", e.cfg.group,
-			"failures", n, "after", time.Since(since).Round(time.Millisecond))
-	}
+	e.log.Error("queen: consume loop stopped by the broker's refusal", "queue", e.cfg.queue, "group", e.cfg.group, "err", err)
+	e.stopLocked(err)
 }
 
 // loopError hands err to the OnLoopError hook, if any; a panic in the hook
 // is logged, never the loop's end.
 func (e *engine) loopError(err *LoopError) {
-	f := e.onLoopError
+	f := e.on.onLoopError
 	if f == nil {
 		return
 	}
@@ -258,13 +462,5 @@ func (e *engine) loopError(err *LoopError) {
 			e.log.Error("queen: OnLoopError hook panicked", "panic", v)
 		}
 	}()
-	f(e.reqCtx, err)
-}
-
-// ctxDone is a nil-safe ctx.Done.
-func ctxDone(ctx context.Context) <-chan struct{} {
-	if ctx == nil {
-		return nil
-	}
-	return ctx.Done()
+	f(e.life.reqCtx, err)
 }

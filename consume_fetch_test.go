@@ -83,7 +83,7 @@ func TestFetchFailuresLoudAndBounded(t *testing.T) {
 	var hooked []error
 	e, logs := testEngine(t, context.Background(), f, engineConfig{each: true}, 3,
 		func(context.Context, *Message) error { return nil })
-	e.onLoopError = func(_ context.Context, err error) { hooked = append(hooked, err) }
+	e.on.onLoopError = func(_ context.Context, err error) { hooked = append(hooked, err) }
 	if err := runEngine(t, e); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestFetchRefusalEndsLoop(t *testing.T) {
 			var hooked atomic.Int32
 			e, logs := testEngine(t, context.Background(), f, engineConfig{slots: 2, each: true}, 0,
 				func(context.Context, *Message) error { return nil })
-			e.onLoopError = func(context.Context, error) { hooked.Add(1) }
+			e.on.onLoopError = func(context.Context, error) { hooked.Add(1) }
 			if err := runEngine(t, e); !errors.Is(err, refusal) {
 				t.Fatalf("run = %v, want the refusal", err)
 			}
@@ -147,7 +147,7 @@ func TestLoopErrorHookPanics(t *testing.T) {
 	f.popErrs = []error{errors.New("blip")}
 	e, logs := testEngine(t, context.Background(), f, engineConfig{each: true}, 1,
 		func(context.Context, *Message) error { return nil })
-	e.onLoopError = func(context.Context, error) { panic("hook bug") }
+	e.on.onLoopError = func(context.Context, error) { panic("hook bug") }
 	if err := runEngine(t, e); err != nil {
 		t.Fatal(err)
 	}
@@ -188,12 +188,11 @@ func TestFetchPaced(t *testing.T) {
 		{name: "contended, no settle for a pause: a long poll", running: 1, contended: true, fallback: -time.Millisecond, goes: true},
 		{name: "contended but nothing held: a long poll", contended: true, fallback: time.Minute, goes: true},
 	} {
-		e := &engine{queued: make([]*group, tc.queued), running: make([]*group, tc.running), settling: tc.settling,
-			inflight: tc.inflight, flowing: tc.flowing, contended: tc.contended, tokens: tc.tokens, fallbackAt: now.Add(tc.fallback),
-			answered: !tc.first, cfg: engineConfig{slots: tc.slots}}
-		goes, nowait := e.paced(now)
-		if goes != tc.goes || nowait != tc.nowait || e.tokens != tc.tokensAfter {
-			t.Errorf("%s: paced = goes %v nowait %v (tokens left %d), want %v %v (%d)", tc.name, goes, nowait, e.tokens, tc.goes, tc.nowait, tc.tokensAfter)
+		f := &fetcher{inflight: tc.inflight, flowing: tc.flowing, contended: tc.contended, tokens: tc.tokens,
+			fallbackAt: now.Add(tc.fallback), answered: !tc.first}
+		goes, nowait := f.paced(now, tc.queued+tc.running+tc.settling, tc.slots)
+		if goes != tc.goes || nowait != tc.nowait || f.tokens != tc.tokensAfter {
+			t.Errorf("%s: paced = goes %v nowait %v (tokens left %d), want %v %v (%d)", tc.name, goes, nowait, f.tokens, tc.goes, tc.nowait, tc.tokensAfter)
 		}
 	}
 }
@@ -202,12 +201,10 @@ func TestFetchPaced(t *testing.T) {
 // long poll of the handlers left waiting.
 func TestFetchSettleLetsOnePopGo(t *testing.T) {
 	for _, contended := range []bool{true, false} {
-		e := newEngine(context.Background(), nil, newFakeBroker(1), engineConfig{slots: 4}, 0)
-		e.mu.Lock()
-		e.busy, e.settling, e.contended = 1, 1, contended
-		e.settledLocked(&batch{cancel: func(error) {}})
-		tokens, later := e.tokens, e.fallbackAt.After(time.Now())
-		e.mu.Unlock()
+		f := newFetcher(0)
+		f.contended = contended
+		f.onSettle(0, 0, 4)
+		tokens, later := f.tokens, f.fallbackAt.After(time.Now())
 		if want := btoi(contended); tokens != want || later != contended {
 			t.Errorf("contended %v: after a settle, %d pops may go (want %d), long poll put off %v", contended, tokens, want, later)
 		}
@@ -359,9 +356,9 @@ func TestFetchResumesWithinCappedBackoff(t *testing.T) {
 				}
 				return nil
 			})
-		e.retry = RetryPolicy{} // the client's default
+		e.cfg.retry = RetryPolicy{} // the client's default
 		failures := 0
-		e.onLoopError = func(context.Context, error) { failures++; lastFailure = time.Since(start) }
+		e.on.onLoopError = func(context.Context, error) { failures++; lastFailure = time.Since(start) }
 		if err := runEngine(t, e); err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package queen
 
 import (
 	"context"
-	"math"
 	"time"
 )
 
@@ -16,13 +15,14 @@ import (
 const renewTimeout = 10 * time.Second // one renewal request at most
 
 // renewSeconds is how far each renewal extends a lease: about three
-// renewal intervals (rounded up to whole seconds, the broker's unit). Two
+// renewal intervals (rounded up to whole seconds, the broker's unit, by
+// the one rounding rule, ceilUnits). Two
 // renewals may then fail in a row and the lease still holds, while a
 // worker that crashed has its messages back about three intervals after
 // its last renewal (or when the lease it got at the pop runs out, if that
 // is later: a renewal never shortens a lease).
 func renewSeconds(everyMs int) int {
-	return max(1, int(math.Ceil(3*float64(everyMs)/1000)))
+	return max(1, int(ceilUnits(3*time.Duration(everyMs)*time.Millisecond, time.Second)))
 }
 
 // leaseKeeper renews one pop's lease while its handlers run.
@@ -33,7 +33,7 @@ type leaseKeeper struct {
 
 // keepLease starts renewing b's lease.
 func (e *engine) keepLease(b *batch) *leaseKeeper {
-	ctx, cancel := context.WithCancel(e.reqCtx)
+	ctx, cancel := context.WithCancel(e.life.reqCtx)
 	k := &leaseKeeper{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(k.done)

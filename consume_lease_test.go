@@ -46,7 +46,7 @@ func TestLeaseLostCancelsHandlers(t *testing.T) {
 				stop() // the fake never expires the lost lease: nothing more to pop
 				return nil
 			})
-		e.onLoopError = func(_ context.Context, err error) { hooked.Store(err) }
+		e.on.onLoopError = func(_ context.Context, err error) { hooked.Store(err) }
 		if err := runEngine(t, e); err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestLeaseRenewFailureKeepsHandler(t *testing.T) {
 				}
 				return ctx.Err()
 			})
-		e.onLoopError = func(_ context.Context, err error) {
+		e.on.onLoopError = func(_ context.Context, err error) {
 			var le *LoopError
 			if errors.As(err, &le) && le.Op == LoopOpRenew {
 				hooked.Add(1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/queen-go/queen/internal/transport"
@@ -23,6 +22,98 @@ import (
 // a lost lease, and its messages are already someone else's.
 
 const settleTimeout = 15 * time.Second // how long a failing ack is sent again
+
+// settler holds the pops not yet settled (e.mu held for every method):
+// busy counts them from their answer until their ack; after a stop, a pop
+// whose groups are all done waits in pending until no pop of the loop is
+// parked at the broker (quiet), and is then settled by the next free
+// worker (settling).
+type settler struct {
+	busy     int      // pops not yet settled
+	pending  []*batch // pops to settle once quiet (after a stop)
+	settling int      // pops taken from pending and being settled
+}
+
+// add counts one more pop in hand.
+func (s *settler) add() { s.busy++ }
+
+// hold keeps a pop whose groups are all done and that its goroutine did
+// not settle (after a stop) for take.
+func (s *settler) hold(b *batch) { s.pending = append(s.pending, b) }
+
+// take gives the next pop held, once quiet.
+func (s *settler) take(quiet bool) *batch {
+	if len(s.pending) == 0 || !quiet {
+		return nil
+	}
+	b := s.pending[0]
+	s.pending = s.pending[1:]
+	s.settling++
+	return b
+}
+
+// done counts a pop settled (late: one that take gave).
+func (s *settler) done(late bool) {
+	if late {
+		s.settling--
+	}
+	s.busy--
+}
+
+// idle says whether no pop is held or being settled after a stop.
+func (s *settler) idle() bool { return s.settling == 0 && len(s.pending) == 0 }
+
+// groupDone takes a group back from its goroutine. The goroutine that
+// ends a pop's last group settles the pop at once (while the loop runs;
+// after a stop, the pop waits for quiet: consume_stop.go), before the
+// group's partition is free again.
+func (e *engine) groupDone(g *group) {
+	b := g.b
+	last := b.left.Add(-1) == 0
+	now := last && !g.goexit && !e.stopping()
+	if now {
+		e.settle(b)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sched.done(g)
+	if g.goexit {
+		e.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
+			"queue", e.cfg.queue, "group", e.cfg.group)
+		e.stopLocked(errHandlerGoexit)
+		e.startSlot(false) // in the place of the worker that ended: the stop path needs workers
+	}
+	switch {
+	case now:
+		e.settledLocked(b, false)
+	case last:
+		e.settler.hold(b)
+	}
+	e.changed()
+}
+
+// settledLate takes back a pop settled after a stop.
+func (e *engine) settledLate(b *batch) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settledLocked(b, true)
+	e.changed()
+}
+
+// settledLocked ends the hold of a settled pop (e.mu held); the Limit,
+// once all handled and settled, stops the loop.
+func (e *engine) settledLocked(b *batch, late bool) {
+	e.settler.done(late)
+	handled := 0
+	for _, g := range b.groups {
+		handled += g.handled
+	}
+	reached := e.fetcher.onSettle(len(b.msgs), handled, e.cfg.slots)
+	b.cancel(nil)
+	if reached {
+		e.stopLocked(nil)
+	}
+}
 
 // outcomes is the pop's batch ack: each group's outcomes, then its
 // messages without one as retry. (A pop of one group that handled all its
@@ -105,7 +196,7 @@ func (e *engine) holdFailed(b *batch, rule retryRule) {
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-e.stopCh:
+	case <-e.life.stopCh:
 	case <-b.ctx.Done(): // the lease is lost
 	}
 }
@@ -148,9 +239,9 @@ func splitHeld(chosen, sent []Settlement) (heldC, heldS, nowC, nowS []Settlement
 // above all, must not leave the messages leased until their lease runs
 // out.
 func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
-	ctx, end := context.WithTimeout(e.reqCtx, settleTimeout)
+	ctx, end := context.WithTimeout(e.life.reqCtx, settleTimeout)
 	defer end()
-	backoff := newOutage(e.retry)
+	backoff := newOutage(e.cfg.retry)
 	start := e.hooks.now()
 	var err error
 	var res []AckResult
@@ -188,60 +279,6 @@ func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
 			"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(acks), "err", err)
 		return
 	}
-}
-
-// ruleReader holds the loop's read of the queue's retry settings: read at
-// the start, and once more at the first failure when that read failed (or
-// found no retryLimit, as on 0.15.1, whose message view has it).
-type ruleReader struct {
-	mu            sync.Mutex
-	rule          retryRule
-	reads         int
-	warnedUnknown bool // the queue does not exist: said once
-	warnedBroker  bool // failures are counted by the broker: said once
-}
-
-const (
-	ruleTimeout  = 5 * time.Second // one read of the queue's settings
-	maxRuleReads = 2
-)
-
-// readRule returns the queue's retry settings, reading them while unknown
-// (at most maxRuleReads times in all); failed is a message that failed
-// (nil at the start). A queue the broker does not know is logged at Warn
-// once: a pop creates it with the broker's defaults, a typo in its name
-// included. Once the reads are spent without an answer, the loop sends
-// failed and the broker counts (per partition), which is logged at Warn
-// once.
-func (e *engine) readRule(failed *Message) retryRule {
-	r := &e.rules
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.rule.known || r.reads >= maxRuleReads {
-		return r.rule
-	}
-	r.reads++
-	ctx, cancel := context.WithTimeout(e.reqCtx, ruleTimeout)
-	if failed == nil {
-		ctx, cancel = context.WithTimeout(e.execCtx, ruleTimeout)
-	}
-	defer cancel()
-	rule, err := e.b.retryRule(ctx, failed)
-	if err == nil {
-		r.rule = rule
-		return rule
-	}
-	if errors.Is(err, errQueueUnknown) && !r.warnedUnknown {
-		r.warnedUnknown = true
-		e.log.Warn("queen: the queue does not exist on the broker; the loop's first pop creates it with the broker's defaults (is its name right?)",
-			"queue", e.cfg.queue, "group", e.cfg.group)
-	}
-	if failed != nil && !r.warnedBroker {
-		r.warnedBroker = true
-		e.log.Warn("queen: could not read the queue's retryLimit; failures are acked failed and the broker counts them per partition, not per message",
-			"queue", e.cfg.queue, "group", e.cfg.group, "err", err)
-	}
-	return r.rule
 }
 
 // transientSettleError says whether sending an ack again may succeed: not

@@ -51,7 +51,7 @@ func TestSettleRetriesTransientOnly(t *testing.T) {
 			var hooked atomic.Int32
 			e, logs := testEngine(t, context.Background(), f, engineConfig{each: true}, 1,
 				func(context.Context, *Message) error { return nil })
-			e.onLoopError = func(_ context.Context, err error) {
+			e.on.onLoopError = func(_ context.Context, err error) {
 				var le *LoopError
 				if errors.As(err, &le) && le.Op == LoopOpSettle && le.Messages == 1 {
 					hooked.Add(1)

@@ -1,10 +1,13 @@
 package queen
 
 import (
+	"context"
+	"sync"
 	"time"
 )
 
-// The states of a loop, and its one stop path:
+// The lifecycle: the states of a loop, its one stop path, its contexts and
+// its goroutines.
 //
 //   - running: pops go out for free handlers; groups start as workers and
 //     their partitions free up; each pop is settled by the goroutine that
@@ -12,22 +15,24 @@ import (
 //     reached, IdleMillis passed, a pop was refused for good, or a handler
 //     ended its goroutine) leads to draining.
 //   - draining: no pop and no group starts again. Groups waiting for a
-//     handler are given back (never started). Pops in flight get popDrain
-//     for an answer already on its way (its messages are then given back,
-//     not left leased), and are then abandoned. Handlers running go on for
-//     the grace period; then their ctx is cancelled. Batch acks wait until
-//     no pop of the loop is parked at the broker (quiet): a parked long
-//     poll would be handed the messages given back, and lose them with it.
-//     When no pop is in flight, no handler runs and every pop is settled,
-//     done.
+//     handler are given back (never started). Pops in flight get
+//     answerOnItsWay for an answer already on its way (its messages are
+//     then given back, not left leased), and are then abandoned. Handlers
+//     running go on for the grace period; then their ctx is cancelled.
+//     Batch acks wait until no pop of the loop is parked at the broker
+//     (quiet): a parked long poll would be handed the messages given back,
+//     and lose them with it. When no pop is in flight, no handler runs and
+//     every pop is settled, done.
 //   - done: the workers end (the fetchers ended at the stop); Execute
 //     returns nil after a ctx, Limit or idle stop, the error after a
 //     refusal or a Goexit. No goroutine is left.
-
-const (
-	popDrain      = 250 * time.Millisecond // what a stop gives a pop's answer on its way
-	abandonNotice = 100 * time.Millisecond // what a broker gets to notice an abandoned long poll
-)
+//
+// The loop has four contexts: ctx, Execute's, which also ends when
+// Consume's does (it stops the loop; its values are Execute's); pollCtx,
+// the pops', cancelled to abandon them (after a stop); hctx, the base of
+// the handlers' (Consume's values), cancelled when the grace period ends;
+// reqCtx, the settles' and renewals' (Execute's values), cancelled only
+// once run's goroutines are done.
 
 type phase int
 
@@ -37,10 +42,110 @@ const (
 	done
 )
 
+// lifecycle is the stop path's state: each field is written once (phase
+// twice: draining, then done).
+type lifecycle struct {
+	phase  phase
+	fatal  error         // what Execute returns
+	stopCh chan struct{} // closed when the stop begins
+	doneCh chan struct{} // closed when the stop path is done
+	wg     sync.WaitGroup
+
+	ctx context.Context // Execute's, ended also by Consume's
+	end func()          // releases ctx
+	// consumeDone is Consume's ctx's Done (nil: none), for stopping: ctx
+	// ends after Consume's only once AfterFunc's goroutine ran.
+	consumeDone <-chan struct{}
+	pollCtx     context.Context
+	pollCancel  context.CancelFunc
+	hctx        context.Context
+	hcancel     context.CancelCauseFunc
+	reqCtx      context.Context
+	reqCancel   context.CancelFunc
+}
+
+// init makes the contexts of a loop over Execute's ctx and Consume's
+// (nil: none).
+func (l *lifecycle) init(execCtx, consumeCtx context.Context) {
+	if execCtx == nil {
+		execCtx = context.Background()
+	}
+	l.stopCh, l.doneCh = make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(execCtx)
+	l.ctx, l.end = ctx, cancel
+	hbase := execCtx
+	if consumeCtx != nil {
+		hbase = consumeCtx
+		if consumeCtx.Err() != nil {
+			cancel() // at once: no pop goes after a ctx that has ended
+		}
+		l.consumeDone = consumeCtx.Done()
+		unhook := context.AfterFunc(consumeCtx, cancel)
+		l.end = func() { unhook(); cancel() }
+	}
+	l.reqCtx, l.reqCancel = context.WithCancel(context.WithoutCancel(execCtx))
+	l.pollCtx, l.pollCancel = context.WithCancel(l.reqCtx)
+	l.hctx, l.hcancel = context.WithCancelCause(context.WithoutCancel(hbase))
+}
+
+// spawn runs f on a goroutine of the loop: run waits for them all.
+func (l *lifecycle) spawn(f func()) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+}
+
+// stop begins the stop path, once (e.mu held): err is what Execute
+// returns (nil: a ctx, Limit or idle stop); a later stop's error does not
+// replace an earlier one. It says whether the stop began now.
+func (l *lifecycle) stop(err error) bool {
+	if l.fatal == nil {
+		l.fatal = err
+	}
+	if l.phase != running {
+		return false
+	}
+	l.phase = draining
+	close(l.stopCh)
+	return true
+}
+
+// finish ends the stop path (e.mu held).
+func (l *lifecycle) finish() {
+	l.phase = done
+	close(l.doneCh)
+}
+
+// stopped says whether the stop began.
+func (l *lifecycle) stopped() bool {
+	select {
+	case <-l.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// ended says whether Execute's ctx or Consume's has ended.
+func (l *lifecycle) ended() bool {
+	if l.ctx.Err() != nil {
+		return true
+	}
+	select {
+	case <-l.consumeDone:
+		return true
+	default:
+		return false
+	}
+}
+
 // run starts the fetchers and workers and walks the stop path; it returns
 // when it is done.
 func (e *engine) run() error {
-	e.outage = newOutage(e.retry)
+	l := &e.life
+	e.fetcher.start(e.cfg.retry)
 	if e.stopping() {
 		e.beginStop(nil) // a ctx that ended stops the loop before its first pop
 	} else {
@@ -51,10 +156,11 @@ func (e *engine) run() error {
 		e.startSlot(false)
 	}
 	defer func() {
-		e.hcancel(errConsumeStopped)
-		e.pollCancel()
-		e.wg.Wait()
-		e.reqCancel()
+		l.hcancel(errConsumeStopped)
+		l.pollCancel()
+		l.wg.Wait()
+		l.reqCancel()
+		l.end()
 	}()
 
 	// running: until a stop.
@@ -64,11 +170,9 @@ func (e *engine) run() error {
 	}
 	for running := true; running; {
 		select {
-		case <-e.stopCh:
+		case <-l.stopCh:
 			running = false
-		case <-e.execCtx.Done():
-			e.beginStop(nil)
-		case <-ctxDone(e.consumeCtx):
+		case <-l.ctx.Done():
 			e.beginStop(nil)
 		case <-idle.c:
 			idle.fired()
@@ -83,26 +187,26 @@ func (e *engine) run() error {
 	var drain, grace, quiet loopTimer
 	defer func() { drain.stop(); grace.stop(); quiet.stop() }()
 	e.mu.Lock()
-	if e.inflight > 0 && e.pollCtx.Err() == nil {
-		drain.set(popDrain)
+	if e.fetcher.inflight > 0 && l.pollCtx.Err() == nil {
+		drain.set(answerOnItsWay)
 	}
 	e.mu.Unlock()
 	if e.cfg.grace > 0 {
 		grace.set(e.cfg.grace)
 	} else {
-		e.hcancel(errConsumeStopped)
+		l.hcancel(errConsumeStopped)
 	}
 	for {
 		select {
-		case <-e.doneCh:
+		case <-l.doneCh:
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			return e.fatal
+			return l.fatal
 		case <-drain.c:
 			drain.fired()
 			e.mu.Lock()
-			if e.abandonPops() {
-				quiet.set(abandonNotice)
+			if e.fetcher.abandon(l.pollCancel) {
+				quiet.set(abandonNoticed)
 			}
 			e.mu.Unlock()
 		case <-quiet.c:
@@ -112,7 +216,7 @@ func (e *engine) run() error {
 			e.mu.Unlock()
 		case <-grace.c:
 			grace.fired()
-			e.hcancel(errConsumeStopped)
+			l.hcancel(errConsumeStopped)
 		}
 	}
 }
@@ -122,10 +226,10 @@ func (e *engine) run() error {
 func (e *engine) idleFor() time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.busy > 0 {
+	if e.settler.busy > 0 {
 		return e.cfg.idle
 	}
-	if since := time.Since(e.lastBusy); since < e.cfg.idle {
+	if since := time.Since(e.fetcher.lastBusy); since < e.cfg.idle {
 		return e.cfg.idle - since
 	}
 	e.log.Debug("queen: consume loop idle, stopping", "queue", e.cfg.queue, "group", e.cfg.group, "idle", e.cfg.idle)
@@ -140,65 +244,29 @@ func (e *engine) beginStop(err error) {
 	e.stopLocked(err)
 }
 
-// stopLocked is the one way from running to draining (e.mu held). err is
-// what Execute returns (nil: a ctx, Limit or idle stop); a later stop's
-// error does not replace an earlier one. run arms the drain and grace
-// timers when it sees stopCh closed.
+// stopLocked is the one way from running to draining (e.mu held); err as
+// lifecycle.stop says. run arms the drain and grace timers when it sees
+// stopCh closed.
 func (e *engine) stopLocked(err error) {
-	if e.fatal == nil {
-		e.fatal = err
-	}
-	if e.phase != running {
+	if !e.life.stop(err) {
 		return
 	}
-	e.phase = draining
-	close(e.stopCh)
-	if e.inflight == 0 {
-		e.abandonPops()
+	if e.fetcher.inflight == 0 {
+		e.fetcher.abandon(e.life.pollCancel)
 	}
 	// Groups that never started: given back (their pops settle when
 	// their last group is done).
-	for _, g := range e.queued {
-		if g.b.left.Add(-1) == 0 {
-			e.batchDone(g.b)
-		}
+	for _, b := range e.sched.drop() {
+		e.settler.hold(b)
 	}
-	e.queued = nil
 	e.changed()
 }
 
-// abandonPops cancels the pops still in flight, once (e.mu held): after
-// popDrain, or as soon as none is in flight. The broker claims nothing
-// more for a poll that is gone, once it has noticed: quiet waits
-// abandonNotice for that. It says whether pops were abandoned.
-func (e *engine) abandonPops() bool {
-	if e.pollCtx.Err() != nil {
-		return false
-	}
-	if e.inflight > 0 {
-		e.abandoned = true
-		e.quietAt = time.Now().Add(abandonNotice)
-	}
-	e.pollCancel()
-	return e.abandoned
-}
-
-// quiet says whether, after a stop, no pop of the loop can still claim
-// messages at the broker (e.mu held).
-func (e *engine) quiet() bool {
-	return e.inflight == 0 && e.pollCtx.Err() != nil && (!e.abandoned || !time.Now().Before(e.quietAt))
-}
-
 // stopping says whether the loop is stopping, for the handlers too. It
-// reads the two ctxs itself rather than wait for run to notice: a message
-// is not started after either has ended.
+// reads the ctxs itself rather than wait for run to notice: a message is
+// not started after either has ended.
 func (e *engine) stopping() bool {
-	select {
-	case <-e.stopCh:
-		return true
-	default:
-	}
-	return e.execCtx.Err() != nil || (e.consumeCtx != nil && e.consumeCtx.Err() != nil)
+	return e.life.stopped() || e.life.ended()
 }
 
 // loopTimer is a timer of run: c is nil while it is not armed.

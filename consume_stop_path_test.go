@@ -65,7 +65,7 @@ func TestStopGraceCancelsHandlers(t *testing.T) {
 	})
 }
 
-// A pop whose answer is on its way at the stop gets popDrain to arrive;
+// A pop whose answer is on its way at the stop gets answerOnItsWay to arrive;
 // its messages are then given back whole, never handled.
 func TestStopDrainsAnswerOnItsWay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -87,7 +87,7 @@ func TestStopDrainsAnswerOnItsWay(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			cancel()
-			time.Sleep(popDrain / 5)
+			time.Sleep(answerOnItsWay / 5)
 			close(f.popGate) // the answer arrives within the drain
 		}()
 		if err := runEngine(t, e); err != nil {
@@ -100,7 +100,7 @@ func TestStopDrainsAnswerOnItsWay(t *testing.T) {
 }
 
 // A long poll still parked after the drain is abandoned: the stop takes
-// popDrain, not the poll's wait.
+// answerOnItsWay, not the poll's wait.
 func TestStopAbandonsParkedPoll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeBroker(10)
@@ -113,9 +113,9 @@ func TestStopAbandonsParkedPoll(t *testing.T) {
 		if err := runEngine(t, e); err != nil {
 			t.Fatal(err)
 		}
-		// On the bubble's clock: the stop at 20 ms, then popDrain.
-		if d := time.Since(start); d != 20*time.Millisecond+popDrain {
-			t.Fatalf("stop took %v, want 20 ms and popDrain (%v)", d, popDrain)
+		// On the bubble's clock: the stop at 20 ms, then answerOnItsWay.
+		if d := time.Since(start); d != 20*time.Millisecond+answerOnItsWay {
+			t.Fatalf("stop took %v, want 20 ms and answerOnItsWay (%v)", d, answerOnItsWay)
 		}
 		if f.maxFlight != 3 {
 			t.Fatalf("%d long polls at once, want one per handler (3)", f.maxFlight)

@@ -81,7 +81,7 @@ func TestConsumeStopCancellationGivenBack(t *testing.T) {
 // messages it leased are given back, not left leased until their lease
 // runs out. A proxy holds the broker's pop answers after the first until
 // the stop, and lets them go with it. (The loop gives such an answer
-// popDrain, 250 ms: the margin for a local HTTP answer to arrive; the
+// answerOnItsWay, 250 ms: the margin for a local HTTP answer to arrive; the
 // drain's own timing is TestStopDrainsAnswerOnItsWay's, in a bubble.)
 func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
 	srv := queentest.Start(t)
