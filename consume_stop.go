@@ -80,8 +80,16 @@ func (l *lifecycle) init(execCtx, consumeCtx context.Context) {
 			cancel() // at once: no pop goes after a ctx that has ended
 		}
 		l.consumeDone = consumeCtx.Done()
-		unhook := context.AfterFunc(consumeCtx, cancel)
-		l.end = func() { unhook(); cancel() }
+		// AfterFunc's goroutine ends within Execute too: end waits for it
+		// when it has started.
+		ran := make(chan struct{})
+		unhook := context.AfterFunc(consumeCtx, func() { cancel(); close(ran) })
+		l.end = func() {
+			if !unhook() {
+				<-ran
+			}
+			cancel()
+		}
 	}
 	l.reqCtx, l.reqCancel = context.WithCancel(context.WithoutCancel(execCtx))
 	l.pollCtx, l.pollCancel = context.WithCancel(l.reqCtx)
