@@ -226,7 +226,12 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 //     which counts nothing, so such a message is never dead-lettered (a
 //     panic is recovered and counts as a failure);
 //   - the dead-letter row has the error's text, and the broker's own
-//     count as retryCount: 0, since the loop sends no failed;
+//     count for the partition and group as retryCount: 0 unless failed
+//     acks were sent there (by the fallback below, an AutoAck(false)
+//     handler, or another client);
+//   - a lease lost while a failed partition is held for retryDelay (only
+//     a renewal can tell) sends nothing for that partition: its messages
+//     come again, those handled before the failure included;
 //   - on a 2.x queue whose dead-letter queue is off, the failure past the
 //     limit is sent failed: the broker drops the message once its own
 //     count is spent, and until then it comes back (and is sent failed
@@ -241,7 +246,7 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 //     the loop's, return the error instead (the loop nacks it, counted);
 //   - Pop users get the broker's count with StatusFailed; for the loop's,
 //     count per message and settle StatusRetry below the limit and
-//     StatusDLQ at it (README "Retries and dead letters").
+//     StatusDLQ at it (docs/RETRIES.md).
 //
 // SettleHook's SettledMessage gives both: the outcome chosen (failed) and
 // the status sent (retry or dlq).

@@ -83,6 +83,19 @@ func (fc *failureCounter) done(m *Message) {
 	}
 }
 
+// settled forgets the messages of a settle with no failure that were
+// completed or dead-lettered (apply does it for the settles with one).
+func (fc *failureCounter) settled(acks []Settlement) {
+	if fc.size() == 0 {
+		return
+	}
+	for _, s := range acks {
+		if s.Status == StatusCompleted || s.Status == StatusDLQ {
+			fc.done(s.Message)
+		}
+	}
+}
+
 // count returns how many failures of m the counter holds.
 func (fc *failureCounter) count(m *Message) int {
 	fc.mu.Lock()
@@ -207,7 +220,7 @@ func (e *engine) readRule(failed *Message) retryRule {
 	}
 	if errors.Is(err, errQueueUnknown) && !r.warnedUnknown {
 		r.warnedUnknown = true
-		e.log.Warn("queen: the queue does not exist on the broker; the loop's first pop creates it with the broker's defaults (is its name right?)",
+		e.log.Warn("queen: the queue does not exist on the broker (is its name right?); a 2.x broker creates it with its defaults at the loop's first pop, a 0.15.1 broker answers its pops empty",
 			"queue", e.cfg.queue, "group", e.cfg.group)
 	}
 	if failed != nil && !r.warnedBroker {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/queen-go/queen/queentest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -152,22 +153,42 @@ func TestConsumeUnreadableRuleFallsBack(t *testing.T) {
 // first pop creates it (a typo in the name?); on a queue that exists it
 // says nothing (issue 21 point 10).
 func TestConsumeWarnsOfUnknownQueue(t *testing.T) {
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
-	_, c := hookClient(t, []Option{WithLogger(log)})
-	_, err := c.Queue("orders").Push(1).Execute(t.Context())
-	require.NoError(t, err)
-	for _, q := range []string{"orders", "ordres"} {
-		err := c.Queue(q).Wait(false).IdleMillis(50).Consume(t.Context(), func(context.Context, *Message) error { return nil }).Execute(t.Context())
-		require.NoError(t, err)
+	for _, p := range queentest.Profiles() {
+		t.Run(string(p), func(t *testing.T) {
+			var logs bytes.Buffer
+			var mu sync.Mutex
+			log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+			srv := queentest.Start(t, queentest.WithProfile(p))
+			c, err := New(srv.URL, WithLogger(log))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close(context.Background()) })
+			_, err = c.Queue("orders").Push(1).Execute(t.Context())
+			require.NoError(t, err)
+			for _, q := range []string{"orders", "ordres"} {
+				err := c.Queue(q).Wait(false).IdleMillis(50).Consume(t.Context(), func(context.Context, *Message) error { return nil }).Execute(t.Context())
+				require.NoError(t, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out := logs.String()
+			assert.Equal(t, 1, strings.Count(out, "the queue does not exist on the broker"), out)
+			assert.Contains(t, out, "queue=ordres")
+			assert.NotContains(t, out, "queue=orders ")
+		})
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	out := logs.String()
-	assert.Equal(t, 1, strings.Count(out, "the queue does not exist on the broker"), out)
-	assert.Contains(t, out, "queue=ordres")
-	assert.NotContains(t, out, "queue=orders ")
+}
+
+// A settle with no failure forgets the counts of the messages it completed
+// (a message that failed once and then completed in a pop of its own).
+func TestFailureCounterForgetsCompleted(t *testing.T) {
+	fc := newFailureCounter(10)
+	m, other := &Message{PartitionID: "p", TransactionID: "a"}, &Message{PartitionID: "p", TransactionID: "b"}
+	fc.failed(m)
+	fc.failed(other)
+	fc.settled([]Settlement{{Message: m, Status: StatusCompleted}, {Message: other, Status: StatusRetry}})
+	assert.Equal(t, 0, fc.count(m))
+	assert.Equal(t, 1, fc.count(other), "a retry keeps the count")
+	assert.Equal(t, 1, fc.size())
 }
 
 type lockedWriter struct {
@@ -404,5 +425,21 @@ func TestConsumeHoldAcksOtherPartitionsAtOnce(t *testing.T) {
 		assert.Equal(t, "a", s[1][0].Message.PartitionID)
 		assert.Equal(t, StatusRetry, s[1][0].Status)
 		assert.Empty(t, f.left())
+	})
+}
+
+// Without RenewLease a hold ends by half the shorter of the pops' LeaseTime
+// and the queue's lease: a 0.15.1 broker ignores the pops' and leases for
+// the queue's time, so the longer one could outlast the real lease.
+func TestHoldForTakesTheShorterLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rule := retryRule{known: true, delay: time.Minute, lease: 30 * time.Second}
+		b := &batch{poppedAt: time.Now()}
+		long := &engine{cfg: engineConfig{lease: 10 * time.Minute}}
+		assert.Equal(t, 15*time.Second, long.holdFor(b, rule))
+		short := &engine{cfg: engineConfig{lease: 10 * time.Second}}
+		assert.Equal(t, 5*time.Second, short.holdFor(b, rule))
+		none := &engine{}
+		assert.Equal(t, 15*time.Second, none.holdFor(b, rule))
 	})
 }

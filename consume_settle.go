@@ -170,6 +170,8 @@ func (e *engine) settle(b *batch) {
 				}
 				e.holdFailed(b, rule)
 			}
+		} else {
+			e.failures.settled(chosen)
 		}
 	}
 	b.keeper.stop()
@@ -186,7 +188,10 @@ func (e *engine) settle(b *batch) {
 // the message, and its partition behind it, comes back no earlier than a
 // failed ack would have it. Its lease is held meanwhile (renewed under
 // RenewLease; without it, the hold ends by half the lease time after the
-// pop); a stop ends the hold at once.
+// pop: the shorter of the pops' LeaseTime and the queue's); a stop ends
+// the hold at once. A lease lost during the hold (which only a renewal can
+// tell) sends nothing: the held partition's messages come again, those
+// handled before its failure included.
 func (e *engine) holdFailed(b *batch, rule retryRule) {
 	d := e.holdFor(b, rule)
 	if d <= 0 || e.stopping() {
@@ -203,8 +208,10 @@ func (e *engine) holdFailed(b *batch, rule retryRule) {
 
 // holdFor is how long holdFailed holds b (0 or less: not at all).
 func (e *engine) holdFor(b *batch, rule retryRule) time.Duration {
+	// The shorter of the pops' LeaseTime and the queue's: a 0.15.1 broker
+	// ignores the pops' and leases for the queue's time.
 	d, lease := rule.delay, rule.lease
-	if e.cfg.lease > 0 {
+	if e.cfg.lease > 0 && (lease == 0 || e.cfg.lease < lease) {
 		lease = e.cfg.lease
 	}
 	if b.keeper == nil && lease > 0 {
