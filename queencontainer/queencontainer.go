@@ -559,8 +559,12 @@ func Start(ctx context.Context, opts ...Option) (*Container, error) {
 	c := &Container{Image: s.image, ID: ctr.GetContainerID(), ctr: ctr, removed: make(chan struct{})}
 	if p.hostNetwork {
 		c.URL, err = p.url()
-	} else {
-		c.URL, err = endpoint(startCtx, ctr)
+	} else if c.URL, err = endpoint(startCtx, ctr); err != nil {
+		// A container that exited at once has no published port: say
+		// that it stopped, which is the cause.
+		if st, serr := ctr.State(startCtx); serr == nil && !st.Running {
+			err = fmt.Errorf("the container stopped (status %s, exit code %d) before /health answered 200 (%v)", st.Status, st.ExitCode, err)
+		}
 	}
 	if err == nil {
 		err = waitHealthy(startCtx, ctr, c.URL)
