@@ -90,6 +90,43 @@ func TestFromEnv(t *testing.T) {
 	}
 }
 
+// TestPlanLabels: the package's label is always there, WithLabels adds to
+// it, and QUEEN_CONTAINER_RUN becomes the run label.
+func TestPlanLabels(t *testing.T) {
+	t.Setenv(RunEnv, "")
+	if p := planOf(t, FromEnv()); !reflect.DeepEqual(p.labels, map[string]string{Label: "true"}) {
+		t.Errorf("labels with no run = %v, want only %s=true", p.labels, Label)
+	}
+	t.Setenv(RunEnv, " ci-42 ")
+	p := planOf(t, FromEnv(), WithLabels(map[string]string{"team": "a"}), WithLabels(map[string]string{"team": "b"}))
+	want := map[string]string{Label: "true", RunLabel: "ci-42", "team": "b"}
+	if !reflect.DeepEqual(p.labels, want) {
+		t.Errorf("labels = %v\nwant %v", p.labels, want)
+	}
+	// An option after FromEnv wins, as for the image.
+	p = planOf(t, FromEnv(), WithLabels(map[string]string{RunLabel: "mine"}))
+	if p.labels[RunLabel] != "mine" {
+		t.Errorf("run label after WithLabels = %q, want mine", p.labels[RunLabel])
+	}
+}
+
+// TestWithLabelsRejects: an empty key, or the package's own label, is an
+// option error (reported by Start before it talks to any engine).
+func TestWithLabelsRejects(t *testing.T) {
+	for name, labels := range map[string]map[string]string{
+		"empty key":     {" ": "x"},
+		"package label": {Label: "false"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := settings{env: map[string]string{}}
+			WithLabels(labels)(&s)
+			if s.err == nil {
+				t.Fatalf("WithLabels(%v) was accepted", labels)
+			}
+		})
+	}
+}
+
 func TestIsLoopback(t *testing.T) {
 	for host, want := range map[string]bool{
 		"localhost": true, "LOCALHOST": true, "127.0.0.1": true, "127.1.2.3": true, "::1": true, "[::1]": true,

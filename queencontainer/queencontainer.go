@@ -40,14 +40,21 @@
 //
 // # Cleaning up, with or without the reaper
 //
-// Every container Start creates carries the label Label=true. Run removes
-// its container when the test ends (tb.Cleanup); Start removes it when its
-// ctx ends, or on Container.Terminate, whichever comes first. A process
-// killed before either leaves the container behind: testcontainers-go's
-// reaper (Ryuk, itself a container) removes such leftovers, and a CI job
-// without it can remove them by label:
+// Every container Start creates carries the label Label=true, and the
+// labels of WithLabels. Run removes its container when the test ends
+// (tb.Cleanup); Start removes it when its ctx ends, or on
+// Container.Terminate, whichever comes first. A process killed before
+// either leaves the container behind: testcontainers-go's reaper (Ryuk,
+// itself a container) removes such leftovers, and a CI job without it can
+// remove them by label. Label alone matches the containers of everyone who
+// uses this package on the engine, live tests of other runs included; so a
+// job that shares its engine gives its run an ID of its own in
+// QUEEN_CONTAINER_RUN (read by FromEnv, and so by Run: the label
+// RunLabel=<id>) and removes only that run's containers:
 //
-//	docker rm -f $(docker ps -aq --filter label=dev.queen-go.queencontainer=true)
+//	export QUEEN_CONTAINER_RUN=ci-$$-$(date +%s)
+//	go test ./...
+//	docker rm -f $(docker ps -aq --filter label=dev.queen-go.queencontainer.run=$QUEEN_CONTAINER_RUN)
 //
 // The reaper's image (testcontainers.ReaperDefaultImage) must be on the
 // engine or pullable; where it is not, Start fails with ErrNoReaper before
@@ -92,6 +99,12 @@ const Image015 = "smartnessai/queen-mq:0.15.1"
 // Label is the label (value "true") on every container Start creates.
 const Label = "dev.queen-go.queencontainer"
 
+// RunLabel is the label whose value names the run (a CI job, a developer's
+// test session) that started the container; FromEnv sets it from RunEnv.
+// It lets a run that shares its Docker engine with others find and remove
+// its own containers and no one else's.
+const RunLabel = "dev.queen-go.queencontainer.run"
+
 // Environment variables read by FromEnv, and so by Run. The QUEEN_PG_*
 // variables describe the broker's PostgreSQL (see Postgres); QUEEN_PG_HOST
 // turns them on.
@@ -102,6 +115,9 @@ const (
 	PGDatabaseEnv = "QUEEN_PG_DB"
 	PGUserEnv     = "QUEEN_PG_USER"
 	PGPasswordEnv = "QUEEN_PG_PASSWORD"
+	// RunEnv names the run the containers belong to: FromEnv labels them
+	// RunLabel=<its value>.
+	RunEnv = "QUEEN_CONTAINER_RUN"
 )
 
 // HTTPPort is the broker's HTTP port inside the container.
@@ -211,6 +227,7 @@ type settings struct {
 	image          string
 	imageChosen    bool // by WithImage (or FromEnv), rather than the default
 	env            map[string]string
+	labels         map[string]string // besides Label=true
 	pg             *Postgres
 	hostNetwork    bool
 	startupTimeout time.Duration
@@ -253,6 +270,29 @@ func WithImage(ref string) Option {
 // for the repository's queentest image).
 func WithEnv(key, value string) Option {
 	return func(s *settings) { s.env[key] = value }
+}
+
+// WithLabels adds labels to the container, besides Label=true (for
+// example RunLabel, to tell one run's containers from another's). A later
+// value of the same key wins. A label with an empty key, or with the key
+// Label, is an error of Start.
+func WithLabels(labels map[string]string) Option {
+	return func(s *settings) {
+		for k, v := range labels {
+			switch strings.TrimSpace(k) {
+			case "":
+				s.err = errors.New("queencontainer: WithLabels: empty label key")
+				return
+			case Label:
+				s.err = fmt.Errorf("queencontainer: WithLabels: %s is the package's own label, always true", Label)
+				return
+			}
+			if s.labels == nil {
+				s.labels = map[string]string{}
+			}
+			s.labels[k] = v
+		}
+	}
 }
 
 // WithPostgres gives the broker its database (a 0.15.1 broker stores
@@ -319,14 +359,19 @@ func WithCustomizer(c ...testcontainers.ContainerCustomizer) Option {
 	return func(s *settings) { s.customizers = append(s.customizers, c...) }
 }
 
-// FromEnv applies the environment: QUEEN_IMAGE as WithImage, and, when
-// QUEEN_PG_HOST is set, QUEEN_PG_HOST, QUEEN_PG_PORT, QUEEN_PG_DB,
-// QUEEN_PG_USER and QUEEN_PG_PASSWORD as WithPostgres. A QUEEN_PG_PORT that
-// is not a port number is an error of Start. Options after it win.
+// FromEnv applies the environment: QUEEN_IMAGE as WithImage, a non-empty
+// QUEEN_CONTAINER_RUN as WithLabels(map[string]string{RunLabel: its
+// value}), and, when QUEEN_PG_HOST is set, QUEEN_PG_HOST, QUEEN_PG_PORT,
+// QUEEN_PG_DB, QUEEN_PG_USER and QUEEN_PG_PASSWORD as WithPostgres. A
+// QUEEN_PG_PORT that is not a port number is an error of Start. Options
+// after it win.
 func FromEnv() Option {
 	return func(s *settings) {
 		if v := strings.TrimSpace(os.Getenv(ImageEnv)); v != "" {
 			WithImage(v)(s)
+		}
+		if v := strings.TrimSpace(os.Getenv(RunEnv)); v != "" {
+			WithLabels(map[string]string{RunLabel: v})(s)
 		}
 		host := strings.TrimSpace(os.Getenv(PGHostEnv))
 		if host == "" {
@@ -396,6 +441,7 @@ func dockerClient(ctx context.Context) (cli *testcontainers.DockerClient, err er
 // plan is what Start asks of the engine, computed from the settings.
 type plan struct {
 	env         map[string]string
+	labels      map[string]string
 	hostNetwork bool
 	extraHosts  []string
 }
@@ -403,7 +449,8 @@ type plan struct {
 // makePlan turns the settings into a plan; hostPort is the port the broker
 // gets in host networking.
 func (s *settings) makePlan(hostPort func() (int, error)) (plan, error) {
-	p := plan{env: maps.Clone(s.env), hostNetwork: s.hostNetwork}
+	p := plan{env: maps.Clone(s.env), hostNetwork: s.hostNetwork, labels: map[string]string{Label: "true"}}
+	maps.Copy(p.labels, s.labels)
 	if s.pg != nil {
 		pg := s.pg
 		host := strings.TrimSpace(pg.Host)
@@ -527,7 +574,7 @@ func Start(ctx context.Context, opts ...Option) (*Container, error) {
 
 	custom := []testcontainers.ContainerCustomizer{
 		testcontainers.WithEnv(p.env),
-		testcontainers.WithLabels(map[string]string{Label: "true"}),
+		testcontainers.WithLabels(p.labels),
 	}
 	if p.hostNetwork {
 		custom = append(custom, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
@@ -559,8 +606,12 @@ func Start(ctx context.Context, opts ...Option) (*Container, error) {
 	c := &Container{Image: s.image, ID: ctr.GetContainerID(), ctr: ctr, removed: make(chan struct{})}
 	if p.hostNetwork {
 		c.URL, err = p.url()
-	} else {
-		c.URL, err = endpoint(startCtx, ctr)
+	} else if c.URL, err = endpoint(startCtx, ctr); err != nil {
+		// A container that exited at once has no published port: say
+		// that it stopped, which is the cause.
+		if st, serr := ctr.State(startCtx); serr == nil && !st.Running {
+			err = fmt.Errorf("the container stopped (status %s, exit code %d) before /health answered 200 (%v)", st.Status, st.ExitCode, err)
+		}
 	}
 	if err == nil {
 		err = waitHealthy(startCtx, ctr, c.URL)
@@ -711,7 +762,7 @@ func removeQuietly(ctr *testcontainers.DockerContainer) {
 
 // Run starts a broker container for the test tb and removes it when the
 // test and its subtests end (tb.Cleanup). The environment applies first
-// (FromEnv: QUEEN_IMAGE, QUEEN_PG_*), then opts. It skips tb (tb.Skip, with
+// (FromEnv: QUEEN_IMAGE, QUEEN_CONTAINER_RUN, QUEEN_PG_*), then opts. It skips tb (tb.Skip, with
 // the reason) when no Docker engine answers, or when the image is
 // DefaultImage (nobody chose one) and it cannot be had; it fails tb
 // (tb.Fatal) on any other start error, the container's log included.

@@ -60,6 +60,8 @@ func TestBadOptionsFailBeforeDocker(t *testing.T) {
 	for name, opt := range map[string]queencontainer.Option{
 		"empty host": queencontainer.WithPostgres(queencontainer.Postgres{Port: 5432}),
 		"bad port":   queencontainer.WithPostgres(queencontainer.Postgres{Host: "db", Port: 70000}),
+		"label key":  queencontainer.WithLabels(map[string]string{"": "x"}),
+		"own label":  queencontainer.WithLabels(map[string]string{queencontainer.Label: "false"}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := queencontainer.Start(context.Background(), opt)
@@ -124,12 +126,46 @@ func TestRunLeavesNothing(t *testing.T) {
 		if got[0].Labels[queencontainer.Label] != "true" {
 			t.Errorf("container labels %v, want %s=true", got[0].Labels, queencontainer.Label)
 		}
+		if run := strings.TrimSpace(os.Getenv(queencontainer.RunEnv)); run != "" && got[0].Labels[queencontainer.RunLabel] != run {
+			t.Errorf("container labels %v, want %s=%s (from %s)", got[0].Labels, queencontainer.RunLabel, run, queencontainer.RunEnv)
+		}
 	})
 	if id == "" {
 		t.Skip("Run did not start a container (see the subtest)")
 	}
 	if left := mark.containers(t); len(left) > 0 {
 		t.Errorf("after Run's cleanup the engine still has %v", ids(left))
+	}
+}
+
+// TestRunLabelsItsRun: with QUEEN_CONTAINER_RUN set, the container Run
+// starts is found on the engine by the run's label and carries the
+// package's label as well; once the test's cleanup ran, the engine has no
+// container of that run.
+func TestRunLabelsItsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a container; skipped with -short")
+	}
+	mark := testMark(t) // a value no other run has
+	run := "test-" + mark.value
+	t.Setenv(queencontainer.RunEnv, run)
+	var id string
+	t.Run("run", func(t *testing.T) {
+		c := queencontainer.Run(t)
+		id = c.ID
+		got := mark.byLabel(t, queencontainer.RunLabel, run)
+		if len(got) != 1 || got[0].ID != id {
+			t.Fatalf("containers labelled %s=%s: %v, want just %s", queencontainer.RunLabel, run, ids(got), id)
+		}
+		if got[0].Labels[queencontainer.Label] != "true" {
+			t.Errorf("container labels %v, want %s=true besides the run's", got[0].Labels, queencontainer.Label)
+		}
+	})
+	if id == "" {
+		t.Skip("Run did not start a container (see the subtest)")
+	}
+	if left := mark.byLabel(t, queencontainer.RunLabel, run); len(left) > 0 {
+		t.Errorf("after Run's cleanup the engine still has %v of run %s", ids(left), run)
 	}
 }
 
@@ -353,9 +389,15 @@ func (m mark) option() queencontainer.Option {
 // containers lists every container (running or not) with the mark.
 func (m mark) containers(t *testing.T) []containerSummary {
 	t.Helper()
+	return m.byLabel(t, testLabel, m.value)
+}
+
+// byLabel lists every container (running or not) labelled key=value.
+func (m mark) byLabel(t *testing.T, key, value string) []containerSummary {
+	t.Helper()
 	res, err := m.cli.ContainerList(context.Background(), client.ContainerListOptions{
 		All:     true,
-		Filters: make(client.Filters).Add("label", testLabel+"="+m.value),
+		Filters: make(client.Filters).Add("label", key+"="+value),
 	})
 	if err != nil {
 		t.Fatalf("list containers: %v", err)
