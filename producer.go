@@ -174,7 +174,10 @@ func WithMaxInflight(n int) ProducerOption {
 // goroutine that settled the batch, in push order within a partition (for a
 // message refused at once, on the goroutine of Push, before Push returns);
 // it must be safe for concurrent use and not block for long, as the
-// partition's next batch waits for it.
+// partition's next batch is not sent before the callbacks of its previous
+// one have returned. A callback may call Push; a Push there that waits for
+// room waits for the other partitions' batches only (the callback's own
+// partition is held), so use WithFailWhenFull or a ctx that ends.
 func WithOnResult(f func(PushResult, error)) ProducerOption {
 	return func(c *producerConfig) { c.onResult = f }
 }
@@ -949,11 +952,10 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 			pp.err, pp.state = ferr, stateNotStored
 		}
 	}
-	ps.sending = nil
-	if e.cfg.delay > 0 {
-		ps.freed = time.Now()
+	f := e.cfg.onResult
+	if f == nil {
+		e.release(ps)
 	}
-	ps.wake() // its worker, if another worker's request carried the batch
 	n, size := 0, 0
 	for _, list := range [][]*PendingPush{batch, failed} {
 		for _, pp := range list {
@@ -968,7 +970,6 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 		e.room = nil
 	}
 	e.mu.Unlock()
-	f := e.cfg.onResult
 	for _, list := range [][]*PendingPush{batch, failed} {
 		for _, pp := range list {
 			close(pp.done)
@@ -977,4 +978,21 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 			}
 		}
 	}
+	if f != nil {
+		// The partition stayed busy (ps.sending set) while the callbacks
+		// ran without the lock: its next batch goes only now, so that its
+		// callbacks come after these ones.
+		e.mu.Lock()
+		e.release(ps)
+		e.mu.Unlock()
+	}
+}
+
+// release ends ps's batch on the wire: its next batch may go. e.mu is held.
+func (e *producer) release(ps *partState) {
+	ps.sending = nil
+	if e.cfg.delay > 0 {
+		ps.freed = time.Now()
+	}
+	ps.wake() // its worker, if another worker's request carried the batch
 }
