@@ -233,12 +233,13 @@ type ProducerError struct {
 	NotStored int
 	// Unknown counts the messages that may or may not have been stored.
 	Unknown int
-	// Err is the ctx's error when the ctx ended first, else the first
-	// message failure.
+	// Err is the ctx's error when the ctx ended first, else the error of
+	// the earliest pushed of the messages not stored (by the order their
+	// Push calls buffered them, across partitions).
 	Err error
 }
 
-// Error gives both counts and the first failure.
+// Error gives both counts and Err.
 func (e *ProducerError) Error() string {
 	return fmt.Sprintf("queen: producer: %d messages not stored, %d with outcome unknown: %v", e.NotStored, e.Unknown, e.Err)
 }
@@ -255,6 +256,7 @@ type PendingPush struct {
 	enc   []byte // item encoded as JSON
 	size  int
 	at    time.Time // when it was buffered (with a batch delay)
+	seq   uint64    // push order among the buffered messages
 	state pushState // guarded by the producer's mu
 }
 
@@ -326,9 +328,10 @@ type producer struct {
 	mu      sync.Mutex
 	parts   map[partKey]*partState
 	closed  bool
-	flushes int // Flush or Close calls under way: send without delay
-	count   int // messages held
-	bytes   int // their bytes
+	flushes int    // Flush or Close calls under way: send without delay
+	count   int    // messages held
+	seq     uint64 // the last buffered message's PendingPush.seq
+	bytes   int    // their bytes
 	waiters int
 	room    chan struct{} // closed when room frees, while waiters > 0
 }
@@ -545,6 +548,7 @@ func (e *producer) await(ctx context.Context, snap []*PendingPush) error {
 		}
 	}
 	var pe ProducerError
+	var first *PendingPush // the earliest pushed of the failures
 	e.mu.Lock()
 	for _, pp := range snap {
 		switch pp.state {
@@ -555,9 +559,12 @@ func (e *producer) await(ctx context.Context, snap []*PendingPush) error {
 		default:
 			continue
 		}
-		if pe.Err == nil {
-			pe.Err = pp.err
+		if first == nil || pp.seq < first.seq {
+			first = pp
 		}
+	}
+	if first != nil {
+		pe.Err = first.err
 	}
 	e.mu.Unlock()
 	if ctxErr != nil {
@@ -616,6 +623,8 @@ func (e *producer) admit(ctx context.Context, pp *PendingPush, k partKey) error 
 	}
 	e.count++
 	e.bytes += pp.size
+	e.seq++
+	pp.seq = e.seq
 	ps := e.parts[k]
 	if ps == nil {
 		ps = &partState{key: k, kick: make(chan struct{}, 1)}

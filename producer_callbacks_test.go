@@ -3,13 +3,16 @@ package queen_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/queen-go/queen"
 	"github.com/queen-go/queen/queentest"
@@ -110,5 +113,53 @@ func TestProducerCallbacksHoldTheNextBatch(t *testing.T) {
 	}
 	if n := pc.a.Load(); n != 3 {
 		t.Fatalf("%d messages of partition a sent, want 3", n)
+	}
+}
+
+// ProducerError.Err is the failure of the earliest pushed message, whatever
+// the order the producer holds its partitions in.
+func TestProducerErrorIsEarliest(t *testing.T) {
+	// A few rounds: a pick in the producer's map order would hit the
+	// earliest by chance 1 in 16 times each.
+	for round := range 4 {
+		earliestRound(t, round)
+	}
+}
+
+func earliestRound(t *testing.T, round int) {
+	t.Helper()
+	srv := queentest.Start(t)
+	c, err := queen.New(srv.URL, queen.WithRetryPolicy(queen.RetryPolicy{MaxAttempts: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	const parts = 16
+	p, err := c.Queue("earliest"+strconv.Itoa(round)).Producer(queen.WithBatchDelay(time.Hour), queen.WithMaxInflight(parts+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ctx := context.Background()
+	var pps []*queen.PendingPush
+	for i := range parts {
+		pps = append(pps, p.Partition("p"+strconv.Itoa(i)).Push(ctx, payload(i)))
+	}
+	// Flush sends each partition in a request of its own (a slot each,
+	// so none gathers another's), each refused with its own error value.
+	srv.FailNext(queentest.RoutePush, parts, 400, 0)
+	err = p.Flush(ctx)
+	var pe *queen.ProducerError
+	if !errors.As(err, &pe) || pe.NotStored != parts {
+		t.Fatalf("Flush: %v", err)
+	}
+	want := waitErr(pps[0])
+	for _, pp := range pps[1:] {
+		if waitErr(pp) == want {
+			t.Fatal("two requests failed with the same error value: the test cannot tell them apart")
+		}
+	}
+	if pe.Err != want {
+		t.Fatalf("round %d: ProducerError.Err is not the first pushed message's error", round)
 	}
 }
