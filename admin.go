@@ -770,7 +770,8 @@ type DLQListOptions struct {
 	// Partition keeps the messages of that partition.
 	Partition string
 	// From and To keep the messages that failed in [From, To); zero means
-	// unbounded.
+	// unbounded. With either set, an entry whose failure time the broker
+	// did not send (or sent unreadable) is left out.
 	From, To time.Time
 	// Limit is the page size; 0 means 100.
 	Limit int
@@ -915,8 +916,8 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		if opts.ConsumerGroup != "" && d.ConsumerGroup != "" && d.ConsumerGroup != opts.ConsumerGroup {
 			continue
 		}
-		if !d.FailedAt.IsZero() && ((!opts.From.IsZero() && d.FailedAt.Before(opts.From)) || (!opts.To.IsZero() && !d.FailedAt.Before(opts.To))) {
-			continue
+		if (!opts.From.IsZero() || !opts.To.IsZero()) && !inWindow(d.FailedAt, opts.From, opts.To) {
+			continue // with no (readable) failure time, a row cannot be shown to match
 		}
 		out.Messages = append(out.Messages, d)
 	}
@@ -931,6 +932,12 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		out.Messages = out.Messages[from:min(from+out.Limit, len(out.Messages))]
 	}
 	return out, nil
+}
+
+// inWindow reports whether t is known (not zero) and in [from, to), a zero
+// bound being open.
+func inWindow(t, from, to time.Time) bool {
+	return !t.IsZero() && (from.IsZero() || !t.Before(from)) && (to.IsZero() || t.Before(to))
 }
 
 // deadLetterFromWire reads one entry; legacy says it is a 0.15.1 one, whose
