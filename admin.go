@@ -426,18 +426,23 @@ type DeleteGroupResult struct {
 	ConsumerGroup string `json:"consumerGroup"`
 	// Queue is the queue of a one-queue deletion, "" for all queues.
 	Queue string `json:"queue,omitempty"`
-	// DeletedPartitions counts the partition cursors removed.
+	// DeletedPartitions counts the partition cursors removed (0 for a
+	// group or queue the broker does not know).
 	DeletedPartitions int `json:"deletedPartitions"`
 	// MetadataDeleted is true when the registration went too.
 	MetadataDeleted bool `json:"metadataDeleted"`
-	// Queues lists the queues the broker looked at.
+	// Queues lists the queues the broker looked at. A 2.x broker sends it;
+	// a 0.15.1 broker never does (nil there).
 	Queues []string `json:"queues,omitempty"`
 }
 
 // DeleteConsumerGroup removes the group's positions (and by default its
 // registration) on one queue or on all of them (DELETE
 // /api/v1/consumer-groups/{group}[/queues/{queue}]?deleteMetadata=). A
-// group that does not exist is not an error: DeletedPartitions is 0. An
+// group (or queue) that does not exist is not an error: DeletedPartitions
+// is 0. Both generations' answers are read: 2.x sends queueName (null for
+// all queues) and queues; 0.15.1 sends queueName only for a one-queue
+// deletion and never queues (Queue is then opts.Queue, Queues nil). An
 // empty name fails with ErrEmptyGroup before any request.
 func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts DeleteConsumerGroupOptions) (DeleteGroupResult, error) {
 	if err := checkName(groupName, group); err != nil {
