@@ -426,18 +426,23 @@ type DeleteGroupResult struct {
 	ConsumerGroup string `json:"consumerGroup"`
 	// Queue is the queue of a one-queue deletion, "" for all queues.
 	Queue string `json:"queue,omitempty"`
-	// DeletedPartitions counts the partition cursors removed.
+	// DeletedPartitions counts the partition cursors removed (0 for a
+	// group or queue the broker does not know).
 	DeletedPartitions int `json:"deletedPartitions"`
 	// MetadataDeleted is true when the registration went too.
 	MetadataDeleted bool `json:"metadataDeleted"`
-	// Queues lists the queues the broker looked at.
+	// Queues lists the queues the broker looked at. A 2.x broker sends it;
+	// a 0.15.1 broker never does (nil there).
 	Queues []string `json:"queues,omitempty"`
 }
 
 // DeleteConsumerGroup removes the group's positions (and by default its
 // registration) on one queue or on all of them (DELETE
 // /api/v1/consumer-groups/{group}[/queues/{queue}]?deleteMetadata=). A
-// group that does not exist is not an error: DeletedPartitions is 0. An
+// group (or queue) that does not exist is not an error: DeletedPartitions
+// is 0. Both generations' answers are read: 2.x sends queueName (null for
+// all queues) and queues; 0.15.1 sends queueName only for a one-queue
+// deletion and never queues (Queue is then opts.Queue, Queues nil). An
 // empty name fails with ErrEmptyGroup before any request.
 func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts DeleteConsumerGroupOptions) (DeleteGroupResult, error) {
 	if err := checkName(groupName, group); err != nil {
@@ -770,7 +775,8 @@ type DLQListOptions struct {
 	// Partition keeps the messages of that partition.
 	Partition string
 	// From and To keep the messages that failed in [From, To); zero means
-	// unbounded.
+	// unbounded. With either set, an entry whose failure time the broker
+	// did not send (or sent unreadable) is left out.
 	From, To time.Time
 	// Limit is the page size; 0 means 100.
 	Limit int
@@ -915,8 +921,8 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		if opts.ConsumerGroup != "" && d.ConsumerGroup != "" && d.ConsumerGroup != opts.ConsumerGroup {
 			continue
 		}
-		if !d.FailedAt.IsZero() && ((!opts.From.IsZero() && d.FailedAt.Before(opts.From)) || (!opts.To.IsZero() && !d.FailedAt.Before(opts.To))) {
-			continue
+		if (!opts.From.IsZero() || !opts.To.IsZero()) && !inWindow(d.FailedAt, opts.From, opts.To) {
+			continue // with no (readable) failure time, a row cannot be shown to match
 		}
 		out.Messages = append(out.Messages, d)
 	}
@@ -931,6 +937,12 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		out.Messages = out.Messages[from:min(from+out.Limit, len(out.Messages))]
 	}
 	return out, nil
+}
+
+// inWindow reports whether t is known (not zero) and in [from, to), a zero
+// bound being open.
+func inWindow(t, from, to time.Time) bool {
+	return !t.IsZero() && (from.IsZero() || !t.Before(from)) && (to.IsZero() || t.Before(to))
 }
 
 // deadLetterFromWire reads one entry; legacy says it is a 0.15.1 one, whose

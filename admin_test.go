@@ -408,6 +408,27 @@ func TestListDLQFiltersTheBrokerIgnored(t *testing.T) {
 	}
 }
 
+func TestListDLQTimeFilterDropsRowsWithoutFailedAt(t *testing.T) {
+	// A row with no failedAt, or one that cannot be read, cannot be shown
+	// to lie in the window: with From or To set it is left out; without
+	// them it is kept.
+	_, c := newWireStub(t, 200, `{"messages":[
+ {"id":"1","queue":"emails","transactionId":"no-time","data":1,"retryCount":0},
+ {"id":"2","queue":"emails","transactionId":"bad-time","data":1,"retryCount":0,"failedAt":"yesterday"},
+ {"id":"3","queue":"emails","transactionId":"in","data":1,"retryCount":0,"failedAt":"2026-10-02T10:00:00Z"}],"total":3}`)
+	from := time.Date(2026, 10, 2, 0, 0, 0, 0, time.UTC)
+	for _, opts := range []queen.DLQListOptions{{From: from}, {To: from.Add(24 * time.Hour)}, {From: from, To: from.Add(24 * time.Hour)}} {
+		page, err := c.Admin().ListDLQ(t.Context(), "emails", opts)
+		if err != nil || len(page.Messages) != 1 || page.Messages[0].TransactionID != "in" {
+			t.Fatalf("opts %+v: page = %+v, err = %v", opts, page, err)
+		}
+	}
+	page, err := c.Admin().ListDLQ(t.Context(), "emails", queen.DLQListOptions{})
+	if err != nil || len(page.Messages) != 3 {
+		t.Fatalf("no time filter: page = %+v, err = %v", page, err)
+	}
+}
+
 func TestListDLQBareArrayAndBadInput(t *testing.T) {
 	_, c := newWireStub(t, 200, `[{"id":"1","queue":"emails","transactionId":"t","data":{"a":1},"errorMessage":null,"retryCount":0,"failedAt":"2026-10-02T10:00:00Z"}]`)
 	page, err := c.Admin().ListDLQ(t.Context(), "emails", queen.DLQListOptions{})

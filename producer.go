@@ -174,7 +174,10 @@ func WithMaxInflight(n int) ProducerOption {
 // goroutine that settled the batch, in push order within a partition (for a
 // message refused at once, on the goroutine of Push, before Push returns);
 // it must be safe for concurrent use and not block for long, as the
-// partition's next batch waits for it.
+// partition's next batch is not sent before the callbacks of its previous
+// one have returned. A callback may call Push; a Push there that waits for
+// room waits for the other partitions' batches only (the callback's own
+// partition is held), so use WithFailWhenFull or a ctx that ends.
 func WithOnResult(f func(PushResult, error)) ProducerOption {
 	return func(c *producerConfig) { c.onResult = f }
 }
@@ -230,12 +233,13 @@ type ProducerError struct {
 	NotStored int
 	// Unknown counts the messages that may or may not have been stored.
 	Unknown int
-	// Err is the ctx's error when the ctx ended first, else the first
-	// message failure.
+	// Err is the ctx's error when the ctx ended first, else the error of
+	// the earliest pushed of the messages not stored (by the order their
+	// Push calls buffered them, across partitions).
 	Err error
 }
 
-// Error gives both counts and the first failure.
+// Error gives both counts and Err.
 func (e *ProducerError) Error() string {
 	return fmt.Sprintf("queen: producer: %d messages not stored, %d with outcome unknown: %v", e.NotStored, e.Unknown, e.Err)
 }
@@ -252,6 +256,7 @@ type PendingPush struct {
 	enc   []byte // item encoded as JSON
 	size  int
 	at    time.Time // when it was buffered (with a batch delay)
+	seq   uint64    // push order among the buffered messages
 	state pushState // guarded by the producer's mu
 }
 
@@ -323,9 +328,10 @@ type producer struct {
 	mu      sync.Mutex
 	parts   map[partKey]*partState
 	closed  bool
-	flushes int // Flush or Close calls under way: send without delay
-	count   int // messages held
-	bytes   int // their bytes
+	flushes int    // Flush or Close calls under way: send without delay
+	count   int    // messages held
+	seq     uint64 // the last buffered message's PendingPush.seq
+	bytes   int    // their bytes
 	waiters int
 	room    chan struct{} // closed when room frees, while waiters > 0
 }
@@ -542,6 +548,7 @@ func (e *producer) await(ctx context.Context, snap []*PendingPush) error {
 		}
 	}
 	var pe ProducerError
+	var first *PendingPush // the earliest pushed of the failures
 	e.mu.Lock()
 	for _, pp := range snap {
 		switch pp.state {
@@ -552,9 +559,12 @@ func (e *producer) await(ctx context.Context, snap []*PendingPush) error {
 		default:
 			continue
 		}
-		if pe.Err == nil {
-			pe.Err = pp.err
+		if first == nil || pp.seq < first.seq {
+			first = pp
 		}
+	}
+	if first != nil {
+		pe.Err = first.err
 	}
 	e.mu.Unlock()
 	if ctxErr != nil {
@@ -613,6 +623,8 @@ func (e *producer) admit(ctx context.Context, pp *PendingPush, k partKey) error 
 	}
 	e.count++
 	e.bytes += pp.size
+	e.seq++
+	pp.seq = e.seq
 	ps := e.parts[k]
 	if ps == nil {
 		ps = &partState{key: k, kick: make(chan struct{}, 1)}
@@ -949,11 +961,10 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 			pp.err, pp.state = ferr, stateNotStored
 		}
 	}
-	ps.sending = nil
-	if e.cfg.delay > 0 {
-		ps.freed = time.Now()
+	f := e.cfg.onResult
+	if f == nil {
+		e.release(ps)
 	}
-	ps.wake() // its worker, if another worker's request carried the batch
 	n, size := 0, 0
 	for _, list := range [][]*PendingPush{batch, failed} {
 		for _, pp := range list {
@@ -968,7 +979,6 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 		e.room = nil
 	}
 	e.mu.Unlock()
-	f := e.cfg.onResult
 	for _, list := range [][]*PendingPush{batch, failed} {
 		for _, pp := range list {
 			close(pp.done)
@@ -977,4 +987,21 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 			}
 		}
 	}
+	if f != nil {
+		// The partition stayed busy (ps.sending set) while the callbacks
+		// ran without the lock: its next batch goes only now, so that its
+		// callbacks come after these ones.
+		e.mu.Lock()
+		e.release(ps)
+		e.mu.Unlock()
+	}
+}
+
+// release ends ps's batch on the wire: its next batch may go. e.mu is held.
+func (e *producer) release(ps *partState) {
+	ps.sending = nil
+	if e.cfg.delay > 0 {
+		ps.freed = time.Now()
+	}
+	ps.wake() // its worker, if another worker's request carried the batch
 }

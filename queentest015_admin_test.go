@@ -272,3 +272,34 @@ func TestQueentest015AdminViews(t *testing.T) {
 		t.Fatalf("health = %+v, %v", h, err)
 	}
 }
+
+// DeleteConsumerGroup reads 0.15.1's answers: no queues list (Queues nil),
+// no queueName in the group-wide one, an unknown group deleting nothing,
+// and KeepMetadata sent as a deleteMetadata that broker reads.
+func TestQueentest015DeleteConsumerGroup(t *testing.T) {
+	_, c, _ := newBroker015(t)
+	ctx := t.Context()
+	for _, part := range []string{"p1", "p2"} {
+		mustPush(t, c, "cgq", part, 1)
+	}
+	mustPush(t, c, "cgq2", "p1", 1)
+	for _, q := range []string{"cgq", "cgq", "cgq2"} {
+		msgs, err := c.Queue(q).Group("g").SubscriptionMode(queen.SubscriptionModeAll).Batch(10).Wait(false).Pop(ctx)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("pop %s: %d, %v", q, len(msgs), err)
+		}
+	}
+	res, err := c.Admin().DeleteConsumerGroup(ctx, "g", queen.DeleteConsumerGroupOptions{Queue: "cgq", KeepMetadata: true})
+	want := queen.DeleteGroupResult{ConsumerGroup: "g", Queue: "cgq", DeletedPartitions: 2}
+	if err != nil || res.ConsumerGroup != want.ConsumerGroup || res.Queue != want.Queue || res.DeletedPartitions != 2 || res.MetadataDeleted || res.Queues != nil {
+		t.Fatalf("queue delete = %+v, %v; want %+v", res, err, want)
+	}
+	res, err = c.Admin().DeleteConsumerGroup(ctx, "g", queen.DeleteConsumerGroupOptions{})
+	if err != nil || res.ConsumerGroup != "g" || res.Queue != "" || res.DeletedPartitions != 1 || !res.MetadataDeleted || res.Queues != nil {
+		t.Fatalf("group delete = %+v, %v", res, err)
+	}
+	res, err = c.Admin().DeleteConsumerGroup(ctx, "ghost", queen.DeleteConsumerGroupOptions{Queue: "nowhere"})
+	if err != nil || res.ConsumerGroup != "ghost" || res.Queue != "nowhere" || res.DeletedPartitions != 0 || !res.MetadataDeleted {
+		t.Fatalf("unknown group = %+v, %v", res, err)
+	}
+}

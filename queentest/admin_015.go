@@ -354,3 +354,57 @@ func (s *Server) handleHealth015(w *recorder, _ *request) {
 		"queen": map[string]any{"worker_id": 1, "status": "active"},
 	})
 }
+
+// handleDeleteGroup015 is DELETE /api/v1/consumer-groups/{group}[/queues/{queue}]
+// on the 0.15.1 profile (delete_consumer_group_v1, and its _for_queue_v1
+// twin): the group's cursors on every queue (or on the one queue) go and,
+// unless deleteMetadata is given as something other than "true" or "1"
+// (absent means true; "false", "yes" or "TRUE" mean false), its
+// subscription rows too. Always 200 {success:true, consumerGroup,
+// deletedPartitions, metadataDeleted}, with queueName added by the queue
+// form; an unknown group or queue deletes nothing (deletedPartitions 0).
+// There is no queues list, and no queueName in the group-wide answer.
+func (s *Server) handleDeleteGroup015(w *recorder, req *request) {
+	group := req.params[0]
+	only := ""
+	if len(req.params) > 1 {
+		only = req.params[1]
+	}
+	deleteMeta := true
+	if v := req.query.Get("deleteMetadata"); v != "" {
+		deleteMeta = v == "true" || v == "1"
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	count := 0
+	for name, q := range b.queues {
+		if only != "" && name != only {
+			continue
+		}
+		for _, p := range q.parts {
+			if p.cursors[group] != nil {
+				delete(p.cursors, group)
+				count++
+			}
+		}
+	}
+	if deleteMeta {
+		for k := range b.groups {
+			if k.group == group && (only == "" || k.queue == only) {
+				delete(b.groups, k)
+			}
+		}
+		for k := range b.subs {
+			if k.group == group && (only == "" || k.queue == only) {
+				delete(b.subs, k)
+			}
+		}
+	}
+	b.bump()
+	out := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": count, "metadataDeleted": deleteMeta}
+	if len(req.params) > 1 {
+		out["queueName"] = only
+	}
+	w.json(http.StatusOK, out)
+}

@@ -386,9 +386,9 @@ func match(r *http.Request, gen *wire.Generation, legacy bool) (Route, handler, 
 	case is("GET", wire.RouteGroup):
 		return RouteGroups, by((*Server).handleGroupDetail, (*Server).handleGroupDetail015), params
 	case is("DELETE", wire.RouteGroup):
-		return RouteGroups, (*Server).handleDeleteGroup, params
+		return RouteGroups, by((*Server).handleDeleteGroup, (*Server).handleDeleteGroup015), params
 	case is("DELETE", wire.RouteGroupQueue):
-		return RouteGroups, (*Server).handleDeleteGroup, params
+		return RouteGroups, by((*Server).handleDeleteGroup, (*Server).handleDeleteGroup015), params
 	case is("POST", wire.RouteGroupSubscription):
 		return RouteGroups, (*Server).handleGroupSubscription, params
 	case is("GET", wire.RouteDLQ):
