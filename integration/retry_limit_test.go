@@ -123,3 +123,80 @@ func TestRetryLimitPerMessageThroughLoop(t *testing.T) {
 		}
 	}
 }
+
+// With a retryDelay the loop holds a failed message's partition for it
+// before giving the message back (the broker would hand a retry out again at
+// once): through the loop on any broker, 20 messages over 2 partitions, two
+// failing once and one always, retryLimit 1, retryDelay 200 ms. Counts, not
+// times: each once-failing message is delivered twice and completed, the
+// poison message twice and then dead-lettered, each other message once, and
+// within its partition every message is completed in push order.
+func TestRetryDelayHoldThroughLoop(t *testing.T) {
+	t.Parallel()
+	const perPart, retryLimit = 10, 1
+	c := newClient(t)
+	q := unique("retry-hold")
+	newQueue(t, c, q, queen.QueueConfig{
+		LeaseTime: queen.Ptr(30 * time.Second), RetryLimit: queen.Ptr(retryLimit),
+		RetryDelay: queen.Ptr(200 * time.Millisecond), DeadLetterQueue: queen.Ptr(true),
+	})
+	for _, part := range []string{"a", "b"} {
+		payloads := make([]any, perPart)
+		for i := range payloads {
+			payloads[i] = map[string]any{"p": part, "i": i}
+		}
+		push(t, c, q, part, payloads...)
+	}
+	onceA, onceB, poison := "a/3", "b/6", "b/8"
+	var mu sync.Mutex
+	deliveries := map[string]int{}
+	order := map[string][]int{}
+	handle := func(_ context.Context, m *queen.Message) error {
+		p, i := m.Data["p"].(string), int(m.Data["i"].(float64))
+		k := fmt.Sprintf("%s/%d", p, i)
+		mu.Lock()
+		defer mu.Unlock()
+		deliveries[k]++
+		switch {
+		case k == poison:
+			return errors.New("poison")
+		case (k == onceA || k == onceB) && deliveries[k] == 1:
+			return errors.New("fails once")
+		}
+		order[p] = append(order[p], i)
+		return nil
+	}
+	calls := 2*perPart + 2 + retryLimit
+	ctx, cancel := context.WithTimeout(context.Background(), 2*scenarioTimeout)
+	defer cancel()
+	if err := c.Queue(q).Each().Batch(10).Concurrency(2).Limit(calls).Consume(ctx, handle).Execute(ctx); err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, part := range []string{"a", "b"} {
+		for i := range perPart {
+			k := fmt.Sprintf("%s/%d", part, i)
+			want := 1
+			if k == onceA || k == onceB || k == poison {
+				want = 2
+			}
+			if deliveries[k] != want {
+				t.Errorf("%s delivered %d times, want %d", k, deliveries[k], want)
+			}
+		}
+	}
+	if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; fmt.Sprint(order["a"]) != fmt.Sprint(want) {
+		t.Errorf("partition a completed %v, want %v", order["a"], want)
+	}
+	if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 9}; fmt.Sprint(order["b"]) != fmt.Sprint(want) {
+		t.Errorf("partition b completed %v, want %v (8 dead-lettered)", order["b"], want)
+	}
+	page, err := c.Admin().ListDLQ(testCtx(t), q, queen.DLQListOptions{Limit: 100})
+	if err != nil {
+		t.Fatalf("ListDLQ: %v", err)
+	}
+	if len(page.Messages) != 1 {
+		t.Fatalf("dead letters %+v, want only %s", page.Messages, poison)
+	}
+}
