@@ -1,6 +1,7 @@
 package queentest
 
 import (
+	"github.com/queen-go/queen/internal/wire"
 	"math"
 	"net/http"
 	"sort"
@@ -182,16 +183,6 @@ func (s *Server) handleListGroups015(w *recorder, _ *request) {
 	w.sendSP015(rows)
 }
 
-type groupPartition015 struct {
-	Partition      string  `json:"partition"`
-	WorkerID       *string `json:"workerId"`
-	LastConsumedAt *string `json:"lastConsumedAt"`
-	TotalConsumed  int64   `json:"totalConsumed"`
-	OffsetLag      int64   `json:"offsetLag"`
-	TimeLagSeconds int64   `json:"timeLagSeconds"`
-	LeaseActive    bool    `json:"leaseActive"`
-}
-
 // handleGroupDetail015 is GET /api/v1/consumer-groups/{group} on the 0.15.1
 // profile: {queue: {partitions: [...]}} over the group's partition_consumers
 // rows, partitions by name; no conflation or kind. offsetLag counts the
@@ -207,18 +198,18 @@ func (s *Server) handleGroupDetail015(w *recorder, req *request) {
 	defer b.mu.Unlock()
 	now := b.now()
 	type queueDetail struct {
-		Partitions []groupPartition015 `json:"partitions"`
+		Partitions []wire.GroupPartitionDetail `json:"partitions"`
 	}
 	out := map[string]queueDetail{}
 	for _, qn := range b.queueNames() {
-		var parts []groupPartition015
+		var parts []wire.GroupPartitionDetail
 		for _, p := range b.queues[qn].parts {
 			c := p.cursors[group]
 			if c == nil {
 				continue
 			}
 			n, oldest := b.unread015(p, group, c)
-			r := groupPartition015{Partition: p.name, TotalConsumed: c.totalConsumed, OffsetLag: n,
+			r := wire.GroupPartitionDetail{Partition: p.name, TotalConsumed: c.totalConsumed, OffsetLag: n,
 				LeaseActive: c.liveLease(now) != nil}
 			if c.lease != nil {
 				id := c.lease.id
@@ -229,7 +220,7 @@ func (s *Server) handleGroupDetail015(w *recorder, req *request) {
 				r.LastConsumedAt = &t
 			}
 			if oldest != nil {
-				r.TimeLagSeconds = ageSeconds(now, oldest.createdAt)
+				r.TimeLagSeconds = float64(ageSeconds(now, oldest.createdAt)) // whole seconds, as the broker sends them
 			}
 			parts = append(parts, r)
 		}
