@@ -40,6 +40,7 @@ type envCfg struct {
 	spy       bool
 	retry     queen.RetryPolicy
 	profile   queentest.Profile
+	hooks     []queen.Hook
 }
 
 // withFakeClock gives the broker a FakeClock (env.clock).
@@ -62,6 +63,9 @@ func withSpy() envOpt { return func(c *envCfg) { c.spy = true } }
 func withProfile(p queentest.Profile) envOpt { return func(c *envCfg) { c.profile = p } }
 
 func withRetry(p queen.RetryPolicy) envOpt { return func(c *envCfg) { c.retry = p } }
+
+// withHooks gives the client hooks.
+func withHooks(h ...queen.Hook) envOpt { return func(c *envCfg) { c.hooks = append(c.hooks, h...) } }
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
@@ -88,7 +92,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 		target = e.spy.URL
 	}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := queen.New(target, queen.WithLogger(log), queen.WithRetryPolicy(cfg.retry))
+	c, err := queen.New(target, queen.WithLogger(log), queen.WithRetryPolicy(cfg.retry), queen.WithHooks(cfg.hooks...))
 	if err != nil {
 		t.Fatal(err)
 	}

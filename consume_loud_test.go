@@ -190,7 +190,8 @@ func TestConsumePanicNamesTheMessage(t *testing.T) {
 // broker's clock is a FakeClock: the test advances it in steps shorter
 // than the renewal's extension (3 s) after each renewal.
 func TestConsumeRenewLeaseCrashedWorker(t *testing.T) {
-	e := newEnv(t, withFakeClock(), withQueueConfig(func(q *queentest.QueueConfig) { q.LeaseTime = 3 }))
+	renewed := &renewCount{}
+	e := newEnv(t, withFakeClock(), withQueueConfig(func(q *queentest.QueueConfig) { q.LeaseTime = 3 }), withHooks(renewed))
 	e.pushN("q", "p", 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -210,8 +211,10 @@ func TestConsumeRenewLeaseCrashedWorker(t *testing.T) {
 	<-started
 	// Alive: a slow handler keeps its lease over 10 s of broker time.
 	for range 5 {
-		n := e.srv.Requests(queentest.RouteRenew)
-		waitFor(t, "a renewal", func() bool { return e.srv.Requests(queentest.RouteRenew) > n })
+		// The renewal's answer (RenewHook), not its arrival at the broker:
+		// the clock moves only after the broker applied it.
+		n := renewed.n.Load()
+		waitFor(t, "a renewal", func() bool { return renewed.n.Load() > n })
 		e.clock.Advance(2 * time.Second)
 		if e.srv.LeasedCount("q", "g") != 1 {
 			t.Fatal("the live handler lost its lease")
@@ -233,5 +236,14 @@ func TestConsumeRenewLeaseCrashedWorker(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Execute did not return")
+	}
+}
+
+// renewCount counts the renewals the broker answered.
+type renewCount struct{ n atomic.Int64 }
+
+func (r *renewCount) OnRenew(_ context.Context, e queen.RenewEvent) {
+	if e.Err == nil {
+		r.n.Add(1)
 	}
 }
