@@ -90,6 +90,13 @@ var ErrGroupNotFound = errors.New("queen: consumer group not found")
 // a 0.15.1 broker answers 200 {"error":"Queue not found"}.
 var ErrQueueNotFound = errors.New("queen: queue not found")
 
+// unknownQueue says whether be is a broker's answer to a queue view that
+// it has no such queue: 2.x answers 404 with a JSON body (a 404 page is a
+// missing route), 0.15.1 200 {"error":"Queue not found"}.
+func unknownQueue(be *BrokerError) bool {
+	return be.Status == http.StatusNotFound && json.Valid(be.Body) || strings.Contains(strings.ToLower(be.Message), "queue not found")
+}
+
 // SeekResult is the broker's report of a seek.
 type SeekResult struct {
 	// ConsumerGroup and Queue echo the request.
@@ -600,7 +607,7 @@ func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) 
 	var row wire.QueueRow
 	if _, err := a.c.doObject(ctx, call{method: http.MethodGet, path: path}, &row); err != nil {
 		var be *BrokerError
-		if errors.As(err, &be) && (be.Status == http.StatusNotFound && json.Valid(be.Body) || strings.Contains(strings.ToLower(be.Message), "queue not found")) {
+		if errors.As(err, &be) && unknownQueue(be) {
 			return QueueDetail{}, fmt.Errorf("%w: %q: %w", ErrQueueNotFound, name, err)
 		}
 		return QueueDetail{}, err

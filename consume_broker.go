@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/queen-go/queen/internal/wire"
@@ -106,7 +105,7 @@ func (b *clientBroker) retryRule(ctx context.Context, failed *Message) (retryRul
 	var row wire.QueueRow
 	_, err := b.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueue.Path(b.queue), attempts: 1}, &row)
 	// 2.x answers 404; 0.15.1 answers 200 {"error":"Queue not found"}.
-	if be, ok := errors.AsType[*BrokerError](err); ok && (be.Status == http.StatusNotFound || strings.Contains(strings.ToLower(be.Message), "queue not found")) {
+	if be, ok := errors.AsType[*BrokerError](err); ok && unknownQueue(be) {
 		return retryRule{}, fmt.Errorf("%w: %s: %w", errQueueUnknown, b.queue, err)
 	}
 	if err != nil {
