@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,39 +21,43 @@ import (
 )
 
 // BenchmarkProducer is a web service's push path: 64 goroutines, each
-// pushing one message per call and waiting for its result, to one queue.
-// It pushes b.N messages with each of
+// pushing one message per call, to one queue. It pushes b.N messages with
+// each side below, in rounds of at least 10,000 messages per side (up to
+// 10 rounds, the order of the sides turning from round to round), each side
+// on a queue of its own created before the clock starts, and checks
+// (untimed) that every message of every side was stored once.
 //
-//	producer  a Producer (default options): Push(ctx, msg).Wait(ctx)
-//	push      the unbatched client.Queue(q).Push(msg).Execute(ctx)
-//	bare100   bare net/http, 4 goroutines each sending 100 messages per
-//	          request (what the producer is to approach), only against a
-//	          real broker (QUEEN_URL set)
+//	producer       a Producer (default options); each goroutine pushes and
+//	               goes on (Push returns at once), keeping the PendingPush;
+//	               timed until every message has its outcome (each one
+//	               checked). The messages go to 4 partitions (message i to
+//	               p<i%4>)
+//	producer-1p    the same, all to the Default partition
+//	producer-16p   the same, over 16 partitions
+//	producer-wait  each goroutine waits for its message's result before
+//	               its next push (Push(ctx, msg).Wait(ctx)), 4 partitions
+//	push           the unbatched client.Queue(q).Push(msg).Execute(ctx)
 //
-// in up to 10 rounds of all sides (the order turning), and reports the
-// msgs/s of each side over all rounds and, as the median of the rounds'
-// ratios, ratio (producer to push) and bare-ratio (producer to bare100).
-// Every message of every side is checked stored.
+// and, against a real broker only (QUEEN_URL set), bare net/http loops with
+// no client cost:
 //
-// Against a real broker it also runs, each with its ratio to bare100
-// (<side>-bare-ratio):
+//	bare100   4 goroutines, 100 messages per request: what the producer is
+//	          to approach
+//	bare64x1  1 goroutine, 64 messages per request: 64 callers that each
+//	          wait for their result, on one partition
+//	bare16x4  4 goroutines, 16 messages per request: 64 outstanding
+//	          messages, no order kept
 //
-//	producer-delay1ms  producer with WithBatchDelay(time.Millisecond)
-//	producer-4p        producer, the messages spread over 4 partitions
-//	producer-nowait    64 goroutines that push without waiting for each
-//	                   result (fire and forget), timed until every
-//	                   message is settled
-//	producer-nowait-4p the same, over 4 partitions
-//	bare64x1           bare net/http, 1 goroutine sending 64 messages per
-//	                   request: the most one partition (one batch on the
-//	                   wire) can carry for 64 callers that wait
-//	bare16x4           bare net/http, 4 goroutines sending 16 per request:
-//	                   64 outstanding messages without the order rule
+// QUEEN_BENCH_SIDES, a comma-separated list of side names, runs only those
+// (a ratio whose sides did not run is not reported).
 //
-// With QUEEN_URL unset it runs against queentest in the same process.
+// It reports each side's msgs/s over all rounds, and, as medians of the
+// rounds' paired ratios: ratio (producer to push), <side>-ratio (another
+// side to push), and against a real broker bare-ratio (producer to
+// bare100) and <side>-bare-ratio.
 //
 //	go test -run '^$' -bench BenchmarkProducer -benchtime 20000x .
-//	QUEEN_URL=http://127.0.0.1:6632 go test -run '^$' -bench BenchmarkProducer -benchtime 6400x .
+//	QUEEN_URL=http://127.0.0.1:6632 go test -run '^$' -bench BenchmarkProducer -benchtime 50000x .
 func BenchmarkProducer(b *testing.B) {
 	url := os.Getenv("QUEEN_URL")
 	if url == "" {
@@ -68,72 +74,78 @@ func BenchmarkProducer(b *testing.B) {
 	real := os.Getenv("QUEEN_URL") != ""
 
 	const workers = 64
-	rounds := min(10, max(1, b.N/(10*workers)))
-	sides := []string{"producer", "push"}
-	if real {
-		sides = append(sides, "bare100", "producer-delay1ms", "producer-4p", "producer-nowait",
-			"producer-nowait-4p", "bare64x1", "bare16x4")
+	type side struct {
+		name string
+		run  func(q string, n int) time.Duration
 	}
+	sides := []side{
+		{"producer", func(q string, n int) time.Duration { return benchProducerNoWait(b, c, q, workers, n, 4) }},
+		{"producer-1p", func(q string, n int) time.Duration { return benchProducerNoWait(b, c, q, workers, n, 1) }},
+		{"producer-16p", func(q string, n int) time.Duration { return benchProducerNoWait(b, c, q, workers, n, 16) }},
+		{"producer-wait", func(q string, n int) time.Duration { return benchProducer(b, c, q, workers, n, 4) }},
+		{"push", func(q string, n int) time.Duration { return benchPush(b, c, q, workers, n) }},
+	}
+	if real {
+		sides = append(sides,
+			side{"bare100", func(q string, n int) time.Duration { return benchBare(b, hc, url, q, 4, 100, n) }},
+			side{"bare64x1", func(q string, n int) time.Duration { return benchBare(b, hc, url, q, 1, 64, n) }},
+			side{"bare16x4", func(q string, n int) time.Duration { return benchBare(b, hc, url, q, 4, 16, n) }})
+	}
+	if only := os.Getenv("QUEEN_BENCH_SIDES"); only != "" {
+		keep := strings.Split(only, ",")
+		sides = slices.DeleteFunc(sides, func(s side) bool { return !slices.Contains(keep, s.name) })
+	}
+	rounds := min(10, max(1, b.N/10000))
 	total := map[string]time.Duration{}
-	var ratios []float64
-	bareRatios := map[string][]float64{}
+	ratios := map[string][]float64{}
 	seq := time.Now().UnixNano()
 	b.ResetTimer()
 	for r := range rounds {
 		n := b.N/rounds + btoi(r < b.N%rounds)
 		took := map[string]time.Duration{}
 		for i := range sides {
-			side := sides[(i+r)%len(sides)]
+			s := sides[(i+r)%len(sides)]
 			seq++
-			q := fmt.Sprintf("bench-producer-%s-%d", side, seq)
-			var d time.Duration
-			switch side {
-			case "producer":
-				d = benchProducer(b, c, q, workers, n, 1)
-			case "producer-4p":
-				d = benchProducer(b, c, q, workers, n, 4)
-			case "producer-delay1ms":
-				d = benchProducer(b, c, q, workers, n, 1, queen.WithBatchDelay(time.Millisecond))
-			case "producer-nowait":
-				d = benchProducerNoWait(b, c, q, workers, n, 1)
-			case "producer-nowait-4p":
-				d = benchProducerNoWait(b, c, q, workers, n, 4)
-			case "push":
-				d = benchPush(b, c, q, workers, n)
-			case "bare100":
-				d = benchBare(b, hc, url, q, 4, 100, n)
-			case "bare64x1":
-				d = benchBare(b, hc, url, q, 1, 64, n)
-			case "bare16x4":
-				d = benchBare(b, hc, url, q, 4, 16, n)
-			}
-			took[side] = d
-			total[side] += d
+			q := fmt.Sprintf("bench-producer-%s-%d", s.name, seq)
+			b.StopTimer()
+			benchCreateQueue(b, c, q)
+			b.StartTimer()
+			d := s.run(q, n)
+			took[s.name] = d
+			total[s.name] += d
 			b.StopTimer()
 			benchCheckStored(b, c, q, n)
 			b.StartTimer()
 		}
-		ratios = append(ratios, took["push"].Seconds()/took["producer"].Seconds())
-		if real {
-			for _, s := range sides {
-				if s != "bare100" && s != "push" {
-					bareRatios[s] = append(bareRatios[s], took["bare100"].Seconds()/took[s].Seconds())
+		for _, s := range sides {
+			for _, base := range []string{"push", "bare100"} {
+				if s.name != base && took[base] > 0 {
+					ratios[s.name+"/"+base] = append(ratios[s.name+"/"+base], took[base].Seconds()/took[s.name].Seconds())
 				}
 			}
 		}
 	}
 	b.StopTimer()
 	for _, s := range sides {
-		b.ReportMetric(float64(b.N)/total[s].Seconds(), s+"-msgs/s")
-	}
-	b.ReportMetric(median(ratios), "ratio")
-	if real {
-		b.ReportMetric(median(bareRatios["producer"]), "bare-ratio")
-		for _, s := range sides {
-			if s != "bare100" && s != "push" && s != "producer" {
-				b.ReportMetric(median(bareRatios[s]), s+"-bare-ratio")
+		b.ReportMetric(float64(b.N)/total[s.name].Seconds(), s.name+"-msgs/s")
+		for base, unit := range map[string]string{"push": "ratio", "bare100": "bare-ratio"} {
+			rs := ratios[s.name+"/"+base]
+			if len(rs) == 0 {
+				continue
 			}
+			if s.name != "producer" {
+				unit = s.name + "-" + unit
+			}
+			b.ReportMetric(median(rs), unit)
 		}
+	}
+}
+
+// benchCreateQueue creates q (untimed), so that no side pays for the
+// creation of its queue in its first push.
+func benchCreateQueue(b *testing.B, c *queen.Client, q string) {
+	if _, err := c.Queue(q).Create().Execute(context.Background()); err != nil {
+		b.Fatal(err)
 	}
 }
 
