@@ -213,9 +213,11 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 // transaction id), sends retry (charged nothing) while the message has
 // failures left, after holding its pop for retryDelay (a retry comes back
 // at once; the pop's other partitions are acked meanwhile, in one request
-// more; the hold keeps the lease and the handler's slot, renewed under
-// RenewLease, else at most half the lease time after the pop, and ends at
-// once on a stop), and sends
+// more; the hold keeps the lease, renewed under RenewLease, else at most
+// half the lease time after the pop, and ends at once on a stop, its ack
+// then sent with the stop's; it occupies no handler, so other partitions
+// are handled meanwhile, but the held pop counts against what the loop
+// holds until its ack, at most 2×Concurrency pops in all), and sends
 // dlq with the error's text at the failure that passes the limit. Where the
 // promise ends:
 //   - the counts live in one Execute: after a restart, or in another

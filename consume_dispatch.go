@@ -31,6 +31,7 @@ type batch struct {
 	cancel   context.CancelCauseFunc // of ctx
 	keeper   *leaseKeeper            // nil without RenewLease
 	left     atomic.Int32            // groups not done
+	held     *heldAcks               // the ack held for retryDelay (settle), nil: none
 
 	// one is the group of a pop that makes one group (a batch handler's
 	// pop, a pop of one partition), kept in the batch to spare allocating

@@ -18,8 +18,9 @@ import (
 //     group per partition at a time, in order;
 //   - the handler calls (consume_handle.go): a group's messages through
 //     the handler, and each message's outcome;
-//   - settler (consume_settle.go): the pops not yet settled, and those
-//     held back after a stop until no pop of the loop is parked;
+//   - settler (consume_settle.go): the pops not yet settled, those whose
+//     failed partitions wait for the queue's retryDelay, and those held
+//     back after a stop until no pop of the loop is parked;
 //   - failureCounter (consume_failures.go): each message's failures
 //     against the queue's RetryLimit;
 //   - leaseKeeper (consume_lease.go): one per pop under RenewLease;
@@ -29,7 +30,9 @@ import (
 // The parts share e.mu: a method documented "(e.mu held)" is called with
 // it held. Concurrency fetchers send pops when a handler is free for one,
 // Concurrency workers handle the groups whose partition is free, and the
-// goroutine that ends a pop's last group settles the pop. A fetcher
+// goroutine that ends a pop's last group settles the pop; a pop whose
+// failed partitions wait for the queue's retryDelay waits on a goroutine
+// of its own (holdFailed), so that the wait occupies no handler. A fetcher
 // handles the first group of its own pop itself: a pop of one partition
 // goes from answer to ack on one goroutine (fetch, dispatch, handle,
 // settle). Each goroutine takes its next task with next; who has nothing
@@ -238,7 +241,8 @@ func (e *engine) takeWork() (task, bool) {
 
 // inHand is what the loop holds past the pops' answers (e.mu held):
 // groups waiting or running, pops being settled. With the pops in flight,
-// it is held below Concurrency.
+// it is held below Concurrency. The pops held for retryDelay are not in it
+// (they occupy no handler); takePop bounds them.
 func (e *engine) inHand() int { return e.sched.held() + e.settler.settling }
 
 // changed wakes who waits for a task and may now have one (e.mu held),

@@ -443,3 +443,136 @@ func TestHoldForTakesTheShorterLease(t *testing.T) {
 		assert.Equal(t, 15*time.Second, none.holdFor(b, rule))
 	})
 }
+
+// A pop held for retryDelay occupies no handler: with Concurrency(1), the
+// messages of another partition, pushed when the first one failed and so
+// popped later, are handled during the hold, long before retryDelay. The
+// held partition stays leased meanwhile (its lease renewed under
+// RenewLease), so nothing of it comes again; a stop ends the hold at once
+// and sends its retry ack.
+func TestConsumeHoldFreesTheHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour}
+		f.add("a", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var mu sync.Mutex
+		var handled []string
+		bDone := make(chan struct{})
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true, slots: 1, renewEvery: time.Second, renewSecs: 3}, 0,
+			func(_ context.Context, m *Message) error {
+				mu.Lock()
+				handled = append(handled, m.TransactionID)
+				mu.Unlock()
+				switch m.TransactionID {
+				case "a/0":
+					f.add("b", 2) // b comes in a later pop
+					return errors.New("fails")
+				case "b/0":
+					time.Sleep(5 * time.Second) // a's hold goes on meanwhile
+				case "b/1":
+					close(bDone)
+				}
+				return nil
+			})
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- e.run() }()
+		<-bDone
+		synctest.Wait() // b's ack is sent
+		assert.Less(t, time.Since(start), time.Minute, "b waited for a's hold (retryDelay 1 h)")
+		require.Len(t, f.settles(), 1, "only b is acked during a's hold")
+		assert.Equal(t, []string{"b/0:completed", "b/1:completed"}, statuses(f.settles()))
+		f.mu.Lock()
+		aLease, renewed := f.leased["a"], f.renews["L1"]
+		f.mu.Unlock()
+		assert.Equal(t, "L1", aLease, "a's partition is not leased by its pop during the hold")
+		assert.GreaterOrEqual(t, renewed, 4, "a's lease is not renewed during the hold")
+
+		stopAt := time.Now()
+		cancel()
+		require.NoError(t, <-done)
+		assert.Less(t, time.Since(stopAt), time.Second, "the stop did not end the hold at once")
+		assert.Equal(t, []string{"b/0:completed", "b/1:completed", "a/0:retry"}, statuses(f.settles()))
+		assert.Equal(t, []string{"a/0"}, f.left(), "a/0 is given back")
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []string{"a/0", "b/0", "b/1"}, handled, "a came again during its hold")
+	})
+}
+
+// A held pop is not settled: it still counts against the pops the loop
+// may hold (at most twice Concurrency in all, held ones included), so a
+// queue whose every partition fails does not pile up held pops. With
+// Concurrency(1), a and b are held, c is not popped until a hold ends.
+func TestConsumeHeldPopsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.maxPart = 1 // a pop per partition
+		f.rule = &retryRule{known: true, limit: 5, delay: time.Hour}
+		for _, p := range []string{"a", "b", "c"} {
+			f.add(p, 1)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var mu sync.Mutex
+		var handled []string
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true, slots: 1}, 0,
+			func(_ context.Context, m *Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				handled = append(handled, m.TransactionID)
+				return errors.New("fails")
+			})
+		done := make(chan error, 1)
+		go func() { done <- e.run() }()
+		time.Sleep(time.Minute) // well within the holds
+		synctest.Wait()
+		f.mu.Lock()
+		pops := len(f.pops)
+		f.mu.Unlock()
+		assert.Equal(t, 2, pops, "the loop popped while it held 2×Concurrency pops")
+		mu.Lock()
+		assert.Equal(t, []string{"a/0", "b/0"}, handled)
+		mu.Unlock()
+		assert.Empty(t, f.settles(), "a hold ended before retryDelay")
+		cancel()
+		require.NoError(t, <-done)
+		assert.ElementsMatch(t, []string{"a/0:retry", "b/0:retry"}, statuses(f.settles()), "the stop sends both held acks, in either order")
+		assert.Equal(t, []string{"a/0", "b/0", "c/0"}, f.left())
+	})
+}
+
+// A lease lost during a hold (told by a renewal) ends the hold and sends
+// nothing for the held partition, at once and at the stop, and the loop
+// goes on.
+func TestConsumeHoldLeaseLostSendsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour}
+		f.add("a", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e, logs := testEngine(t, ctx, f, engineConfig{each: true, slots: 1, renewEvery: time.Second, renewSecs: 3}, 0,
+			func(_ context.Context, m *Message) error {
+				f.mu.Lock()
+				f.lost[m.LeaseID] = true // the next renewal says so
+				f.mu.Unlock()
+				return errors.New("fails")
+			})
+		done := make(chan error, 1)
+		go func() { done <- e.run() }()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		assert.Contains(t, logs.String(), "lease lost while handling")
+		assert.Empty(t, f.settles(), "an ack went for a lost lease")
+		f.mu.Lock()
+		renewed := f.renews["L1"]
+		f.mu.Unlock()
+		assert.Equal(t, 1, renewed, "the renewals went on after the lease was lost")
+		cancel()
+		require.NoError(t, <-done)
+		assert.Empty(t, f.settles(), "an ack went for a lost lease at the stop")
+	})
+}

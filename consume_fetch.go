@@ -11,13 +11,17 @@ import (
 // The fetcher: what decides when a pop goes, how big it is, and whether
 // it waits. A fetcher goroutine of the loop (consume_engine.go) sends a pop
 // when a handler is free for it (fewer pops in flight, groups waiting or
-// running and pops being settled than slots), when no pause runs (after an
-// empty answer or a failure), and when the Limit has some left; answered
+// running and pops being settled than slots), while fewer pops are in
+// flight or not yet settled than twice the slots (which bounds the pops
+// held for retryDelay, which occupy no handler: takePop), when no pause
+// runs (after an empty answer or a failure), and when the Limit has some
+// left; answered
 // takes the answer (a popDone) for the pacing, and an answer with messages
 // goes on to the scheduler (dispatch, consume_dispatch.go).
 //
 // A pop waits for messages (a long poll, unless Wait(false)) when the loop
-// holds nothing else. While it holds other pops (being handled or settled,
+// holds nothing else (a pop held for retryDelay does not count: its ack is
+// that delay away). While it holds other pops (being handled or settled,
 // or in flight while pops bring messages), a pop does not wait: the
 // partitions it finds leased may be the loop's own, freed by its next ack
 // (or by the ack of a pop still on its way), and a broker re-checks a
@@ -199,9 +203,14 @@ func (f *fetcher) landed(full bool) {
 // takePop gives a fetcher a pop to send, if one may go (e.mu held): only
 // for a free handler (pops in flight, groups waiting and running and pops
 // being settled stay below Concurrency, which bounds what the loop holds
-// to Concurrency pops), after any pause, within the Limit.
+// to Concurrency pops), and while the pops in flight and not yet settled,
+// those held for retryDelay included (holdFailed), stay below twice
+// Concurrency: a held pop occupies no handler, but it is not settled, and
+// so the loop holds at most 2×Concurrency pops however many of them wait
+// for retryDelay (without a hold, the first bound is the one that binds);
+// after any pause, within the Limit.
 func (e *engine) takePop() (task, bool) {
-	if e.life.phase != running {
+	if e.life.phase != running || e.fetcher.inflight+e.settler.busy >= 2*e.cfg.slots {
 		return task{}, false
 	}
 	return e.fetcher.take(time.Now(), e.inHand(), e.cfg.slots, e.cfg.want)

@@ -125,3 +125,50 @@ func TestConsumeHandlerGoexitSideBySide(t *testing.T) {
 	e.srv.Close()
 	goleak.VerifyNone(t, before)
 }
+
+// A stop during a hold for retryDelay (3_600_000 ms here), with
+// Concurrency(1) and a later pop of another partition handled during the
+// hold: the hold ends at once, the held message is given back (its retry
+// ack sent), nothing stays leased and no goroutine of the loop is left.
+func TestConsumeStopDuringHoldLeavesNoGoroutine(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }))
+	e.pushN("q", "a", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var rec recorder
+	err := execute(t, ctx, func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(5).Partitions(1).RenewLease(true, 5).Each().
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				switch rec.add(key(m)); key(m) {
+				case "a/0": // b comes in a later pop, handled during a's hold
+					_, err := e.c.Queue("q").Partition("b").Push(
+						map[string]any{"p": "b", "i": 0}, map[string]any{"p": "b", "i": 1}).Execute(hctx)
+					if err != nil {
+						return fmt.Errorf("push b: %w", err)
+					}
+					return errors.New("fails")
+				case "b/1":
+					cancel() // the stop, during a's hold
+				}
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(rec.get(), ","), "a/0,b/0,b/1"; got != want {
+		t.Fatalf("handled %s, want %s", got, want)
+	}
+	// a's held retry ack went (nothing leased, a/0 back at once), b's
+	// completions too (b is gone).
+	if n := e.srv.LeasedCount("q", ""); n != 0 {
+		t.Fatalf("%d still leased after Execute returned", n)
+	}
+	if left := e.peek("q", ""); len(left) != 1 || key(left[0]) != "a/0" {
+		t.Fatalf("given back %v, want a/0 alone, at once", keys(left))
+	}
+	_ = e.c.Close(context.Background())
+	e.srv.Close()
+	goleak.VerifyNone(t, before)
+}

@@ -24,12 +24,15 @@ import (
 const settleTimeout = 15 * time.Second // how long a failing ack is sent again
 
 // settler holds the pops not yet settled (e.mu held for every method):
-// busy counts them from their answer until their ack; after a stop, a pop
-// whose groups are all done waits in pending until no pop of the loop is
-// parked at the broker (quiet), and is then settled by the next free
-// worker (settling).
+// busy counts them from their answer until their ack; a pop whose failed
+// partitions wait for the queue's retryDelay is held (holding) on a
+// goroutine of its own, not a handler's (holdFailed); after a stop, a pop
+// whose groups are all done (or whose hold the stop ended) waits in
+// pending until no pop of the loop is parked at the broker (quiet), and is
+// then settled by the next free worker (settling).
 type settler struct {
 	busy     int      // pops not yet settled
+	holding  int      // pops held for retryDelay (holdFailed)
 	pending  []*batch // pops to settle once quiet (after a stop)
 	settling int      // pops taken from pending and being settled
 }
@@ -60,19 +63,23 @@ func (s *settler) done(late bool) {
 	s.busy--
 }
 
-// idle says whether no pop is held or being settled after a stop.
-func (s *settler) idle() bool { return s.settling == 0 && len(s.pending) == 0 }
+// idle says whether no pop is held for retryDelay, waits for quiet or is
+// being settled after a stop.
+func (s *settler) idle() bool { return s.settling == 0 && len(s.pending) == 0 && s.holding == 0 }
 
 // groupDone takes a group back from its goroutine. The goroutine that
 // ends a pop's last group settles the pop at once (while the loop runs;
 // after a stop, the pop waits for quiet: consume_stop.go), before the
-// group's partition is free again.
+// group's partition is free again. A pop that settle holds for retryDelay
+// goes on on a goroutine of its own (holdFailed), and this one is free for
+// the next task.
 func (e *engine) groupDone(g *group) {
 	b := g.b
 	last := b.left.Add(-1) == 0
 	now := last && !g.goexit && !e.stopping()
+	held := false
 	if now {
-		e.settle(b)
+		held = e.settle(b)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -84,6 +91,9 @@ func (e *engine) groupDone(g *group) {
 		e.startSlot(false) // in the place of the worker that ended: the stop path needs workers
 	}
 	switch {
+	case held:
+		e.settler.holding++
+		e.life.spawn(func() { e.holdFailed(b) })
 	case now:
 		e.settledLocked(b, false)
 	case last:
@@ -145,30 +155,47 @@ func (b *batch) lost() bool {
 	return false
 }
 
+// heldAcks is the part of a pop's ack that waits for the queue's
+// retryDelay (settle, holdFailed): the partitions with a failure given
+// back as retry, the outcomes chosen and the statuses sent side by side.
+type heldAcks struct {
+	chosen, sent []Settlement
+	d            time.Duration // how long the hold lasts
+}
+
 // settle ends a pop: its outcomes become the statuses sent (the loop's
-// own failure count, consume_failures.go), a partition with a failure
-// given back waits for the queue's retryDelay (holdFailed) while the pop's
-// other partitions are acked at once (one request more), the renewals
-// stop, and its batch ack goes out on a ctx of its own (never a cancelled
-// one). It runs on the worker that ended the pop's last group, or after a
+// own failure count, consume_failures.go), the renewals stop, and its
+// batch ack goes out on a ctx of its own (never a cancelled one). While
+// the loop runs, a partition with a failure given back waits for the
+// queue's retryDelay: settle then acks the pop's other partitions at once
+// (one request more), keeps the rest in b.held and says held, and the pop
+// is not settled yet: holdFailed waits out the delay on a goroutine of
+// its own and calls settle again for the rest. settle runs on the
+// goroutine that ended the pop's last group, on the hold's, or after a
 // stop on the next free worker.
-func (e *engine) settle(b *batch) {
+func (e *engine) settle(b *batch) (held bool) {
 	var chosen, sent []Settlement
-	if !b.lost() {
+	switch {
+	case b.held != nil: // the rest of a held pop, after its hold
+		chosen, sent = b.held.chosen, b.held.sent
+	case !b.lost():
 		chosen = b.outcomes()
 		sent = chosen
 		if i := slices.IndexFunc(chosen, func(s Settlement) bool { return s.Status == StatusFailed }); i >= 0 {
 			rule := e.readRule(chosen[i].Message)
 			var retried bool
-			if sent, retried = e.failures.apply(rule, chosen); retried && e.holdFor(b, rule) > 0 {
-				// The partitions with no failure held back are acked now
-				// (a lease is held per partition), the rest after the hold.
-				var nowC, nowS []Settlement
-				chosen, sent, nowC, nowS = splitHeld(chosen, sent)
-				if len(nowS) > 0 {
-					e.sendAcks(b, nowC, nowS)
+			if sent, retried = e.failures.apply(rule, chosen); retried && !e.stopping() {
+				if d := e.holdFor(b, rule); d > 0 {
+					// The partitions with no failure held back are acked now
+					// (a lease is held per partition), the rest after the hold.
+					var nowC, nowS []Settlement
+					chosen, sent, nowC, nowS = splitHeld(chosen, sent)
+					if len(nowS) > 0 {
+						e.sendAcks(b, nowC, nowS)
+					}
+					b.held = &heldAcks{chosen: chosen, sent: sent, d: d}
+					return true
 				}
-				e.holdFailed(b, rule)
 			}
 		} else {
 			e.failures.settled(chosen)
@@ -181,29 +208,51 @@ func (e *engine) settle(b *batch) {
 	} else if len(sent) > 0 {
 		e.sendAcks(b, chosen, sent)
 	}
+	return false
 }
 
 // holdFailed keeps a pop whose failed message goes back with retry (which
 // the broker gives out again at once) for the queue's retryDelay, so that
 // the message, and its partition behind it, comes back no earlier than a
-// failed ack would have it. Its lease is held meanwhile (renewed under
-// RenewLease; without it, the hold ends by half the lease time after the
-// pop: the shorter of the pops' LeaseTime and the queue's); a stop ends
-// the hold at once. A lease lost during the hold (which only a renewal can
-// tell) sends nothing: the held partition's messages come again, those
-// handled before its failure included.
-func (e *engine) holdFailed(b *batch, rule retryRule) {
-	d := e.holdFor(b, rule)
-	if d <= 0 || e.stopping() {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
+// failed ack would have it, and then sends the held partitions' ack
+// (settle). It runs on a goroutine of its own, which groupDone starts
+// with lifecycle.spawn (run waits for it), so the hold occupies no
+// handler: other partitions are handled meanwhile. The pop counts as not settled until
+// its ack (settler.busy: the fetcher's bound, the Limit, IdleMillis). Its
+// lease is held meanwhile, so no other consumer gets the partition
+// (renewed under RenewLease; without it, the hold ends by half the lease
+// time after the pop: the shorter of the pops' LeaseTime and the
+// queue's). A stop ends the hold at once: the pop then waits for quiet
+// with the other acks of the stop (settler.hold) and a worker sends its
+// ack. A lease lost during the hold (which only a renewal can tell) sends
+// nothing: the held partition's messages come again, those handled
+// before its failure included.
+func (e *engine) holdFailed(b *batch) {
+	t := time.NewTimer(b.held.d)
 	select {
 	case <-t.C:
 	case <-e.life.stopCh:
 	case <-b.ctx.Done(): // the lease is lost
 	}
+	t.Stop()
+	e.mu.Lock()
+	if e.stopping() {
+		if e.life.phase == running {
+			e.stopLocked(nil) // a ctx that ended: as next does
+		}
+		e.settler.holding--
+		e.settler.hold(b)
+		e.changed()
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	e.settle(b)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settler.holding--
+	e.settledLocked(b, false)
+	e.changed()
 }
 
 // holdFor is how long holdFailed holds b (0 or less: not at all).

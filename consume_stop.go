@@ -11,7 +11,9 @@ import (
 //
 //   - running: pops go out for free handlers; groups start as workers and
 //     their partitions free up; each pop is settled by the goroutine that
-//     ends its last group. A stop (stopLocked: a ctx ended, the Limit is
+//     ends its last group, or, when its failed partitions wait for the
+//     queue's retryDelay, by a goroutine of its own after the wait
+//     (holdFailed). A stop (stopLocked: a ctx ended, the Limit is
 //     reached, IdleMillis passed, a pop was refused for good, or a handler
 //     ended its goroutine) leads to draining.
 //   - draining: no pop and no group starts again. Groups waiting for a
@@ -19,10 +21,11 @@ import (
 //     answerOnItsWay for an answer already on its way (its messages are
 //     then given back, not left leased), and are then abandoned. Handlers
 //     running go on for the grace period; then their ctx is cancelled.
-//     Batch acks wait until no pop of the loop is parked at the broker
+//     A wait for retryDelay ends at once. Batch acks (a held pop's
+//     included) wait until no pop of the loop is parked at the broker
 //     (quiet): a parked long poll would be handed the messages given back,
 //     and lose them with it. When no pop is in flight, no handler runs and
-//     every pop is settled, done.
+//     every pop is settled (none held), done.
 //   - done: the workers end (the fetchers ended at the stop); Execute
 //     returns nil after a ctx, Limit or idle stop, the error after a
 //     refusal or a Goexit. No goroutine is left.

@@ -224,7 +224,10 @@ func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 // are sized (the autopilot may give one pop every ready partition), the
 // partitions of a pop are handled side by side by free handlers; a new pop
 // is sent only for a free handler, so at most n pops are in flight or being
-// handled. Each pop is still settled with one batch ack. n must be at
+// handled. A pop held for the queue's RetryDelay after a failure (see
+// ConsumeBuilder.OnError) occupies no handler but is not settled yet: with
+// such pops the loop holds at most 2n pops, and pops no more until a hold
+// ends. Each pop is still settled with one batch ack. n must be at
 // least 1, else the consume loop fails with ErrInvalidOption.
 func (b *QueueBuilder) Concurrency(n int) *QueueBuilder {
 	b.concurrency, b.concurrencySet = n, true
