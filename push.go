@@ -232,7 +232,7 @@ func decodePushAnswer(status int, body []byte, items []wire.PushItem) ([]PushRes
 		return nil, nil, objectForResults(status, wire.RoutePush.Path(), body, "push")
 	}
 	var out []wire.PushResult
-	if err := json.Unmarshal(body, &out); err != nil {
+	if err := readWire(body, &out, func() { out = nil }); err != nil {
 		return nil, nil, fail("undecodable push answer: " + err.Error())
 	}
 	if len(out) != len(items) {

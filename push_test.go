@@ -1,14 +1,18 @@
 package queen
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/queen-go/queen/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -268,6 +272,43 @@ func TestPushAnswerErrors(t *testing.T) {
 			assert.Equal(t, tt.code, be.Code)
 			assert.Contains(t, be.Message, tt.msg)
 			assert.False(t, errors.Is(err, ErrInvalidArgument))
+		})
+	}
+}
+
+// The push answers of both generations' captures, and bodies with
+// duplicate names or invalid UTF-8, decode as encoding/json reads them.
+func TestDecodePushAnswerReadsWhatEncodingJSONReads(t *testing.T) {
+	bodies := map[string][]byte{
+		"duplicate name": []byte(`[{"index":0,"status":"error","status":"queued","transaction_id":"t"}]`),
+		"invalid UTF-8":  []byte("[{\"index\":0,\"status\":\"queued\",\"transaction_id\":\"t\",\"error\":\"a\xffb\"}]"),
+	}
+	for _, dir := range []string{"testdata/broker-0.15.1", "testdata/broker-2.x"} {
+		files, err := filepath.Glob(filepath.Join(dir, "push_*.json"))
+		require.NoError(t, err)
+		for _, f := range files {
+			body, err := os.ReadFile(f)
+			require.NoError(t, err)
+			if bytes.HasPrefix(bytes.TrimSpace(body), []byte("[")) {
+				bodies[f] = body
+			}
+		}
+	}
+	require.Greater(t, len(bodies), 5, "the captures' push answers")
+	for name, body := range bodies {
+		t.Run(name, func(t *testing.T) {
+			var want []wire.PushResult
+			require.NoError(t, json.Unmarshal(body, &want))
+			var got []wire.PushResult
+			require.NoError(t, readWire(body, &got, func() { got = nil }))
+			assert.Equal(t, want, got)
+			items := make([]wire.PushItem, len(want))
+			res, _, _ := decodePushAnswer(201, body, items)
+			require.Len(t, res, len(want))
+			for i, r := range res {
+				assert.Equal(t, want[i].MessageID, r.MessageID)
+				assert.Equal(t, want[i].PartitionID, r.PartitionID)
+			}
 		})
 	}
 }
