@@ -173,12 +173,14 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	if partition != "" {
 		path = wire.RouteSeekPartition.Path(group, queue, partition)
 	}
-	// The 2.x broker sends "updated":true where wire.SeekResponse has an
-	// int: the shallower field shadows it, so either decodes.
+	// A 0.15.1 per-partition seek answers {consumerGroup, queueName,
+	// partitionName, success, updated (a bool: whether the group had a
+	// cursor there), cursorMovedTo} with no seekToEnd or partitionsUpdated:
+	// it always moves to the end.
 	var out struct {
 		wire.SeekResponse
-		Updated json.RawMessage `json:"updated,omitempty"`
-		Success *bool           `json:"success"`
+		CursorMovedTo json.RawMessage `json:"cursorMovedTo"`
+		Success       *bool           `json:"success"`
 	}
 	resp, err := a.c.doJSON(ctx, call{method: http.MethodPost, path: path, body: body}, &out)
 	if err != nil {
@@ -196,6 +198,14 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	}
 	if out.PartitionName != nil && *out.PartitionName != "" {
 		res.Partition = *out.PartitionName
+	}
+	if partition != "" && out.CursorMovedTo != nil {
+		// The 0.15.1 shape: moved to the end; updated says whether the
+		// group's one cursor there moved.
+		res.ToEnd, out.SeekToEnd = true, true
+		if res.PartitionsUpdated == 0 && out.Updated != nil && *out.Updated {
+			res.PartitionsUpdated = 1
+		}
 	}
 	switch {
 	case asked != "" && !out.SeekToEnd:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,41 @@ func TestSeekPartition(t *testing.T) {
 	res, err = c.Admin().SeekPartition(t.Context(), "g", "q", "p", queen.SeekConsumerGroupOptions{Timestamp: "2026-01-01T00:00:00Z", CreateIfMissing: true})
 	if !errors.Is(err, queen.ErrNotSupported) || !res.ToEnd {
 		t.Fatalf("err = %v, res = %+v; want ErrNotSupported with the result", err, res)
+	}
+}
+
+// A real 0.15.1 broker answers a partition seek with updated (a bool) and
+// cursorMovedTo, never seekToEnd or partitionsUpdated.
+func TestSeekPartition015(t *testing.T) {
+	body := func(name string) string {
+		b, err := os.ReadFile("testdata/broker-0.15.1/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, tt := range []struct {
+		file    string
+		opts    queen.SeekConsumerGroupOptions
+		updated int
+		notSupp bool
+	}{
+		{"seek_partition.json", queen.SeekConsumerGroupOptions{ToEnd: true}, 1, false},
+		{"seek_partition_no_cursor.json", queen.SeekConsumerGroupOptions{ToEnd: true}, 0, false},
+		{"seek_partition.json", queen.SeekConsumerGroupOptions{Timestamp: "2026-01-01T00:00:00Z"}, 1, true},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			_, c := newWireStub(t, 200, body(tt.file))
+			tt.opts.CreateIfMissing = true
+			res, err := c.Admin().SeekPartition(t.Context(), "g", "q", "p", tt.opts)
+			if got := errors.Is(err, queen.ErrNotSupported); got != tt.notSupp || (err != nil && !tt.notSupp) {
+				t.Fatalf("err = %v, want ErrNotSupported %v", err, tt.notSupp)
+			}
+			want := queen.SeekResult{ConsumerGroup: "g", Queue: "q", Partition: "p", ToEnd: true, PartitionsUpdated: tt.updated}
+			if res != want {
+				t.Fatalf("result = %+v, want %+v", res, want)
+			}
+		})
 	}
 }
 

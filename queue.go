@@ -377,5 +377,7 @@ func (d *DeleteBuilder) Execute(ctx context.Context) (DeleteResult, error) {
 		// A broker error answered with HTTP 200 (0.15.1).
 		return DeleteResult{}, resp.refusal(http.MethodDelete, path, out.Error)
 	}
-	return DeleteResult{Deleted: out.Deleted, Existed: out.Existed}, nil
+	// A 0.15.1 broker answers deleted:true for a queue it did not have
+	// (existed:false): nothing was removed.
+	return DeleteResult{Deleted: out.Deleted && out.Existed, Existed: out.Existed}, nil
 }

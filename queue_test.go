@@ -194,6 +194,9 @@ func TestDelete(t *testing.T) {
 	}{
 		{"existed", "broker-2.x/delete_existed.json", DeleteResult{Deleted: true, Existed: true}},
 		{"did not exist: not an error", "broker-2.x/delete_missing.json", DeleteResult{}},
+		{"0.15.1 existed", "broker-0.15.1/delete_existed.json", DeleteResult{Deleted: true, Existed: true}},
+		// 0.15.1 says deleted:true for a queue it did not have.
+		{"0.15.1 did not exist: nothing deleted", "broker-0.15.1/delete_missing.json", DeleteResult{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

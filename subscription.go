@@ -302,8 +302,12 @@ func (r *popRequest) values(withSub, legacy bool, n int, nowait bool) (string, e
 
 // popAnswered records what a pop's answer tells about the broker: the
 // group is registered, and whether the broker sizes pops. It warns of a
-// claim answered without messages, the mark of a 0.15.1 broker that moved
-// the group's cursor (PROTOCOL.md §16).
+// claim answered without messages to a pop that sent a start point other
+// than "all", the mark of a 0.15.1 broker that moved the group's cursor
+// (PROTOCOL.md §16). A 0.15.1 broker also claims, with no messages, a
+// pinned partition that has nothing left to read (queue mode or a group,
+// with or without a start point): that is not warned of unless the pop
+// sent such a start point, since only those move a cursor.
 func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
 	if k, ok := r.key(); ok && withSub {
 		c.mem.remember(k)
@@ -315,7 +319,7 @@ func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
 				"batch", LegacyBatch, "path", r.path)
 		}
 	}
-	if len(res.messages) == 0 && res.leaseID != "" {
+	if len(res.messages) == 0 && res.leaseID != "" && withSub && r.hasSubscription() && r.query.SubscriptionMode != string(SubscriptionModeAll) {
 		c.log.Warn("queen: the broker claimed a partition and answered no messages; on a 0.15.1 broker this means it moved the group's cursor past them",
 			"queue", r.queue, "group", r.query.ConsumerGroup, "partition", res.partition, "leaseId", res.leaseID)
 	}

@@ -219,17 +219,57 @@ func TestAutopilotBrokerKeepsSizing(t *testing.T) {
 	assert.False(t, reqs[1].Query.Has("batch"), reqs[1].RawQuery)
 }
 
-// A pop answered with a claim and no messages (0.15.1 moved the cursor)
-// is logged at Warn with the partition.
+// A pop with subscriptionMode=new answered with a claim and no messages
+// (0.15.1 moved the cursor) is logged at Warn with the partition.
 func TestEmptyClaimIsWarned(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	_, c := newRecorderOpts(t, []Option{WithLogger(log)}, ok200(t, "broker-0.15.1/pop_group_new_first_pop_empty.json"))
-	msgs, err := c.Queue("t4").Group("G2").Pop(context.Background())
+	msgs, err := c.Queue("t4").Group("G2").SubscriptionMode(SubscriptionModeNew).Pop(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, msgs)
 	assert.Contains(t, buf.String(), "level=WARN")
 	assert.Contains(t, buf.String(), "partition=pA")
+}
+
+// A real 0.15.1 broker answers a pinned pop of a partition with nothing
+// left (queue mode, or a group's pop with no start point or "all") with a
+// claim and no messages; nothing moved, and nothing is warned of.
+func TestEmptyClaimOfADrainedPartitionIsNotWarned(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		pops []func(*Client) *QueueBuilder
+	}{
+		{"queue mode", []func(*Client) *QueueBuilder{func(c *Client) *QueueBuilder { return c.Queue("orders").Partition("a") }}},
+		{"group, mode all", []func(*Client) *QueueBuilder{func(c *Client) *QueueBuilder {
+			return c.Queue("orders").Partition("a").Group("g").SubscriptionMode(SubscriptionModeAll)
+		}}},
+		{"registered group", []func(*Client) *QueueBuilder{
+			func(c *Client) *QueueBuilder {
+				return c.Queue("orders").Partition("a").Group("g").SubscriptionMode(SubscriptionModeAll)
+			},
+			func(c *Client) *QueueBuilder { return c.Queue("orders").Partition("a").Group("g") },
+			func(c *Client) *QueueBuilder {
+				return c.Queue("orders").Partition("a").Group("g").SubscriptionMode(SubscriptionModeNew)
+			},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			answers := make([]answer, len(tt.pops))
+			for i := range answers {
+				answers[i] = ok200(t, "broker-0.15.1/pop_pinned_drained.json")
+			}
+			_, c := newRecorderOpts(t, []Option{WithLogger(log)}, answers...)
+			for _, qb := range tt.pops {
+				msgs, err := qb(c).Wait(false).Pop(context.Background())
+				require.NoError(t, err)
+				assert.Empty(t, msgs)
+			}
+			assert.Empty(t, buf.String())
+		})
+	}
 }
 
 // errors.Is reaches the lookup's cause through the wrapping.

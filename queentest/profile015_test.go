@@ -197,8 +197,9 @@ func TestBroker015Statuses(t *testing.T) {
 		{"GET", "/api/v1/nope"}, {"POST", "/api/v1/fetch"}, {"GET", "/api/v1/pop?namespace=ns"},
 		{"GET", "/api/v1/resources/queues/t1/depth"}, {"DELETE", "/api/v1/dlq?queue=t1"},
 	} {
-		st, _, raw := h.do(r.method, r.path, `{"entries":[]}`)
+		st, hdr, raw := h.do(r.method, r.path, `{"entries":[]}`)
 		assert.Equalf(t, http.StatusNotFound, st, "%s %s", r.method, r.path)
+		assert.Emptyf(t, hdr.Values("Content-Type"), "%s %s: the real broker sends no Content-Type on its 404 page", r.method, r.path)
 		assert.Containsf(t, string(raw), "<h1>File Not Found</h1>", "%s %s", r.method, r.path)
 	}
 

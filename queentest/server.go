@@ -605,10 +605,12 @@ func tooLong015(s string) bool { return utf8.RuneCountInString(s) > colLimit015 
 // errTooLong015 is PostgreSQL's refusal of such a value.
 const errTooLong015 = "value too long for type character varying(255)"
 
-// handleNotFound015 answers an unknown route as 0.15.1's uWebSockets does.
+// handleNotFound015 answers an unknown route as 0.15.1's uWebSockets does:
+// a 404 HTML page with no Content-Type header (a nil value keeps net/http
+// from sniffing one).
 func (s *Server) handleNotFound015(w *recorder, _ *request) {
 	w.body.Reset()
-	w.header.Set("Content-Type", "text/html; charset=utf-8")
+	w.header["Content-Type"] = nil
 	w.status = http.StatusNotFound
 	w.body.WriteString("<html><body><h1>File Not Found</h1><hr><i>uWebSockets/20 Server</i></body></html>")
 }

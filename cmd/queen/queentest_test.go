@@ -62,3 +62,36 @@ func TestScriptAgainstQueentest(t *testing.T) {
 		t.Fatalf("seek of a missing queue: %q", r.stderr)
 	}
 }
+
+// Against the 0.15.1 profile (which answers as a real 0.15.1 broker does):
+// a partition seek reports the one cursor it moved to the end, a partition
+// seek to a time is refused with what the broker did instead, and deleting
+// a queue that does not exist says nothing was deleted, in JSON too (the
+// broker answers deleted:true, existed:false there).
+func TestScriptAgainstQueentest015(t *testing.T) {
+	srv := queentest.Start(t, queentest.WithProfile(queentest.Profile015))
+	env := map[string]string{"QUEEN_URL": srv.URL}
+	sh := func(code int, stdin string, args ...string) result {
+		t.Helper()
+		return runEnv(t, env, stdin, args...).want(t, code)
+	}
+	sh(exitOK, "{\"n\":1}\n{\"n\":2}\n", "push", "orders", "--partition", "p1")
+	sh(exitOK, "", "pop", "orders", "--group", "audit", "--partition", "p1", "--subscription-mode", "all", "--batch", "1", "--ack")
+	r := sh(exitOK, "", "seek", "audit", "orders", "--partition", "p1", "--to-end")
+	if r.stdout != "audit on orders/p1: 1 partitions moved to the end\n" {
+		t.Fatalf("partition seek: %q", r.stdout)
+	}
+	r = sh(exitFail, "", "seek", "audit", "orders", "--partition", "p1", "--time", "1h")
+	if !strings.Contains(r.stderr, "not supported") || !strings.Contains(r.stderr, `moved partition "p1" to its end`) {
+		t.Fatalf("partition seek to a time: %q", r.stderr)
+	}
+	r = sh(exitOK, "", "queues", "delete", "nope")
+	if r.stdout != "no queue nope: nothing deleted\n" {
+		t.Fatalf("delete of a missing queue: %q", r.stdout)
+	}
+	r = sh(exitOK, "", "--json", "queues", "delete", "nope")
+	var del struct{ Deleted, Existed *bool }
+	if err := json.Unmarshal([]byte(r.stdout), &del); err != nil || del.Deleted == nil || *del.Deleted || del.Existed == nil || *del.Existed {
+		t.Fatalf("--json delete of a missing queue: %q (%v)", r.stdout, err)
+	}
+}

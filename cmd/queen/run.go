@@ -261,6 +261,23 @@ func (c *cli) seek(args []string) error {
 	return err
 }
 
+// agoTime reads a time flag (dlq's --from and --to): an RFC 3339 time, or
+// a duration that is not negative (1h, 30m, 90s) meaning that long before
+// now, as seek's --time takes it.
+func agoTime(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if d < 0 {
+		return time.Time{}, fmt.Errorf("negative duration %s", d)
+	}
+	return now.Add(-d), nil
+}
+
 // seekTime reads the value of seek's --time: an RFC 3339 time, or a
 // duration (1h, 30m, 90s) meaning that long before now. It returns the
 // time in RFC 3339, UTC.
@@ -663,9 +680,9 @@ func (c *cli) dlq(args []string) error {
 		if t.in == "" {
 			continue
 		}
-		v, err := time.Parse(time.RFC3339Nano, t.in)
+		v, err := agoTime(t.in, c.now())
 		if err != nil {
-			return usagef("dlq: %s %q is not an RFC 3339 time", t.flag, t.in)
+			return usagef("dlq: %s %q is neither an RFC 3339 time (2026-10-22T00:00:00Z) nor a duration ago (1h, 30m, 90s)", t.flag, t.in)
 		}
 		*t.out = v
 	}

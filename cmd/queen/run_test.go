@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // brokerReq is one request the fake broker received.
@@ -500,6 +501,39 @@ func TestDLQReplayGone(t *testing.T) {
 	})
 	r := runCLI(t, b, "", "dlq", "replay", "row-9").want(t, exitFail)
 	if !strings.Contains(r.stderr, "replay row-9") || !strings.Contains(r.stderr, "Message not found") {
+		t.Fatalf("stderr %q", r.stderr)
+	}
+}
+
+// dlq's --from and --to take a duration ago, as seek's --time does; a
+// negative one is a usage error.
+func TestDLQFromDuration(t *testing.T) {
+	b := newFakeBroker(t, func(brokerReq) (int, string) {
+		return 200, `{"messages":[],"total":0,"pagination":{"limit":100,"offset":0}}`
+	})
+	before := time.Now()
+	runCLI(t, b, "", "dlq", "emails", "--from", "2h", "--to", "1h").want(t, exitOK)
+	after := time.Now()
+	var q url.Values
+	for _, r := range b.requests() {
+		if r.Method == "GET" && r.Path == "/api/v1/dlq" {
+			q = r.Query
+		}
+	}
+	for _, tt := range []struct {
+		key string
+		ago time.Duration
+	}{{"from", 2 * time.Hour}, {"to", time.Hour}} {
+		got, err := time.Parse(time.RFC3339Nano, q.Get(tt.key))
+		if err != nil {
+			t.Fatalf("%s: query %v", tt.key, q)
+		}
+		if got.Before(before.Add(-tt.ago).Add(-time.Microsecond)) || got.After(after.Add(-tt.ago)) {
+			t.Errorf("--%s sent %v, want %v ago (now %v)", tt.key, got, tt.ago, before)
+		}
+	}
+	r := runCLI(t, b, "", "dlq", "emails", "--from", "-1h").want(t, exitUsage)
+	if !strings.Contains(r.stderr, "duration ago") {
 		t.Fatalf("stderr %q", r.stderr)
 	}
 }
