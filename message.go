@@ -23,7 +23,9 @@ type Message struct {
 	// LeaseID is the lease of the pop that delivered the message; empty when
 	// the pop committed on delivery (nothing to ack).
 	LeaseID string
-	// Queue and Partition name where the message lives.
+	// Queue and Partition name where the message lives. Queue is empty for
+	// a message of a discovery pop (Namespace, Task) whose answer names no
+	// queue, as a 2.x broker's does.
 	Queue     string
 	Partition string
 	// ConsumerGroup is the group that popped it; "__QUEUE_MODE__" in queue mode.
