@@ -59,16 +59,29 @@ func countLines(logs, level, msg string) int {
 func TestConsumeBrokerDownIsLoud(t *testing.T) {
 	e := newEnv(t, withRetry(queen.RetryPolicy{}))
 	e.pushN("q", "p", 4)
-	const down = 600 * time.Millisecond
-	e.srv.RefuseConnections(down)
+	// The outage lasts a number of failed pops, not a time: a window of
+	// wall clock holds fewer of them on a slow machine. Refused for an
+	// hour, the broker comes back (a refusal of 1 ms restarts the window)
+	// at the pop failure that reaches the backoff's cap and stays there
+	// (50, 100, 200, 200 ms: the fourth).
+	const failedPops = 4
+	e.srv.RefuseConnections(time.Hour)
 	var h hookLog
+	var popFailures atomic.Int32
+	onLoopError := func(ctx context.Context, err error) {
+		h.add(ctx, err)
+		var le *queen.LoopError
+		if errors.As(err, &le) && le.Op == queen.LoopOpPop && popFailures.Add(1) == failedPops {
+			e.srv.RefuseConnections(time.Millisecond)
+		}
+	}
 	var handled atomic.Int32
 	err := execute(t, context.Background(), func(ctx context.Context) error {
 		return e.c.Queue("q").Batch(4).Limit(4).
 			Consume(ctx, func(context.Context, *queen.Message) error {
 				handled.Add(1)
 				return nil
-			}).OnLoopError(h.add).Execute(ctx)
+			}).OnLoopError(onLoopError).Execute(ctx)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +92,7 @@ func TestConsumeBrokerDownIsLoud(t *testing.T) {
 	failures := h.ops(queen.LoopOpPop)
 	logs := e.logs.String()
 	warns := countLines(logs, "WARN", "pop failed")
-	if len(failures) < 3 || warns < 1 || warns > 3 || warns >= len(failures) {
+	if len(failures) < failedPops || warns < 1 || warns > 3 || warns >= len(failures) {
 		t.Fatalf("%d failures, %d Warn lines; want a Warn at the first and at each of the 3 backoff steps only:\n%s",
 			len(failures), warns, logs)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -359,15 +360,17 @@ func TestWaitingPopIsBounded(t *testing.T) {
 	assert.Contains(t, err.Error(), "no answer after 3 attempt(s)")
 
 	// Cancelled while waiting between attempts: the ctx error.
-	// The cancel comes once the client has read the 503 (its RequestHook
-	// ran), so during its 30 s wait: a cancel before it has read the
-	// answer would return that answer instead.
-	read := make(chan struct{}, 1)
+	// The cancel comes once the client has decided to retry (its Debug
+	// record of the retry, logged as the 30 s wait begins), so during that
+	// wait. A cancel before that decision, even once the 503 is read (its
+	// RequestHook ran), returns the answer instead: a pop takes an answer
+	// received as its ctx ends.
+	waiting := make(chan struct{}, 1)
 	ctx4, cancel4 := context.WithCancel(context.Background())
-	rec4, c4 := newRecorderOpts(t, []Option{policy, WithHooks(requestSeen(read))},
+	rec4, c4 := newRecorderOpts(t, []Option{policy, WithLogger(slog.New(retryLogged(waiting)))},
 		answer{status: 503, body: "{}", header: map[string]string{"Retry-After": "30"}})
 	go func() {
-		<-read
+		<-waiting
 		cancel4()
 	}()
 	_, err = c4.Queue("t1").Pop(ctx4)
@@ -391,12 +394,22 @@ func TestTemporaryIsTheRetryRule(t *testing.T) {
 	}
 }
 
-// requestSeen is a RequestHook that signals on ch after each HTTP exchange.
-type requestSeen chan struct{}
+// retryLogged is a slog.Handler that signals on ch when the client logs
+// that it retries a request (the Debug record of WithLogger), which it does
+// once it has decided to, right before the wait between the attempts.
+type retryLogged chan struct{}
 
-func (ch requestSeen) OnRequest(context.Context, RequestEvent) {
-	select {
-	case ch <- struct{}{}:
-	default:
+func (retryLogged) Enabled(context.Context, slog.Level) bool { return true }
+
+func (ch retryLogged) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelDebug && r.Message == "queen transport: retrying" {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
+	return nil
 }
+
+func (ch retryLogged) WithAttrs([]slog.Attr) slog.Handler { return ch }
+func (ch retryLogged) WithGroup(string) slog.Handler      { return ch }

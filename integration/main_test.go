@@ -63,33 +63,32 @@ func chooseBackend(ctx context.Context) (*backend, error) {
 	}
 	var noContainer string
 	imageEnv := strings.TrimSpace(os.Getenv(queencontainer.ImageEnv))
-	if strings.EqualFold(imageEnv, "none") {
-		noContainer = queencontainer.ImageEnv + "=none turns the container path off"
-	} else {
-		// FromEnv: QUEEN_IMAGE, and QUEEN_PG_* for a broker that needs a
-		// database (a 0.15.1 broker image with a PostgreSQL on the host).
-		image := queencontainer.ImageFromEnv()
-		c, err := queencontainer.Start(ctx, queencontainer.FromEnv(), queencontainer.WithProbeTimeout(probeTimeout))
-		switch {
-		case err == nil:
-			why := "a Docker engine answers; container " + shortID(c.ID) + " of image " + image
-			if pg := strings.TrimSpace(os.Getenv(queencontainer.PGHostEnv)); pg != "" {
-				why += " with its PostgreSQL at " + pg
-				if port := strings.TrimSpace(os.Getenv(queencontainer.PGPortEnv)); port != "" {
-					why += ":" + port
-				}
+	// FromEnv: QUEEN_IMAGE (none turns the container path off), and
+	// QUEEN_PG_* for a broker that needs a database (a 0.15.1 broker image
+	// with a PostgreSQL on the host).
+	image := queencontainer.ImageFromEnv()
+	c, err := queencontainer.Start(ctx, queencontainer.FromEnv(), queencontainer.WithProbeTimeout(probeTimeout))
+	switch {
+	case err == nil:
+		why := "a Docker engine answers; container " + shortID(c.ID) + " of image " + image
+		if pg := strings.TrimSpace(os.Getenv(queencontainer.PGHostEnv)); pg != "" {
+			why += " with its PostgreSQL at " + pg
+			if port := strings.TrimSpace(os.Getenv(queencontainer.PGPortEnv)); port != "" {
+				why += ":" + port
 			}
-			return &backend{kind: kindContainer, url: c.URL, ctr: c, why: why}, nil
-		case errors.Is(err, queencontainer.ErrNoDocker):
-			noContainer = err.Error()
-		case imageEnv != "":
-			// The user asked for that image: failing to run it is an error,
-			// not a reason to test something else.
-			return nil, err
-		default:
-			noContainer = fmt.Sprintf("Docker answers but the default image could not be started (set %s to choose another): %v",
-				queencontainer.ImageEnv, err)
 		}
+		return &backend{kind: kindContainer, url: c.URL, ctr: c, why: why}, nil
+	case errors.Is(err, queencontainer.ErrDisabled):
+		noContainer = queencontainer.ImageEnv + "=none turns the container path off"
+	case errors.Is(err, queencontainer.ErrNoDocker):
+		noContainer = err.Error()
+	case imageEnv != "":
+		// The user asked for that image: failing to run it is an error,
+		// not a reason to test something else.
+		return nil, err
+	default:
+		noContainer = fmt.Sprintf("Docker answers but the default image could not be started (set %s to choose another): %v",
+			queencontainer.ImageEnv, err)
 	}
 	return &backend{
 		kind:        kindInProcess,

@@ -11,7 +11,8 @@ import (
 // The README's queencontainer block, token for token, then a push and a pop
 // through the container it started. It runs for real on the container path
 // of CI (.ci/containers sets QUEEN_IMAGE to the repository's image); with no
-// engine or no image, queencontainer.Run skips it and says why.
+// engine, no image, or QUEEN_IMAGE=none, queencontainer.Run skips it and
+// says why.
 func TestOrders(t *testing.T) {
 	broker := queencontainer.Run(t) // skipped when no Docker engine answers; removed at the end
 	client, err := queen.New(broker.URL)

@@ -24,6 +24,11 @@
 // in an empty image). An image that is not on the engine is pulled once;
 // ErrNoImage says when that fails (no registry, for instance).
 //
+// QUEEN_IMAGE=none (ImageNone, in any case) turns containers off: Start
+// then fails with ErrDisabled without asking any Docker engine, and Run
+// skips its test, so that a machine with Docker can run the same tests
+// without containers.
+//
 // Start publishes the broker's HTTP port on a free host port (or, in host
 // networking, gives the broker a free host port through PORT and
 // QUEENTEST_ADDR), waits until GET /health answers 200 (a 2.x broker answers
@@ -91,6 +96,11 @@ import (
 // DefaultImage is the broker image Start runs when no other is given: the
 // published Queen 2.x broker, one container with its own storage.
 const DefaultImage = "ghcr.io/queen-mq/queen:2.7.1"
+
+// ImageNone, as the image (QUEEN_IMAGE=none, or WithImage(ImageNone)),
+// turns containers off: Start fails with ErrDisabled before it talks to
+// any engine, and Run skips its test. It is compared ignoring case.
+const ImageNone = "none"
 
 // Image015 is the published Queen 0.15.1 broker. It needs a PostgreSQL:
 // run it with WithPostgres.
@@ -162,6 +172,10 @@ var (
 	// Nothing was created. Turn the reaper off (see the package doc) or make
 	// its image available.
 	ErrNoReaper = errors.New("queencontainer: the testcontainers reaper (Ryuk) cannot start")
+	// ErrDisabled is matched by the error of Start when the image is
+	// ImageNone (QUEEN_IMAGE=none): containers are turned off, and nothing
+	// was asked of any engine. Run skips its test on it.
+	ErrDisabled = errors.New("queencontainer: containers are turned off (" + ImageEnv + "=" + ImageNone + ")")
 )
 
 // Container is a running broker container.
@@ -255,7 +269,8 @@ type Postgres struct {
 }
 
 // WithImage runs ref (for example Image015 or "queen-go/queentest") instead
-// of DefaultImage. An empty ref keeps the default.
+// of DefaultImage. An empty ref keeps the default; ImageNone turns
+// containers off (Start fails with ErrDisabled).
 func WithImage(ref string) Option {
 	return func(s *settings) {
 		if ref = strings.TrimSpace(ref); ref != "" {
@@ -359,7 +374,8 @@ func WithCustomizer(c ...testcontainers.ContainerCustomizer) Option {
 	return func(s *settings) { s.customizers = append(s.customizers, c...) }
 }
 
-// FromEnv applies the environment: QUEEN_IMAGE as WithImage, a non-empty
+// FromEnv applies the environment: QUEEN_IMAGE as WithImage (so
+// QUEEN_IMAGE=none turns containers off, see ImageNone), a non-empty
 // QUEEN_CONTAINER_RUN as WithLabels(map[string]string{RunLabel: its
 // value}), and, when QUEEN_PG_HOST is set, QUEEN_PG_HOST, QUEEN_PG_PORT,
 // QUEEN_PG_DB, QUEEN_PG_USER and QUEEN_PG_PASSWORD as WithPostgres. A
@@ -396,12 +412,18 @@ func FromEnv() Option {
 }
 
 // ImageFromEnv returns the image named by QUEEN_IMAGE, or DefaultImage when
-// it is unset or empty.
+// it is unset or empty. It returns the value as it is, ImageNone too.
 func ImageFromEnv() string {
 	if v := strings.TrimSpace(os.Getenv(ImageEnv)); v != "" {
 		return v
 	}
 	return DefaultImage
+}
+
+// disabled reports whether image turns containers off: whether it is
+// ImageNone, ignoring case and surrounding space.
+func disabled(image string) bool {
+	return strings.EqualFold(strings.TrimSpace(image), ImageNone)
 }
 
 // DockerAvailable reports whether a Docker engine answers a ping, within
@@ -525,8 +547,10 @@ func freePort() (int, error) {
 // one that never ends, and the test's cleanup). When no Docker engine
 // answers within the probe timeout, the error matches ErrNoDocker and
 // nothing was started; ErrNoImage and ErrNoReaper say that an image is
-// missing. On any later failure the container, if it was created, is
-// removed before Start returns, and the error carries the end of its log.
+// missing. When the image is ImageNone, the error matches ErrDisabled and
+// no engine was asked. On any later failure the container, if it was
+// created, is removed before Start returns, and the error carries the end
+// of its log.
 func Start(ctx context.Context, opts ...Option) (*Container, error) {
 	s := settings{
 		image:          DefaultImage,
@@ -545,6 +569,9 @@ func Start(ctx context.Context, opts ...Option) (*Container, error) {
 	}
 	if s.err != nil {
 		return nil, s.err
+	}
+	if disabled(s.image) {
+		return nil, ErrDisabled
 	}
 	p, err := s.makePlan(freePort)
 	if err != nil {
@@ -763,7 +790,8 @@ func removeQuietly(ctr *testcontainers.DockerContainer) {
 // Run starts a broker container for the test tb and removes it when the
 // test and its subtests end (tb.Cleanup). The environment applies first
 // (FromEnv: QUEEN_IMAGE, QUEEN_CONTAINER_RUN, QUEEN_PG_*), then opts. It skips tb (tb.Skip, with
-// the reason) when no Docker engine answers, or when the image is
+// the reason) when containers are turned off (QUEEN_IMAGE=none: see
+// ImageNone), when no Docker engine answers, or when the image is
 // DefaultImage (nobody chose one) and it cannot be had; it fails tb
 // (tb.Fatal) on any other start error, the container's log included.
 func Run(tb testing.TB, opts ...Option) *Container {
@@ -777,7 +805,7 @@ func Run(tb testing.TB, opts ...Option) *Container {
 		}
 	}
 	c, err := Start(context.Background(), all...)
-	if errors.Is(err, ErrNoDocker) || (errors.Is(err, ErrNoImage) && !s.imageChosen) {
+	if errors.Is(err, ErrDisabled) || errors.Is(err, ErrNoDocker) || (errors.Is(err, ErrNoImage) && !s.imageChosen) {
 		tb.Skip(err.Error())
 	}
 	if err != nil {

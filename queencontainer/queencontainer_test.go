@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +54,76 @@ func TestImageFromEnv(t *testing.T) {
 	if got := queencontainer.ImageFromEnv(); got != "example.com/queen:test" {
 		t.Errorf("ImageFromEnv() = %q, want %q", got, "example.com/queen:test")
 	}
+}
+
+// TestImageNoneTurnsContainersOff: QUEEN_IMAGE=none (in any case) means no
+// container: Start fails with ErrDisabled before it asks any engine (with
+// an engine here it would otherwise try to pull an image named "none" and
+// fail with ErrNoImage; without one, with ErrNoDocker), and Run skips its
+// test instead of failing it. A later WithImage wins over the environment,
+// as for any other image.
+func TestImageNoneTurnsContainersOff(t *testing.T) {
+	for _, v := range []string{"none", " NONE ", "None"} {
+		t.Run(v, func(t *testing.T) {
+			t.Setenv(queencontainer.ImageEnv, v)
+			c, err := queencontainer.Start(context.Background(), queencontainer.FromEnv())
+			if c != nil || !errors.Is(err, queencontainer.ErrDisabled) {
+				t.Fatalf("Start with %s=%q = %v, %v; want ErrDisabled", queencontainer.ImageEnv, v, c, err)
+			}
+			if errors.Is(err, queencontainer.ErrNoDocker) || errors.Is(err, queencontainer.ErrNoImage) {
+				t.Fatalf("Start with %s=%q asked an engine: %v", queencontainer.ImageEnv, v, err)
+			}
+			tb := runTB(t)
+			if tb.how != "skip" || !strings.Contains(tb.why, queencontainer.ImageEnv+"=none") {
+				t.Errorf("Run with %s=%q: %s (%s), want a skip naming %s=none", queencontainer.ImageEnv, v, tb.how, tb.why, queencontainer.ImageEnv)
+			}
+		})
+	}
+	t.Run("WithImage", func(t *testing.T) {
+		t.Setenv(queencontainer.ImageEnv, "")
+		_, err := queencontainer.Start(context.Background(), queencontainer.WithImage(queencontainer.ImageNone))
+		if !errors.Is(err, queencontainer.ErrDisabled) {
+			t.Fatalf("Start(WithImage(ImageNone)) = %v, want ErrDisabled", err)
+		}
+	})
+}
+
+// endTB is the testing.TB of a call to Run that records how the call
+// ended its test, instead of ending t: a real skip would show in go test
+// -v as a skipped test, which .ci/containers refuses where an engine
+// answers. Skip and Fatal end the goroutine of the call, as they end a
+// test's.
+type endTB struct {
+	testing.TB
+	how, why string // "skip", "fatal", or "returned"
+}
+
+func (tb *endTB) Skip(args ...any)                 { tb.end("skip", fmt.Sprint(args...)) }
+func (tb *endTB) Skipf(format string, args ...any) { tb.end("skip", fmt.Sprintf(format, args...)) }
+func (tb *endTB) SkipNow()                         { tb.end("skip", "") }
+func (tb *endTB) Fatal(args ...any)                { tb.end("fatal", fmt.Sprint(args...)) }
+func (tb *endTB) Fatalf(format string, args ...any) {
+	tb.end("fatal", fmt.Sprintf(format, args...))
+}
+func (tb *endTB) FailNow() { tb.end("fatal", "") }
+
+func (tb *endTB) end(how, why string) {
+	tb.how, tb.why = how, why
+	runtime.Goexit()
+}
+
+// runTB calls queencontainer.Run on an endTB over t, in a goroutine of its
+// own, and says how it ended. A container it returned is terminated.
+func runTB(t *testing.T) *endTB {
+	tb := &endTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c := queencontainer.Run(tb)
+		tb.how, tb.why = "returned", "container "+c.ID
+	}()
+	<-done
+	return tb
 }
 
 // TestBadOptionsFailBeforeDocker: a wrong option is an error of Start

@@ -106,12 +106,17 @@ func TestRefuseConnectionsThenListenAgain(t *testing.T) {
 	s := Start(t)
 	h := newHC(t, s)
 	h.pushN("q", "p", 1)
-	s.RefuseConnections(300 * time.Millisecond)
+	// A window no run reaches: the checks of the refusal hold however slow
+	// the machine (a window of 300 ms could end before them).
+	s.RefuseConnections(time.Hour)
 	_, err := net.DialTimeout("tcp", s.Addr(), time.Second)
 	require.Error(t, err, "connections are refused")
 	_, err = h.c.Get(s.URL + "/health")
 	require.Error(t, err, "kept-alive connections were closed too")
 
+	// A second call restarts the window, with its own length: the broker
+	// listens again 300 ms later, not an hour later.
+	s.RefuseConnections(300 * time.Millisecond)
 	require.Eventually(t, func() bool {
 		c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
 		if err != nil {

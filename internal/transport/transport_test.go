@@ -689,51 +689,75 @@ func TestBodyResentIdentically(t *testing.T) {
 }
 
 func TestCtxEndsDuringBackoff(t *testing.T) {
+	answer := func(status int, kv ...string) func() (*http.Response, error) {
+		return func() (*http.Response, error) {
+			h := http.Header{}
+			for i := 0; i+1 < len(kv); i += 2 {
+				h.Set(kv[i], kv[i+1])
+			}
+			return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(`{}`))}, nil
+		}
+	}
 	tests := []struct {
 		name    string
-		handler func(w http.ResponseWriter)
+		answer  func() (*http.Response, error)
 		ctx     func() (context.Context, context.CancelFunc)
 		wantErr error
 	}{
 		{"cancel during exponential wait",
-			func(w http.ResponseWriter) { reply(w, http.StatusServiceUnavailable) },
+			answer(http.StatusServiceUnavailable),
 			func() (context.Context, context.CancelFunc) {
 				ctx, cancel := context.WithCancel(context.Background())
 				time.AfterFunc(100*time.Millisecond, cancel)
 				return ctx, cancel
 			}, context.Canceled},
 		{"cancel during Retry-After wait",
-			func(w http.ResponseWriter) { reply(w, http.StatusTooManyRequests, "Retry-After", "30") },
+			answer(http.StatusTooManyRequests, "Retry-After", "30"),
 			func() (context.Context, context.CancelFunc) {
 				ctx, cancel := context.WithCancel(context.Background())
 				time.AfterFunc(100*time.Millisecond, cancel)
 				return ctx, cancel
 			}, context.Canceled},
 		{"deadline during wait after network errors",
-			func(http.ResponseWriter) { drop() },
+			func() (*http.Response, error) {
+				return nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+			},
 			func() (context.Context, context.CancelFunc) {
 				return context.WithTimeout(context.Background(), 150*time.Millisecond)
 			}, context.DeadlineExceeded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { tc.handler(w) })
-			// Real sleep (Config.Sleep nil) with long waits.
-			tr, err := New(Config{URLs: []string{srv.URL},
-				Retry: RetryPolicy{MinBackoff: 20 * time.Second, MaxBackoff: 30 * time.Second}})
-			require.NoError(t, err)
-			defer tr.Close()
-			ctx, cancel := tc.ctx()
-			defer cancel()
-			start := time.Now()
-			resp, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x"})
-			elapsed := time.Since(start)
-			assert.Nil(t, resp)
-			assert.ErrorIs(t, err, tc.wantErr)
-			// The margin is what the test tells apart: a call that sat out
-			// its wait would take the 20 s backoff or the 30 s Retry-After.
-			assert.Less(t, elapsed, 10*time.Second)
-			assert.Equal(t, 1, srv.Hits())
+			// On the bubble's clock, with the real timer of the wait
+			// (Config.Sleep nil) and long waits: the ctx ends exactly
+			// 100 or 150 ms after the first attempt, which took no time,
+			// and within the 20 s backoff or the 30 s Retry-After.
+			synctest.Test(t, func(t *testing.T) {
+				var hits atomic.Int32
+				rt := roundTripFunc(func(*http.Request) (*http.Response, error) {
+					hits.Add(1)
+					return tc.answer()
+				})
+				tr, err := New(Config{URLs: []string{"http://broker.invalid"}, HTTPClient: &http.Client{Transport: rt},
+					Retry: RetryPolicy{MinBackoff: 20 * time.Second, MaxBackoff: 30 * time.Second}})
+				require.NoError(t, err)
+				defer tr.Close()
+				ctx, cancel := tc.ctx()
+				defer cancel()
+				start := time.Now()
+				resp, err := tr.Do(ctx, Request{Method: http.MethodGet, Path: "/x"})
+				elapsed := time.Since(start)
+				assert.Nil(t, resp)
+				assert.ErrorIs(t, err, tc.wantErr)
+				// A call that sat out its wait would take the 20 s backoff
+				// or the 30 s Retry-After.
+				want := 100 * time.Millisecond
+				if tc.wantErr == context.DeadlineExceeded {
+					want = 150 * time.Millisecond
+				}
+				assert.Equal(t, want, elapsed, "the call did not end with its ctx")
+				assert.EqualValues(t, 1, hits.Load())
+			})
 		})
 	}
 
