@@ -410,8 +410,9 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 	// stored policy wins. A pinned pop of an unregistered group registers
 	// nothing (2.x rsm/consume/pop.rs pop_pinned): the partition it reads
 	// starts where this pop's subscription says, and the claim conflates
-	// as this pop asks. Only a conflating pinned pop that finds no cursor on
-	// its partition registers the group (and starts all its partitions).
+	// as this pop asks. Only a conflating pinned pop that finds no cursor
+	// row on its partition (nothing delivered there yet) registers the
+	// group (and starts all its partitions).
 	conflate := map[string]bool{}
 	if named {
 		for _, q := range queues {
@@ -419,9 +420,9 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			m := b.groups[groupKey{n, pr.group}]
 			if m == nil && pr.pinned {
 				p := q.byName[pr.partition]
-				if !pr.sub.conflation || p == nil || p.cursors[pr.group] != nil {
+				if !pr.sub.conflation || p == nil || (p.cursors[pr.group] != nil && !p.cursors[pr.group].intent) {
 					if p != nil && p.cursors[pr.group] == nil {
-						p.cursors[pr.group] = &cursor{committed: p.seedIntent(pr.sub), attemptOff: -1}
+						p.cursors[pr.group] = &cursor{committed: p.seedIntent(pr.sub), attemptOff: -1, intent: true}
 					}
 					conflate[n] = pr.sub.conflation
 					if pr.sub.conflation {
@@ -533,6 +534,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			continue
 		}
 		budget -= len(offs)
+		c.intent = false
 		if res.claimed == 0 {
 			res.body.Partition, res.body.PartitionID = p.name, p.pid()
 		}
