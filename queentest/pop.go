@@ -33,11 +33,14 @@ type popParams struct {
 	leaseSec   int
 	group      string // "" = queue mode
 	subMode    string
-	subFrom    string
-	conflation *bool
-	autopilot  bool
-	namespace  string
-	task       string
+	// subModeSent: subscriptionMode was in the query (even empty, which
+	// the 2.x broker reads as `all`).
+	subModeSent bool
+	subFrom     string
+	conflation  *bool
+	autopilot   bool
+	namespace   string
+	task        string
 }
 
 // parsePopParams reads the pop query like the broker's typed query
@@ -108,7 +111,7 @@ func parsePopParams(q url.Values) (popParams, error) {
 		return p, err
 	}
 	p.group = q.Get("consumerGroup")
-	p.subMode = q.Get("subscriptionMode")
+	p.subMode, p.subModeSent = q.Get("subscriptionMode"), q.Has("subscriptionMode")
 	p.subFrom = q.Get("subscriptionFrom")
 	p.namespace = q.Get("namespace")
 	p.task = q.Get("task")
@@ -116,15 +119,23 @@ func parsePopParams(q url.Values) (popParams, error) {
 }
 
 // subscription turns the request's subscription knobs into what a group
-// registers with: subscriptionFrom (a time, or "now") wins over
-// subscriptionMode; the default mode is `new`.
-func (p popParams) subscription(now time.Time) subscription {
+// registers with, as the 2.x broker reads them (handlers/data.rs,
+// config.rs normalize_subscription_mode, rsm/consume/load.rs
+// registration_meta): subscriptionFrom (a time) wins over
+// subscriptionMode, and "now" is `new`; an absent mode is the default,
+// `new`, and a mode sent is `new` when it spells new ("new", "new-only",
+// "new_only", "newonly", any case), else `all` (an empty one included).
+func (p popParams) subscription(_ time.Time) subscription {
 	sub := subscription{mode: "new", conflation: p.conflates()}
-	if strings.EqualFold(p.subMode, "all") {
-		sub.mode = "all"
+	switch strings.ToLower(strings.TrimSpace(p.subMode)) {
+	case "new", "new-only", "new_only", "newonly":
+	default:
+		if p.subModeSent {
+			sub.mode = "all"
+		}
 	}
 	if strings.EqualFold(p.subFrom, "now") {
-		sub.mode, sub.ts = "timestamp", now
+		sub.mode = "new"
 	} else if t, ok := parseTime(p.subFrom); ok && p.subFrom != "" {
 		sub.mode, sub.ts = "timestamp", t
 	}

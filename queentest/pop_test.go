@@ -512,3 +512,35 @@ func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
 	}
 	assert.Equal(t, "all", mode, "registered by the conflating pop")
 }
+
+// The subscription knobs read as the 2.x broker reads them (handlers/data.rs,
+// config.rs normalize_subscription_mode): no subscriptionMode is the default,
+// new; one that spells new (any case, "new-only" and its kin) is new; any
+// other, an empty one included, is all; subscriptionFrom=now is new.
+func TestSubscriptionModeSpellings(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 1)
+	for group, q := range map[string]url.Values{
+		"absent":   vals(),
+		"empty":    vals("subscriptionMode", ""),
+		"NEW":      vals("subscriptionMode", "NEW"),
+		"new-only": vals("subscriptionMode", "new-only"),
+		"bogus":    vals("subscriptionMode", "from_beginning"),
+		"now":      vals("subscriptionFrom", "now", "subscriptionMode", "all"),
+	} {
+		q.Set("consumerGroup", group)
+		h.pop("/api/v1/pop/queue/q", q)
+	}
+	var rows []struct {
+		Name             string `json:"name"`
+		SubscriptionMode string `json:"subscriptionMode"`
+	}
+	h.doJSON("GET", "/api/v1/consumer-groups", nil, http.StatusOK, &rows)
+	got := map[string]string{}
+	for _, r := range rows {
+		got[r.Name] = r.SubscriptionMode
+	}
+	assert.Equal(t, map[string]string{
+		"absent": "new", "empty": "all", "NEW": "new", "new-only": "new", "bogus": "all", "now": "new",
+	}, got)
+}
