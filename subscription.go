@@ -223,6 +223,8 @@ func (c *Client) withSubscription(ctx context.Context, r *popRequest) (bool, err
 		return r.startTime() && r.query.SubscriptionFrom == st.from, nil
 	case groupNew:
 		return true, nil
+	case groupUnknown:
+		// The first pop of the group by this Client: ask below.
 	}
 	g, err := c.generation(ctx)
 	if err != nil {
