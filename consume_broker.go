@@ -35,8 +35,9 @@ type consumeBroker interface {
 }
 
 // clientBroker is the consumeBroker of a Client: the pop path of Pop
-// (which decides what each pop carries: the group's start point only until
-// the group is registered, a batch on a broker that does not size pops),
+// (which decides what each pop carries: the group's start point as the
+// broker's generation needs it, a batch on a broker that does not size
+// pops),
 // SettleBatch and the lease route.
 type clientBroker struct {
 	c                       *Client

@@ -292,8 +292,14 @@ func TestConsumeConflationUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/health" {
+			// A 0.15.1 broker's report (no engine): the generation a
+			// group's first pop asks for.
+			_, _ = w.Write([]byte(`{"status":"healthy","database":"connected","version":"1.0.0"}`))
+			return
+		}
 		_, _ = w.Write(body)
 	}))
 	defer srv.Close()

@@ -3,6 +3,7 @@ package queen_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -30,9 +31,16 @@ func newWireRecorder(t *testing.T, delay time.Duration) *wireRecorder {
 	t.Helper()
 	w := &wireRecorder{}
 	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/health" {
+			// The broker's generation, asked before a group's first pop
+			// (subscription.go): 2.x.
+			_, _ = io.WriteString(rw, `{"status":"healthy","engine":"raft","version":"2.0.1"}`)
+			return
+		}
 		if strings.HasPrefix(req.URL.Path, "/api/v1/consumer-groups/") || strings.HasPrefix(req.URL.Path, "/api/v1/resources/queues/") {
-			// The lookup before a group's first pop (subscription.go), and
-			// the loop's read of the queue's retry settings.
+			// The lookup before a group's first pop on 0.15.1
+			// (subscription.go), and the loop's read of the queue's retry
+			// settings.
 			rw.WriteHeader(http.StatusNotFound)
 			return
 		}

@@ -51,7 +51,15 @@ type recorder struct {
 	lookups []seen
 	// lookup, when set, answers the lookups instead of a 404.
 	lookup *answer
+	// healths counts the GET /health a client makes to learn the broker's
+	// generation (subscription.go), answered by health (a 2.x broker's
+	// report when nil) and kept out of reqs.
+	healths int
+	health  *answer
 }
+
+// health015 is the /health answer of a 0.15.1 broker (no engine).
+var health015 = answer{status: http.StatusOK, body: `{"status":"healthy","database":"connected","server":"C++ Queen Server (libqueen)","version":"1.0.0"}`}
 
 // newRecorder starts a recording broker answering with the given script
 // (204 with no body when empty) and a client pointed at it. Both are
@@ -77,6 +85,17 @@ func newRecorderOpts(t *testing.T, opts []Option, answers ...answer) (*recorder,
 func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	r.mu.Lock()
+	if req.Method == http.MethodGet && req.URL.Path == "/health" {
+		r.healths++
+		a := answer{status: http.StatusOK, body: `{"status":"healthy","engine":"raft","version":"2.0.1"}`}
+		if r.health != nil {
+			a = *r.health
+		}
+		r.mu.Unlock()
+		w.WriteHeader(a.status)
+		_, _ = io.WriteString(w, a.body)
+		return
+	}
 	if req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, "/api/v1/consumer-groups/") {
 		r.lookups = append(r.lookups, seen{Method: req.Method, Path: req.URL.EscapedPath()})
 		a := answer{status: http.StatusNotFound, body: `{"error":"Consumer group not found"}`}

@@ -38,6 +38,9 @@ type noSkip struct {
 	srv   *queentest.Server
 	c     *queen.Client
 	mode  queen.SubscriptionMode // of the registering pop
+	from  string                 // the registering pop's start time, if any
+	prof  queentest.Profile
+	part  map[string]string // transaction id -> its partition
 	pops  int
 	owed  map[string]bool      // transaction id -> the group must still complete it
 	at    map[string]time.Time // transaction id -> when it was pushed
@@ -57,26 +60,36 @@ func noSkipRun(t *testing.T, p queentest.Profile, seed uint64) {
 	s := &noSkip{
 		t: t, rnd: rand.New(rand.NewPCG(seed, 9)), clk: clk,
 		srv:  queentest.Start(t, queentest.WithProfile(p), queentest.WithClock(clk)),
-		owed: map[string]bool{}, at: map[string]time.Time{},
+		owed: map[string]bool{}, at: map[string]time.Time{}, part: map[string]string{}, prof: p,
 	}
 	s.c = s.client()
 	lease, retries, delay := noSkipLease, 1000, time.Duration(0)
 	if _, err := s.c.Admin().ConfigureQueue(ctx, noSkipQueue, queen.QueueConfig{LeaseTime: &lease, RetryLimit: &retries, RetryDelay: &delay}); err != nil {
 		t.Fatal(err)
 	}
-	// The group registers after a backlog, either with "all" (it owes the
-	// backlog) or with "new" (it owes only what comes later). Later pops
-	// name any mode, or none: it must not matter once the group exists (as
-	// when several programs read with one group). (The registering pop
-	// claims a partition: a 0.15.1 broker records a group only then.)
+	// The group registers after a backlog, with "all" (it owes the
+	// backlog), with "new" (it owes only what comes later), or from the
+	// time of a second push (it owes that push and what comes later).
+	// Later pops name any mode, or none, or that same time: it must not
+	// matter once the group exists (as when several programs read with one
+	// group). (The registering pop claims a partition: a 0.15.1 broker
+	// records a group only then.)
 	s.push(1 + s.rnd.IntN(4))
-	if s.rnd.IntN(2) == 0 {
+	switch s.rnd.IntN(3) {
+	case 0:
 		s.mode = queen.SubscriptionModeAll
-	} else {
+	case 1:
 		s.mode = queen.SubscriptionModeNew
 		for id := range s.owed {
 			s.owed[id] = false
 		}
+	default:
+		for id := range s.owed {
+			s.owed[id] = false
+		}
+		clk.Advance(time.Second)
+		s.from = clk.Now().UTC().Format(time.RFC3339Nano)
+		s.push(1 + s.rnd.IntN(3))
 	}
 	s.pop(1 + s.rnd.IntN(5))
 	for range 40 {
@@ -118,16 +131,23 @@ func (s *noSkip) client() *queen.Client {
 	return c
 }
 
-// builder names the group with the registering mode on the first pop and
-// any mode, or none, on the later ones.
+// builder names the group with the registering start point on the first
+// pop and any mode, or none, or the registering start time, on the later
+// ones.
 func (s *noSkip) builder() *queen.QueueBuilder {
 	b := s.c.Queue(noSkipQueue).Group(noSkipGroup)
-	mode := s.mode
+	mode, from := s.mode, s.from
 	if s.pops++; s.pops > 1 {
-		mode = []queen.SubscriptionMode{"", queen.SubscriptionModeNew, queen.SubscriptionModeAll}[s.rnd.IntN(3)]
+		mode, from = []queen.SubscriptionMode{"", queen.SubscriptionModeNew, queen.SubscriptionModeAll, ""}[s.rnd.IntN(4)], ""
+		if mode == "" && s.from != "" && s.rnd.IntN(2) == 0 {
+			from = s.from
+		}
 	}
 	if mode != "" {
 		b = b.SubscriptionMode(mode)
+	}
+	if from != "" {
+		b = b.SubscriptionFrom(from)
 	}
 	return b
 }
@@ -150,6 +170,7 @@ func (s *noSkip) push(n int) {
 	for _, id := range ids {
 		s.owed[id] = true
 		s.at[id] = s.clk.Now()
+		s.part[id] = part
 	}
 	s.step(fmt.Sprintf("push %v to %s", ids, part))
 }
@@ -218,7 +239,10 @@ func (s *noSkip) settle(acks []queen.Settlement) {
 
 // seekBack moves the group to the time of a message pushed earlier: every
 // message pushed at or after that time is owed again, and none before it
-// (a seek forward skips them on purpose).
+// (a seek forward skips them on purpose). On 0.15.1 a partition with
+// nothing before that time has its cursor back at its start, where the
+// group's stored start time applies again (002d_pop_unified_v4.sql): there
+// a group started from a time is owed only what is at or after that time.
 func (s *noSkip) seekBack() {
 	if len(s.at) == 0 {
 		return
@@ -233,8 +257,18 @@ func (s *noSkip) seekBack() {
 		queen.SeekConsumerGroupOptions{Timestamp: to.Format(time.RFC3339Nano)}); err != nil {
 		s.t.Fatalf("seek: %v", err)
 	}
+	var start time.Time
+	if s.from != "" && s.prof == queentest.Profile015 {
+		start, _ = time.Parse(time.RFC3339Nano, s.from)
+	}
+	earlier := map[string]bool{} // partition -> it has a message before the seek's time
 	for id, at := range s.at {
-		s.owed[id] = !at.Before(to)
+		if at.Before(to) {
+			earlier[s.part[id]] = true
+		}
+	}
+	for id, at := range s.at {
+		s.owed[id] = !at.Before(to) && (earlier[s.part[id]] || !at.Before(start))
 	}
 	s.step("seek to " + to.Format(time.TimeOnly))
 }

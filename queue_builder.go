@@ -8,8 +8,9 @@ import (
 	"github.com/queen-go/queen/internal/wire"
 )
 
-// SubscriptionMode says where a new consumer group starts reading. It is
-// used only on the group's first pop; later the group moves with a seek.
+// SubscriptionMode says where a new consumer group starts reading. The
+// broker keeps the start point of the pop that registers the group on a
+// queue; later the group moves with a seek.
 type SubscriptionMode string
 
 const (
@@ -113,32 +114,46 @@ func (b *QueueBuilder) Partition(name string) *QueueBuilder { b.partition = name
 func (b *QueueBuilder) Group(name string) *QueueBuilder { b.group = name; return b }
 
 // SubscriptionMode sets where the group starts if this is its first pop.
-// Without it the pop that registers a named group sends SubscriptionModeNew
-// explicitly (brokers disagree on the default), or SubscriptionModeAll when
+// Without it a named group's pops send SubscriptionModeNew explicitly
+// (brokers disagree on the default), or SubscriptionModeAll when
 // SubscriptionFrom is set. Queue mode (no Group) always reads everything:
 // SubscriptionModeAll is accepted there and not sent, SubscriptionModeNew
 // fails Pop with ErrInvalidSubscription.
 //
-// The start point travels only on the pop that registers the group on the
-// queue, never on the pops of a group that exists (a 0.15.1 broker would
-// otherwise skip messages of a group whose cursor is back at a partition's
-// start: PROTOCOL.md §16). Before a (queue, group)'s first pop a Client asks
-// the broker (GET /api/v1/consumer-groups/{group}) whether the group has a
-// position on the queue; once the group exists, or a pop of it was
-// answered, the Client leaves the start point out for as long as it lives.
-// If that question fails, the pop fails with its error and nothing is
-// popped. To move a group that exists, seek it (Admin.SeekConsumerGroup).
+// Which pops carry the start point depends on the broker's generation,
+// which the Client asks once (GET /health) before a group's first pop:
+//
+//   - 2.x: every pop of the group. The broker registers a group on its
+//     first queue-wide pop and then keeps that start point whatever later
+//     pops carry; a pinned pop (Partition) registers nothing and starts a
+//     partition new to the group where the start point it carries says, so
+//     each partition of a group read partition by partition starts where
+//     the group asked. (A group read only through pinned pops in mode "new"
+//     starts each partition at what it holds when the group first reads
+//     it.)
+//   - 0.15.1: only until the group is registered, since there a "new" sent
+//     to a group whose cursor is back at a partition's start skips messages
+//     (PROTOCOL.md §16). Before a (queue, group)'s first pop the Client asks
+//     the broker (GET /api/v1/consumer-groups/{group}) whether the group has
+//     a position on the queue; once it has, or a pop of it was answered,
+//     the Client leaves the start point out for as long as it lives. A
+//     start time (SubscriptionFrom other than "now") is the exception: the
+//     pops that carry the time of the group's first answered pop go on
+//     carrying it, since that broker starts each partition the group first
+//     reads with a pinned pop by what that pop carries.
+//
+// If a question fails, the pop fails with its error and nothing is popped.
+// To move a group that exists, seek it (Admin.SeekConsumerGroup).
 func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
 	b.subMode = m
 	return b
 }
 
 // SubscriptionFrom starts a new group at the first message pushed at or
-// after ts, an RFC 3339 time such as "2026-10-22T00:00:00Z" (or "now").
-// Like SubscriptionMode it travels only on the pop that registers the
-// group (see SubscriptionMode). Without
-// a Group, or with a value that is not a time, Pop fails with
-// ErrInvalidSubscription.
+// after ts, an RFC 3339 time such as "2026-10-22T00:00:00Z" (or "now",
+// which is like SubscriptionModeNew). It travels on pops as
+// SubscriptionMode does (see there). Without a Group, or with a value that
+// is not a time, Pop fails with ErrInvalidSubscription.
 func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder { b.subFrom = ts; return b }
 
 // Batch sets the most messages one pop takes (the total across partitions),
@@ -282,8 +297,8 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	q.ConsumerGroup = b.group
 	if b.group != "" {
 		// Brokers disagree on the default mode (2.x "new", 0.15.1 "all"),
-		// so the pop that registers a named group always sends one; the
-		// pops of a registered group send none (subscription.go). With a start time and no mode,
+		// so a named group's start point always names one; which pops
+		// carry it is subscription.go's rule. With a start time and no mode,
 		// "all": should a broker let the mode win over the time, the group
 		// reads more (from the start) rather than skipping what it asked for.
 		q.SubscriptionMode = string(b.subMode)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,20 +15,45 @@ import (
 )
 
 // Where a consumer group starts (SubscriptionMode, SubscriptionFrom) is
-// decided by the pop that registers the group on a queue. On a 2.x broker
-// the parameters are ignored once the group exists; on a 0.15.1 broker they
-// are not (wire.Generation.SubscriptionOnEveryPop): a pop with subscriptionMode=new on a partition where the group's
-// cursor is still at its start (after a failed or retried first message, a
-// lease expiry, a seek back in time) moves the cursor to the end of the
-// partition and every message before it is skipped by the group
-// (PROTOCOL.md §16). So the client sends them only while it does not know
-// the group to be registered on the queue:
+// the start point its pops carry (subscriptionMode, subscriptionFrom).
+// Which pops carry it depends on the broker's generation (wire.Generation),
+// which a Client asks once (GET /health) before the first pop of a group
+// that names one. If that question fails, the pop fails with its error and
+// nothing is popped: leaving the start point out skips messages on 2.x,
+// and sending it again can skip messages on 0.15.1, so there is no choice
+// that is safe on both without knowing.
 //
-//   - before the first pop of a (queue, group) a Client makes, it asks the
-//     broker (GET /api/v1/consumer-groups/{group}) whether the group has a
-//     position on the queue; if it has, the parameters are never sent;
-//   - otherwise they go on pops until one is answered; from then on the
-//     Client remembers the group as registered and leaves them out.
+//   - 2.x: every pop of the group carries it. The broker registers a group
+//     on its first queue-wide (or discovery) pop only, and from then on the
+//     stored policy wins over what any pop carries, on every route. A
+//     pinned pop (Partition) of a group that is not registered registers
+//     nothing: it starts its partition, if the group has no cursor there
+//     yet, where the start point it carries says, and a pop that carries
+//     none gets the broker's default, "new". A group read partition by
+//     partition, or registered by a queue-wide pop after pinned ones, would
+//     otherwise skip the backlog of every partition but the first. The
+//     broker's group view (GET /api/v1/consumer-groups/{group}) lists the
+//     group's cursors, those of pinned pops of a group that is not
+//     registered included, so it cannot say whether a group is registered;
+//     it is not asked.
+//   - 0.15.1 (wire.Generation.SubscriptionOnEveryPop): the broker applies a
+//     pop's start point wherever the group's cursor is at a partition's
+//     start and no stored start time covers that partition, and "new" (or
+//     "now") means the time of that pop: sent again, it moves a cursor that
+//     is back at a partition's start (after a failed or retried first
+//     message, a lease expiry, a seek back in time) to the end of the
+//     partition, and every message before it is skipped (PROTOCOL.md §16).
+//     So before a (queue, group)'s first pop the Client asks the broker
+//     whether the group has a position on the queue; if it has, the start
+//     point is never sent. Otherwise it goes on pops until one is answered,
+//     and then on none, except a start time: the broker stores a time with
+//     the partition a pinned pop claimed, or with the queue when a
+//     queue-wide pop claims a partition at its start, and a partition no
+//     stored time covers would start at its first message. A time is the
+//     same whichever pop carries it (and a stored one wins over it), so
+//     once a pop that carried one was answered, the pops that carry that
+//     same time go on carrying it, and the others carry none. ("all" is
+//     that broker's default.)
 //
 // The memory lasts as long as the Client; a group deleted through
 // Admin.DeleteConsumerGroup is forgotten, so that its next pop registers it
@@ -45,18 +71,44 @@ const LegacyBatch = 100
 type groupKey struct{ queue, group string }
 
 // brokerMemory is what a Client learns about its broker from the answers:
-// which groups are registered, whether the broker sizes pops, and its
-// generation (wire.Generation, the one place that says what each
+// where its groups stand (groupState), whether the broker sizes pops, and
+// its generation (wire.Generation, the one place that says what each
 // generation does).
 type brokerMemory struct {
-	mu         sync.Mutex
-	registered map[groupKey]bool
+	mu     sync.Mutex
+	groups map[groupKey]groupState
 	// noAutopilot is set once a pop that asked the broker to size it was
 	// answered with messages and no autopilot echo.
 	noAutopilot atomic.Bool
 	// gen is what GET /health said of the broker; nil until asked.
 	gen atomic.Pointer[wire.Generation]
 }
+
+// groupState is what a Client knows of a group on a queue of a broker that
+// applies start points on every pop (wire.Generation.SubscriptionOnEveryPop);
+// the zero value is "not asked yet".
+type groupState struct {
+	stage groupStage
+	// from is the start time of the first answered pop (stage groupTimed).
+	from string
+}
+
+type groupStage uint8
+
+const (
+	groupUnknown groupStage = iota
+	// groupNew: the broker had no position of the group on the queue
+	// before this Client's first pop of it; the start point goes on pops
+	// (see withSubscription).
+	groupNew
+	// groupTimed: a pop that carried a start time (from) was answered;
+	// the pops that carry that same time go on carrying it, the others
+	// carry none.
+	groupTimed
+	// groupRegistered: the group is registered; its pops carry no start
+	// point.
+	groupRegistered
+)
 
 // generation returns the broker's generation (wire.GenerationOf its
 // /health answer). It asks once per Client.
@@ -109,19 +161,23 @@ func (c *Client) seekTime(ctx context.Context, ts string) (string, error) {
 	return us.Add(-wire.SeekPrecision).UTC().Format(time.RFC3339Nano), nil
 }
 
-func (m *brokerMemory) known(k groupKey) bool {
+func (m *brokerMemory) state(k groupKey) groupState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.registered[k]
+	return m.groups[k]
 }
 
-func (m *brokerMemory) remember(k groupKey) {
+// set records st for k, unless what is known already is as far along: a
+// group once registered stays so, and the first start time stays.
+func (m *brokerMemory) set(k groupKey, st groupState) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.registered == nil {
-		m.registered = make(map[groupKey]bool)
+	if m.groups == nil {
+		m.groups = make(map[groupKey]groupState)
 	}
-	m.registered[k] = true
+	if m.groups[k].stage < st.stage {
+		m.groups[k] = st
+	}
 }
 
 // forget drops what is known of group: on queue, or on every queue when
@@ -129,9 +185,9 @@ func (m *brokerMemory) remember(k groupKey) {
 func (m *brokerMemory) forget(group, queue string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for k := range m.registered {
+	for k := range m.groups {
 		if k.group == group && (queue == "" || k.queue == queue) {
-			delete(m.registered, k)
+			delete(m.groups, k)
 		}
 	}
 }
@@ -150,20 +206,34 @@ func (r *popRequest) key() (groupKey, bool) {
 }
 
 // withSubscription says whether r's next pop carries the group's start
-// point: only while the group is not known to be registered on the queue.
-// The first time, it asks the broker; an error of that question is the
-// pop's error, since popping without knowing could skip messages.
+// point (see the rules at the top of this file). The first time, it asks
+// the broker's generation and, on a generation that applies start points
+// on every pop, whether the group exists on the queue; an error of either
+// question is the pop's error, since popping without knowing could skip
+// messages.
 func (c *Client) withSubscription(ctx context.Context, r *popRequest) (bool, error) {
 	k, ok := r.key()
 	if !ok || !r.hasSubscription() {
 		return false, nil
 	}
-	if c.mem.known(k) {
+	switch st := c.mem.state(k); st.stage {
+	case groupRegistered:
 		return false, nil
+	case groupTimed:
+		return r.startTime() && r.query.SubscriptionFrom == st.from, nil
+	case groupNew:
+		return true, nil
+	case groupUnknown:
+		// The first pop of the group by this Client: ask below.
 	}
-	if r.discover {
-		// A discovery pop spans queues that are not known in advance: its
-		// start point goes on pops until one is answered.
+	g, err := c.generation(ctx)
+	if err != nil {
+		return false, fmt.Errorf("queen: consumer group %q of %s: whether its start point goes on this pop depends on the broker's generation: %w",
+			k.group, r.scope(), err)
+	}
+	if !g.SubscriptionOnEveryPop || r.discover {
+		// 2.x: the start point goes on every pop. (A discovery pop spans
+		// queues that are not known in advance; 0.15.1 has no such route.)
 		return true, nil
 	}
 	exists, err := c.groupOnQueue(ctx, k.group, k.queue)
@@ -172,10 +242,26 @@ func (c *Client) withSubscription(ctx context.Context, r *popRequest) (bool, err
 			k.group, k.queue, err)
 	}
 	if exists {
-		c.mem.remember(k)
+		c.mem.set(k, groupState{stage: groupRegistered})
 		return false, nil
 	}
+	c.mem.set(k, groupState{stage: groupNew})
 	return true, nil
+}
+
+// scope names what r pops from, for errors.
+func (r *popRequest) scope() string {
+	if r.discover {
+		return fmt.Sprintf("namespace %q task %q", r.query.Namespace, r.query.Task)
+	}
+	return fmt.Sprintf("queue %q", r.queue)
+}
+
+// startTime says whether r's start point is a fixed time (SubscriptionFrom
+// other than "now"), which a 0.15.1 broker applies alike whichever pop
+// carries it.
+func (r *popRequest) startTime() bool {
+	return r.query.SubscriptionFrom != "" && !strings.EqualFold(r.query.SubscriptionFrom, "now")
 }
 
 // groupOnQueue asks the broker whether group has a position on queue. A
@@ -300,8 +386,10 @@ func (r *popRequest) values(withSub, legacy bool, n int, nowait bool) (string, e
 	return vals.Encode(), nil
 }
 
-// popAnswered records what a pop's answer tells about the broker: the
-// group is registered, and whether the broker sizes pops. It warns of a
+// popAnswered records what a pop's answer tells about the broker: on a
+// generation that applies start points on every pop, that the group is
+// registered (unless its start point is a time: see the top of this file),
+// and whether the broker sizes pops. It warns of a
 // claim answered without messages to a pop that sent a start point other
 // than "all", the mark of a 0.15.1 broker that moved the group's cursor
 // (PROTOCOL.md §16). A 0.15.1 broker also claims, with no messages, a
@@ -310,7 +398,13 @@ func (r *popRequest) values(withSub, legacy bool, n int, nowait bool) (string, e
 // sent such a start point, since only those move a cursor.
 func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
 	if k, ok := r.key(); ok && withSub {
-		c.mem.remember(k)
+		if g := c.mem.gen.Load(); g != nil && g.SubscriptionOnEveryPop {
+			st := groupState{stage: groupRegistered}
+			if r.startTime() {
+				st = groupState{stage: groupTimed, from: r.query.SubscriptionFrom}
+			}
+			c.mem.set(k, st)
+		}
 	}
 	if len(res.messages) > 0 && res.autopilot == nil && r.query.Autopilot && !r.pinned &&
 		!r.query.Conflation && c.sizesPops() {

@@ -13,27 +13,36 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A group's start point travels only on the pop that registers it: the
-// first pop asks the broker whether the group exists on the queue; once a
-// pop was answered the start point is never sent again (PROTOCOL.md §16:
-// on 0.15.1, subscriptionMode=new on a registered group can skip messages).
+// On a 0.15.1 broker a group's start point travels only until the group
+// is registered: the first pop asks the broker whether the group exists on
+// the queue; once a pop was answered the start point is never sent again
+// (PROTOCOL.md §16: there, subscriptionMode=new on a registered group can
+// skip messages). A start time is the exception: it goes on every pop.
 func TestSubscriptionOnlyOnTheRegisteringPop(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		build func(c *Client) *QueueBuilder
 		mode  string
 		from  string
+		every bool
 	}{
-		{"unset mode: new", func(c *Client) *QueueBuilder { return c.Queue("orders").Group("g") }, "new", ""},
+		{"unset mode: new", func(c *Client) *QueueBuilder { return c.Queue("orders").Group("g") }, "new", "", false},
 		{"all", func(c *Client) *QueueBuilder {
 			return c.Queue("orders").Group("g").SubscriptionMode(SubscriptionModeAll)
-		}, "all", ""},
+		}, "all", "", false},
+		{"from now", func(c *Client) *QueueBuilder {
+			return c.Queue("orders").Group("g").SubscriptionFrom("now")
+		}, "all", "now", false},
 		{"from a time", func(c *Client) *QueueBuilder {
 			return c.Queue("orders").Group("g").SubscriptionFrom("2026-10-22T00:00:00Z")
-		}, "all", "2026-10-22T00:00:00Z"},
+		}, "all", "2026-10-22T00:00:00Z", true},
+		{"from a time, pinned", func(c *Client) *QueueBuilder {
+			return c.Queue("orders").Partition("p1").Group("g").SubscriptionFrom("2026-10-22T00:00:00Z")
+		}, "all", "2026-10-22T00:00:00Z", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rec, c := newRecorder(t) // the group is unknown (404), pops are empty
+			rec.health = &health015
 			ctx := context.Background()
 			for range 3 {
 				_, err := tt.build(c).Pop(ctx)
@@ -44,6 +53,10 @@ func TestSubscriptionOnlyOnTheRegisteringPop(t *testing.T) {
 			assert.Equal(t, tt.mode, reqs[0].Query.Get("subscriptionMode"), "registering pop")
 			assert.Equal(t, tt.from, reqs[0].Query.Get("subscriptionFrom"), "registering pop")
 			for _, r := range reqs[1:] {
+				if tt.every {
+					assert.Equal(t, tt.from, r.Query.Get("subscriptionFrom"), "a start time goes on every pop: %s", r.RawQuery)
+					continue
+				}
 				assert.False(t, r.Query.Has("subscriptionMode"), "pop of a registered group: %s", r.RawQuery)
 				assert.False(t, r.Query.Has("subscriptionFrom"), "pop of a registered group: %s", r.RawQuery)
 			}
@@ -51,19 +64,111 @@ func TestSubscriptionOnlyOnTheRegisteringPop(t *testing.T) {
 			defer rec.mu.Unlock()
 			require.Len(t, rec.lookups, 1, "one lookup, before the first pop")
 			assert.Equal(t, "/api/v1/consumer-groups/g", rec.lookups[0].Path)
+			assert.Equal(t, 1, rec.healths, "the generation is asked once")
 		})
 	}
+}
+
+// On 0.15.1, once a pop that carried a start time was answered, only the
+// pops that carry that same time go on carrying it: a pop naming "new" (or
+// nothing, which sends "new") or another time carries no start point, as
+// for a registered group.
+func TestSubscriptionStartTimeKeepsOnlyItself(t *testing.T) {
+	rec, c := newRecorder(t)
+	rec.health = &health015
+	ctx := context.Background()
+	const ts = "2026-10-22T00:00:00Z"
+	for _, qb := range []*QueueBuilder{
+		c.Queue("orders").Partition("p1").Group("g").SubscriptionFrom(ts),
+		c.Queue("orders").Partition("p2").Group("g"),
+		c.Queue("orders").Group("g").SubscriptionFrom("2026-10-23T00:00:00Z"),
+		c.Queue("orders").Group("g").SubscriptionFrom("now"),
+		c.Queue("orders").Partition("p2").Group("g").SubscriptionMode(SubscriptionModeNew).SubscriptionFrom(ts),
+	} {
+		_, err := qb.Pop(ctx)
+		require.NoError(t, err)
+	}
+	reqs := rec.all()
+	require.Len(t, reqs, 5)
+	assert.Equal(t, ts, reqs[0].Query.Get("subscriptionFrom"))
+	for _, r := range reqs[1:4] {
+		assert.False(t, r.Query.Has("subscriptionMode"), r.RawQuery)
+		assert.False(t, r.Query.Has("subscriptionFrom"), r.RawQuery)
+	}
+	assert.Equal(t, ts, reqs[4].Query.Get("subscriptionFrom"))
+	assert.Equal(t, "new", reqs[4].Query.Get("subscriptionMode"), "the pop's own mode (the broker reads the time first)")
+}
+
+// On a 2.x broker every pop of a group carries its start point, pinned or
+// queue-wide, and the group view is never asked: the broker keeps the
+// policy of the pop that registered the group, and a pinned pop registers
+// nothing (so the start point must reach the next partition too).
+func TestSubscriptionOnEveryPopOf2x(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		build      func(c *Client) *QueueBuilder
+		mode, from string
+	}{
+		{"unset mode: new", func(c *Client) *QueueBuilder { return c.Queue("orders").Group("g") }, "new", ""},
+		{"all, pinned", func(c *Client) *QueueBuilder {
+			return c.Queue("orders").Partition("p1").Group("g").SubscriptionMode(SubscriptionModeAll)
+		}, "all", ""},
+		{"from a time", func(c *Client) *QueueBuilder {
+			return c.Queue("orders").Group("g").SubscriptionFrom("2026-10-22T00:00:00Z")
+		}, "all", "2026-10-22T00:00:00Z"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, c := newRecorder(t, answer{status: http.StatusNoContent})
+			rec.lookup = &answer{status: http.StatusOK, body: `{"orders":{"conflation":false,"kind":"queen","partitions":[{"partition":"p1","offsetLag":0}]}}`}
+			for range 3 {
+				_, err := tt.build(c).Pop(context.Background())
+				require.NoError(t, err)
+			}
+			_, err := c.Queue("orders").Partition("p2").Group("g").SubscriptionMode(SubscriptionModeAll).Pop(context.Background())
+			require.NoError(t, err)
+			reqs := rec.all()
+			require.Len(t, reqs, 4)
+			for _, r := range reqs[:3] {
+				assert.Equal(t, tt.mode, r.Query.Get("subscriptionMode"), r.RawQuery)
+				assert.Equal(t, tt.from, r.Query.Get("subscriptionFrom"), r.RawQuery)
+			}
+			assert.Equal(t, "all", reqs[3].Query.Get("subscriptionMode"), "another partition: %s", reqs[3].RawQuery)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			assert.Empty(t, rec.lookups, "the group view lists cursors, not registrations: not asked")
+			assert.Equal(t, 1, rec.healths)
+		})
+	}
+}
+
+// When the broker's generation cannot be learned, a pop that would carry a
+// start point is not sent: on one generation leaving it out skips
+// messages, on the other sending it does.
+func TestSubscriptionGenerationFailureFailsThePop(t *testing.T) {
+	rec, c := newRecorder(t)
+	rec.health = &answer{status: http.StatusOK, body: `<html>not a broker</html>`}
+	_, err := c.Queue("orders").Group("g").Pop(context.Background())
+	var be *BrokerError
+	require.ErrorAs(t, err, &be)
+	assert.Contains(t, err.Error(), `consumer group "g" of queue "orders"`)
+	assert.Contains(t, err.Error(), "GET /health")
+	assert.Zero(t, rec.hits(), "no pop sent")
+	// Queue mode has no start point and needs no generation.
+	_, err = c.Queue("orders").Pop(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, rec.hits())
 }
 
 // A group that already has a position on the queue (another process
 // registered it) never gets a start point, from the first pop on.
 func TestSubscriptionNotSentForAnExistingGroup(t *testing.T) {
 	for name, body := range map[string]string{
-		"2.x detail":    `{"orders":{"conflation":false,"kind":"queen","partitions":[{"partition":"Default","offsetLag":0}]}}`,
-		"0.15.1 detail": `{"orders":{"partitions":[{"partition":"p1","workerId":null,"offsetLag":3}]},"other":{"partitions":[]}}`,
+		"2.x-shaped detail": `{"orders":{"conflation":false,"kind":"queen","partitions":[{"partition":"Default","offsetLag":0}]}}`,
+		"0.15.1 detail":     `{"orders":{"partitions":[{"partition":"p1","workerId":null,"offsetLag":3}]},"other":{"partitions":[]}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec, c := newRecorder(t)
+			rec.health = &health015
 			rec.lookup = &answer{status: http.StatusOK, body: body}
 			for range 2 {
 				_, err := c.Queue("orders").Group("g").SubscriptionMode(SubscriptionModeNew).Pop(context.Background())
@@ -89,6 +194,7 @@ func TestSubscriptionSentWhenTheGroupIsElsewhere(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec, c := newRecorder(t)
+			rec.health = &health015
 			rec.lookup = &answer{status: http.StatusOK, body: body}
 			_, err := c.Queue("orders").Group("g").Pop(context.Background())
 			require.NoError(t, err)
@@ -101,6 +207,7 @@ func TestSubscriptionSentWhenTheGroupIsElsewhere(t *testing.T) {
 // could skip messages (or read what the group asked to skip).
 func TestSubscriptionLookupFailureFailsThePop(t *testing.T) {
 	rec, c := newRecorder(t)
+	rec.health = &health015
 	rec.lookup = &answer{status: http.StatusUnauthorized, body: `{"error":"Invalid token"}`}
 	_, err := c.Queue("orders").Group("g").Pop(context.Background())
 	var be *BrokerError
@@ -127,6 +234,7 @@ func TestSubscriptionFailedPopDoesNotRegister(t *testing.T) {
 	rec, c := newRecorder(t,
 		answer{status: http.StatusBadRequest, body: `{"error":"bad"}`},
 		answer{status: http.StatusNoContent})
+	rec.health = &health015
 	_, err := c.Queue("orders").Group("g").Pop(context.Background())
 	require.Error(t, err)
 	_, err = c.Queue("orders").Group("g").Pop(context.Background())
@@ -140,6 +248,7 @@ func TestSubscriptionFailedPopDoesNotRegister(t *testing.T) {
 // anew, with its start point.
 func TestSubscriptionForgottenAfterGroupDelete(t *testing.T) {
 	rec, c := newRecorder(t)
+	rec.health = &health015
 	ctx := context.Background()
 	_, err := c.Queue("orders").Group("g").Pop(ctx)
 	require.NoError(t, err)
@@ -163,6 +272,7 @@ func TestSubscriptionForgottenAfterGroupDelete(t *testing.T) {
 // start point or not, never a half; none is sent twice after an answer.
 func TestSubscriptionConcurrentFirstPops(t *testing.T) {
 	rec, c := newRecorder(t)
+	rec.health = &health015
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -224,7 +334,8 @@ func TestAutopilotBrokerKeepsSizing(t *testing.T) {
 func TestEmptyClaimIsWarned(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	_, c := newRecorderOpts(t, []Option{WithLogger(log)}, ok200(t, "broker-0.15.1/pop_group_new_first_pop_empty.json"))
+	rec, c := newRecorderOpts(t, []Option{WithLogger(log)}, ok200(t, "broker-0.15.1/pop_group_new_first_pop_empty.json"))
+	rec.health = &health015
 	msgs, err := c.Queue("t4").Group("G2").SubscriptionMode(SubscriptionModeNew).Pop(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, msgs)
@@ -261,7 +372,8 @@ func TestEmptyClaimOfADrainedPartitionIsNotWarned(t *testing.T) {
 			for i := range answers {
 				answers[i] = ok200(t, "broker-0.15.1/pop_pinned_drained.json")
 			}
-			_, c := newRecorderOpts(t, []Option{WithLogger(log)}, answers...)
+			rec, c := newRecorderOpts(t, []Option{WithLogger(log)}, answers...)
+			rec.health = &health015
 			for _, qb := range tt.pops {
 				msgs, err := qb(c).Wait(false).Pop(context.Background())
 				require.NoError(t, err)
@@ -275,6 +387,7 @@ func TestEmptyClaimOfADrainedPartitionIsNotWarned(t *testing.T) {
 // errors.Is reaches the lookup's cause through the wrapping.
 func TestSubscriptionLookupErrorWraps(t *testing.T) {
 	rec, c := newRecorder(t)
+	rec.health = &health015
 	rec.lookup = &answer{status: http.StatusForbidden, body: `{"error":"Insufficient permissions"}`}
 	_, err := c.Queue("orders").Group("g").Pop(context.Background())
 	var be *BrokerError

@@ -3,6 +3,7 @@ package integration
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -290,4 +291,65 @@ func TestCommitOnDelivery(t *testing.T) {
 	// At most once per group, not per queue.
 	other := drain(t, c, c.Queue(q).Group("other").SubscriptionMode(queen.SubscriptionModeAll).Batch(100), "other", 0)
 	checkExactlyOnce(t, "another group", nums(t, other), 0, 5)
+}
+
+// TestPinnedGroupStartPoint: a group that reads partition by partition
+// (pinned pops) starts every partition where it asked ("all", or a time),
+// and so does a queue-wide pop after pinned ones, and a second client of
+// the group. A 2.x broker registers a group only on a queue-wide pop: a
+// pinned pop seeds just its own partition, from the start point it
+// carries; a 0.15.1 broker's pinned pop writes the subscription of its
+// partition only.
+func TestPinnedGroupStartPoint(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	q := unique("pinned-start")
+	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
+	push(t, c, q, "p1", numbered(0, 2, nil)...)
+	push(t, c, q, "p2", numbered(2, 2, nil)...)
+	time.Sleep(20 * time.Millisecond) // the second pushes get later timestamps
+	push(t, c, q, "p1", numbered(4, 2, nil)...)
+	push(t, c, q, "p2", numbered(6, 2, nil)...)
+
+	// The broker's own timestamp of the second pushes is the boundary of
+	// the SubscriptionFrom group.
+	var from time.Time
+	for _, part := range []string{"p1", "p2"} {
+		probe := c.Queue(q).Partition(part).Group("probe").SubscriptionMode(queen.SubscriptionModeAll).Batch(100)
+		for _, m := range drain(t, c, probe, "probe", 0) {
+			if n := num(t, m); (n == 4 || n == 6) && (from.IsZero() || m.CreatedAt.Before(from)) {
+				from = m.CreatedAt
+			}
+		}
+	}
+	if from.IsZero() {
+		t.Fatal("the second pushes have no createdAt; cannot test SubscriptionFrom")
+	}
+	ts := from.UTC().Format(time.RFC3339Nano)
+	p1, p2 := []int{0, 1, 4, 5}, []int{2, 3, 6, 7}
+	check := func(what string, got []*queen.Message, want []int) {
+		t.Helper()
+		if g := nums(t, got); !slices.Equal(g, want) {
+			t.Errorf("%s: got %v, want %v", what, g, want)
+		}
+	}
+
+	all := func(c *queen.Client, group string) *queen.QueueBuilder {
+		return c.Queue(q).Group(group).SubscriptionMode(queen.SubscriptionModeAll).Batch(100)
+	}
+	check("all: pinned p1", drain(t, c, all(c, "g-all").Partition("p1"), "g-all", 0), p1)
+	check("all: pinned p2 after p1", drain(t, c, all(c, "g-all").Partition("p2"), "g-all", 0), p2)
+
+	fromGroup := func(part string) *queen.QueueBuilder {
+		return c.Queue(q).Partition(part).Group("g-from").SubscriptionFrom(ts).Batch(100)
+	}
+	check("from "+ts+": pinned p1", drain(t, c, fromGroup("p1"), "g-from", 0), []int{4, 5})
+	check("from "+ts+": pinned p2 after p1", drain(t, c, fromGroup("p2"), "g-from", 0), []int{6, 7})
+
+	check("all, then queue-wide: pinned p1", drain(t, c, all(c, "g-wide").Partition("p1"), "g-wide", 0), p1)
+	check("all, then queue-wide: the rest", drain(t, c, all(c, "g-wide").Partitions(4), "g-wide", 0), p2)
+
+	c2 := newClient(t)
+	check("all, two clients: pinned p1", drain(t, c, all(c, "g-two").Partition("p1"), "g-two", 0), p1)
+	check("all, two clients: pinned p2 by the second", drain(t, c2, all(c2, "g-two").Partition("p2"), "g-two", 0), p2)
 }

@@ -437,7 +437,7 @@ func (s *Server) handleSeek(w *recorder, req *request) {
 			p.cursors[group] = c
 		}
 		c.lease = nil
-		c.committed = target
+		c.committed, c.intent = target, false
 		c.clearAttempt()
 		c.notBefore = time.Time{}
 		c.batchRetry = 0
@@ -474,8 +474,10 @@ func (b *broker) cursorLags(only string, now time.Time) []cursorLag {
 		q := b.queues[qn]
 		for _, p := range q.parts {
 			groups := make([]string, 0, len(p.cursors))
-			for g := range p.cursors {
-				if only == "" || g == only {
+			for g, c := range p.cursors {
+				// A cursor only a pinned pop's subscription placed has no
+				// row on the 2.x broker: its views do not list it.
+				if (only == "" || g == only) && !c.intent {
 					groups = append(groups, g)
 				}
 			}

@@ -127,6 +127,13 @@ type cursor struct {
 	released       *releasedLease
 	totalConsumed  int64
 	lastConsumedAt time.Time
+	// intent: the cursor was seeded from the subscription a pinned pop of
+	// an unregistered group carried, and nothing was delivered or sought
+	// since. The 2.x broker keeps no row for it (a first contact that
+	// delivers nothing writes no cursor): the consumer-group views do not
+	// show it, and the group's registration seeds it again by the group's
+	// policy (rsm/consume/load.rs register; rsm/planner/pop.rs claim_one).
+	intent bool
 }
 
 type lease struct {
@@ -394,7 +401,10 @@ func (b *broker) seed(p *partition, group string) int64 {
 }
 
 // seedIntent is where a cursor of p starts for a pop's subscription taken
-// now, without a registration (a pinned pop of an unregistered group).
+// now, without a registration (a pinned pop of an unregistered group): a
+// time starts it before its first message at or after the time, "all"
+// before its first message, "new" (or "now") after its last (2.x
+// rsm/consume/load.rs seed, rsm/planner/mod.rs seed_from_intent).
 func (p *partition) seedIntent(sub subscription) int64 {
 	switch sub.mode {
 	case "all":
@@ -417,7 +427,11 @@ type subscription struct {
 // registerGroup registers a named group on queue name at its first pop and
 // returns its stored registration (the first one wins, later requests never
 // change it). Cursors for the partitions that exist now are created at the
-// subscription's start; those a seek placed already are never re-seeded.
+// subscription's start; those a seek or a delivery placed already are never
+// re-seeded. A cursor that a pinned pop seeded from its own subscription
+// and that delivered nothing is seeded again, by the registration (2.x
+// rsm/consume/load.rs register drops those parts and the group's load seeds
+// them by its policy).
 func (b *broker) registerGroup(name, group string, sub subscription, now time.Time) *groupMeta {
 	k := groupKey{name, group}
 	if m := b.groups[k]; m != nil {
@@ -427,6 +441,9 @@ func (b *broker) registerGroup(name, group string, sub subscription, now time.Ti
 	b.groups[k] = m
 	if q := b.queues[name]; q != nil {
 		for _, p := range q.parts {
+			if c := p.cursors[group]; c != nil && c.intent && c.lease == nil {
+				c.committed, c.intent = b.seed(p, group), false
+			}
 			b.cursorOf(p, group)
 		}
 	}

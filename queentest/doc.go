@@ -20,7 +20,9 @@
 //     starting where the subscription of the pop that registered the group
 //     (its first wildcard or discovery pop) says: new, all, or
 //     subscriptionFrom. A plain pinned pop registers nothing and starts its
-//     partition by its own subscription. wait=true parks up to timeout (at
+//     partition by its own subscription; a partition it started without
+//     delivering anything is not in the group views, and the group's
+//     registration starts it again by the group's. wait=true parks up to timeout (at
 //     most 60 s) and wakes on a push. An empty pop is a bodiless 204.
 //     autopilot=true lets the broker choose the batch and width the request
 //     left out.

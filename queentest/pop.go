@@ -33,11 +33,14 @@ type popParams struct {
 	leaseSec   int
 	group      string // "" = queue mode
 	subMode    string
-	subFrom    string
-	conflation *bool
-	autopilot  bool
-	namespace  string
-	task       string
+	// subModeSent: subscriptionMode was in the query (even empty, which
+	// the 2.x broker reads as `all`).
+	subModeSent bool
+	subFrom     string
+	conflation  *bool
+	autopilot   bool
+	namespace   string
+	task        string
 }
 
 // parsePopParams reads the pop query like the broker's typed query
@@ -108,7 +111,7 @@ func parsePopParams(q url.Values) (popParams, error) {
 		return p, err
 	}
 	p.group = q.Get("consumerGroup")
-	p.subMode = q.Get("subscriptionMode")
+	p.subMode, p.subModeSent = q.Get("subscriptionMode"), q.Has("subscriptionMode")
 	p.subFrom = q.Get("subscriptionFrom")
 	p.namespace = q.Get("namespace")
 	p.task = q.Get("task")
@@ -116,15 +119,23 @@ func parsePopParams(q url.Values) (popParams, error) {
 }
 
 // subscription turns the request's subscription knobs into what a group
-// registers with: subscriptionFrom (a time, or "now") wins over
-// subscriptionMode; the default mode is `new`.
-func (p popParams) subscription(now time.Time) subscription {
+// registers with, as the 2.x broker reads them (handlers/data.rs,
+// config.rs normalize_subscription_mode, rsm/consume/load.rs
+// registration_meta): subscriptionFrom (a time) wins over
+// subscriptionMode, and "now" is `new`; an absent mode is the default,
+// `new`, and a mode sent is `new` when it spells new ("new", "new-only",
+// "new_only", "newonly", any case), else `all` (an empty one included).
+func (p popParams) subscription(_ time.Time) subscription {
 	sub := subscription{mode: "new", conflation: p.conflates()}
-	if strings.EqualFold(p.subMode, "all") {
-		sub.mode = "all"
+	switch strings.ToLower(strings.TrimSpace(p.subMode)) {
+	case "new", "new-only", "new_only", "newonly":
+	default:
+		if p.subModeSent {
+			sub.mode = "all"
+		}
 	}
 	if strings.EqualFold(p.subFrom, "now") {
-		sub.mode, sub.ts = "timestamp", now
+		sub.mode = "new"
 	} else if t, ok := parseTime(p.subFrom); ok && p.subFrom != "" {
 		sub.mode, sub.ts = "timestamp", t
 	}
@@ -410,8 +421,9 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 	// stored policy wins. A pinned pop of an unregistered group registers
 	// nothing (2.x rsm/consume/pop.rs pop_pinned): the partition it reads
 	// starts where this pop's subscription says, and the claim conflates
-	// as this pop asks. Only a conflating pinned pop that finds no cursor on
-	// its partition registers the group (and starts all its partitions).
+	// as this pop asks. Only a conflating pinned pop that finds no cursor
+	// row on its partition (nothing delivered there yet) registers the
+	// group (and starts all its partitions).
 	conflate := map[string]bool{}
 	if named {
 		for _, q := range queues {
@@ -419,9 +431,9 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			m := b.groups[groupKey{n, pr.group}]
 			if m == nil && pr.pinned {
 				p := q.byName[pr.partition]
-				if !pr.sub.conflation || p == nil || p.cursors[pr.group] != nil {
+				if !pr.sub.conflation || p == nil || (p.cursors[pr.group] != nil && !p.cursors[pr.group].intent) {
 					if p != nil && p.cursors[pr.group] == nil {
-						p.cursors[pr.group] = &cursor{committed: p.seedIntent(pr.sub), attemptOff: -1}
+						p.cursors[pr.group] = &cursor{committed: p.seedIntent(pr.sub), attemptOff: -1, intent: true}
 					}
 					conflate[n] = pr.sub.conflation
 					if pr.sub.conflation {
@@ -533,6 +545,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			continue
 		}
 		budget -= len(offs)
+		c.intent = false
 		if res.claimed == 0 {
 			res.body.Partition, res.body.PartitionID = p.name, p.pid()
 		}

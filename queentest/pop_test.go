@@ -423,8 +423,11 @@ func TestNewSubscriptionUsesPushOrderNotTimestamps(t *testing.T) {
 // rsm/consume/pop.rs pop_pinned; tests_pop.rs
 // a_plain_pinned_pop_does_not_register_the_group): the partition it reads is
 // started where this pop's subscription says, and the group registers, with
-// its own subscription, at its first wildcard pop. A conflating pinned pop of
-// an unregistered group does register it.
+// its own subscription, at its first wildcard pop. A partition a pinned pop
+// started without delivering anything keeps no cursor row: the group views
+// do not list it, and the registration starts it by the group's policy
+// (rsm/consume/load.rs register). A conflating pinned pop of an
+// unregistered group does register it.
 func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
 	h := newHC(t, Start(t))
 	pinned := func(part string, q url.Values) (int, *tPop) {
@@ -439,12 +442,17 @@ func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
 	h.pushN("q", "b", 1)
 	st, _ = pinned("b", vals("consumerGroup", "g", "subscriptionMode", "new"))
 	assert.Equal(t, http.StatusNoContent, st)
+	h.doJSON("GET", "/api/v1/consumer-groups/g", nil, http.StatusNotFound, nil)
 
-	// The first wildcard pop registers the group with its own subscription.
+	// The first wildcard pop registers the group with its own subscription,
+	// which starts a and b anew: nothing was delivered there.
 	h.pushN("q", "c", 1)
 	p := h.popQ("q", vals("consumerGroup", "g", "subscriptionMode", "all", "partitions", "10", "batch", "10"))
-	require.Len(t, p.Messages, 1)
-	assert.Equal(t, "c", p.Messages[0].Partition)
+	var got []string
+	for _, m := range p.Messages {
+		got = append(got, m.Partition)
+	}
+	assert.ElementsMatch(t, []string{"a", "b", "c"}, got)
 	var rows []struct {
 		Name             string `json:"name"`
 		QueueName        string `json:"queueName"`
@@ -459,6 +467,24 @@ func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
 	}
 	assert.Equal(t, "all", mode)
 
+	// A partition a pinned pop delivered from keeps its cursor: the group
+	// views list it (the group still unregistered), and a registration
+	// leaves it where it is.
+	h.pushN("q", "e", 2)
+	st, p = pinned("e", vals("consumerGroup", "ge", "subscriptionMode", "all", "batch", "1", "autoAck", "true"))
+	require.Equal(t, http.StatusOK, st)
+	assert.Equal(t, []int{0}, ns(t, p.Messages))
+	var detail map[string]struct {
+		Partitions []struct {
+			Partition string `json:"partition"`
+		} `json:"partitions"`
+	}
+	h.doJSON("GET", "/api/v1/consumer-groups/ge", nil, http.StatusOK, &detail)
+	require.Len(t, detail["q"].Partitions, 1)
+	assert.Equal(t, "e", detail["q"].Partitions[0].Partition)
+	p = h.popQ("q", vals("consumerGroup", "ge", "subscriptionMode", "new", "partitions", "10", "batch", "10"))
+	assert.Equal(t, []int{1}, ns(t, p.Messages), "e's cursor stays; the rest starts new")
+
 	// A conflating pinned pop registers an unregistered group.
 	h.pushN("q", "d", 2)
 	st, p = pinned("d", vals("consumerGroup", "cg", "conflation", "true", "subscriptionMode", "all"))
@@ -468,4 +494,53 @@ func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
 	_, p = h.pop("/api/v1/pop/queue/q", vals("consumerGroup", "cg", "partitions", "10"))
 	require.NotNil(t, p)
 	require.NotNil(t, p.Conflation, "the stored policy of the registration")
+
+	// So does one whose partition a plain pinned pop only started (no row
+	// there: rsm/consume/pop.rs pop_pinned looks for one).
+	st, _ = pinned("d", vals("consumerGroup", "cg2", "subscriptionMode", "new"))
+	require.Equal(t, http.StatusNoContent, st)
+	h.pushN("q", "d", 1)
+	st, p = pinned("d", vals("consumerGroup", "cg2", "conflation", "true", "subscriptionMode", "all"))
+	require.Equal(t, http.StatusOK, st)
+	assert.Equal(t, []int{0}, ns(t, p.Messages), "the newest message of d")
+	h.doJSON("GET", "/api/v1/consumer-groups", nil, http.StatusOK, &rows)
+	mode = ""
+	for _, r := range rows {
+		if r.Name == "cg2" && r.QueueName == "q" {
+			mode = r.SubscriptionMode
+		}
+	}
+	assert.Equal(t, "all", mode, "registered by the conflating pop")
+}
+
+// The subscription knobs read as the 2.x broker reads them (handlers/data.rs,
+// config.rs normalize_subscription_mode): no subscriptionMode is the default,
+// new; one that spells new (any case, "new-only" and its kin) is new; any
+// other, an empty one included, is all; subscriptionFrom=now is new.
+func TestSubscriptionModeSpellings(t *testing.T) {
+	h := newHC(t, Start(t))
+	h.pushN("q", "p", 1)
+	for group, q := range map[string]url.Values{
+		"absent":   vals(),
+		"empty":    vals("subscriptionMode", ""),
+		"NEW":      vals("subscriptionMode", "NEW"),
+		"new-only": vals("subscriptionMode", "new-only"),
+		"bogus":    vals("subscriptionMode", "from_beginning"),
+		"now":      vals("subscriptionFrom", "now", "subscriptionMode", "all"),
+	} {
+		q.Set("consumerGroup", group)
+		h.pop("/api/v1/pop/queue/q", q)
+	}
+	var rows []struct {
+		Name             string `json:"name"`
+		SubscriptionMode string `json:"subscriptionMode"`
+	}
+	h.doJSON("GET", "/api/v1/consumer-groups", nil, http.StatusOK, &rows)
+	got := map[string]string{}
+	for _, r := range rows {
+		got[r.Name] = r.SubscriptionMode
+	}
+	assert.Equal(t, map[string]string{
+		"absent": "new", "empty": "all", "NEW": "new", "new-only": "new", "bogus": "all", "now": "new",
+	}, got)
 }

@@ -63,11 +63,16 @@ type Generation struct {
 	DefaultSubscriptionMode string
 
 	// SubscriptionOnEveryPop: the broker applies subscriptionMode and
-	// subscriptionFrom on every pop, not only the one that registers the
-	// group. On 0.15.1 a subscriptionMode=new pop on a partition where the
-	// group's cursor is still NULL moves that cursor to the partition's
-	// end (§16); 2.x ignores them once the group exists. Either way the
-	// client sends them only until the group is registered.
+	// subscriptionFrom on every pop that reaches a partition where the
+	// group's cursor is at its start and no stored start time covers it,
+	// not only on the pop that registers the group: on 0.15.1 a
+	// subscriptionMode=new pop there moves that cursor to the partition's
+	// end (§16), so the client sends the start point only until the group
+	// is registered (a start time excepted). 2.x keeps the start point of
+	// the pop that registered the group (a queue-wide or discovery pop; a
+	// pinned pop registers nothing and starts only its partition, by the
+	// start point it carries) and ignores what later pops carry, so the
+	// client sends it on every pop.
 	SubscriptionOnEveryPop bool
 
 	// RenewArray: a lease extension answers an array of
