@@ -137,9 +137,12 @@ func (a *Admin) SeekConsumerGroup(ctx context.Context, group, queue string, opts
 
 // SeekPartition is SeekConsumerGroup for one partition of the queue (POST
 // .../queues/{queue}/partitions/{partition}/seek). A 0.15.1 broker ignores
-// the options and always seeks such a partition to its end: when it reports
-// that for a Timestamp seek, the result is returned with an error matching
-// ErrNotSupported. An empty partition name fails with ErrEmptyPartition.
+// the options and always seeks such a partition to its end, so a Timestamp
+// seek of one partition on it fails with an error matching ErrNotSupported
+// before anything is sent (the broker's generation is asked once per
+// Client, GET /health); should a broker still answer such a seek with a
+// move to the end, the result is returned with that error. An empty
+// partition name fails with ErrEmptyPartition.
 func (a *Admin) SeekPartition(ctx context.Context, group, queue, partition string, opts SeekConsumerGroupOptions) (SeekResult, error) {
 	if err := checkName(partitionName, partition); err != nil {
 		return SeekResult{}, err
@@ -165,6 +168,18 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	}
 	asked := body.Timestamp
 	if asked != "" {
+		if partition != "" {
+			// A broker that seeks one partition only to its end would
+			// skip the partition's backlog: refused before it is sent.
+			g, err := a.c.generation(ctx)
+			if err != nil {
+				return SeekResult{}, err
+			}
+			if !g.PartitionSeekBody {
+				return SeekResult{}, fmt.Errorf("%w: a %s broker seeks one partition only to its end, not to %s (nothing sent; seek the whole group to the time, or the partition with ToEnd)",
+					ErrNotSupported, g.Name, asked)
+			}
+		}
 		if body.Timestamp, err = a.c.seekTime(ctx, asked); err != nil {
 			return SeekResult{}, err
 		}

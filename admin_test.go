@@ -701,3 +701,32 @@ func TestReplayDLQRouteMissingIsNotSupported(t *testing.T) {
 		t.Fatalf("%d requests, want the id route then the address route", n)
 	}
 }
+
+// On a broker known to be 0.15.1 a per-partition seek to a time is refused
+// before it is sent: the broker would move the partition to its end and
+// skip its backlog.
+func TestSeekPartitionToTimeRefusedOn015(t *testing.T) {
+	s, c := newWireStubFunc(t, func(r stubReq) (int, string) {
+		if r.Path == "/health" {
+			return 200, `{"status":"healthy","database":"connected","version":"1.0.0"}`
+		}
+		return 200, `{"success":true,"consumerGroup":"g","queueName":"q","partitionName":"p","updated":true,"cursorMovedTo":"x"}`
+	})
+	s.passHealth()
+	_, err := c.Admin().SeekPartition(t.Context(), "g", "q", "p", queen.SeekConsumerGroupOptions{Timestamp: "2026-01-01T00:00:00Z", CreateIfMissing: true})
+	if !errors.Is(err, queen.ErrNotSupported) {
+		t.Fatalf("err = %v, want ErrNotSupported", err)
+	}
+	for _, r := range s.requests() {
+		if r.Path != "/health" {
+			t.Fatalf("sent %s %s; want nothing but GET /health", r.Method, r.Path)
+		}
+	}
+	// ToEnd is what such a broker does: sent.
+	if _, err := c.Admin().SeekPartition(t.Context(), "g", "q", "p", queen.SeekConsumerGroupOptions{ToEnd: true, CreateIfMissing: true}); err != nil {
+		t.Fatalf("ToEnd: %v", err)
+	}
+	if n := len(s.requests()); n < 2 {
+		t.Fatalf("%d requests; want the ToEnd seek sent", n)
+	}
+}
