@@ -19,19 +19,12 @@ const maxTxnBytes = 65535
 // nowhere. Any invalid item fails the whole request with 400 before
 // anything is stored.
 func (s *Server) handlePush(w *recorder, req *request) {
-	var shape struct {
-		Items json.RawMessage `json:"items"`
-	}
 	var body wire.PushRequest
-	if !w.readJSON(req.body, &shape, "bad push body: ") {
+	if !w.readJSON(req.body, &body, "bad push body: ") {
 		return
 	}
-	if shape.Items == nil || string(shape.Items) == "null" {
+	if body.Items == nil { // absent or null ([] decodes to an empty slice)
 		w.error(http.StatusBadRequest, "bad_body", "bad push body: missing field `items`")
-		return
-	}
-	if err := json.Unmarshal(req.body, &body); err != nil {
-		w.error(http.StatusBadRequest, "bad_body", "bad push body: "+err.Error())
 		return
 	}
 	if len(body.Items) == 0 {
