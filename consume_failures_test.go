@@ -565,7 +565,7 @@ func TestConsumeHoldLeaseLostSendsNothing(t *testing.T) {
 		go func() { done <- e.run() }()
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
-		assert.Contains(t, logs.String(), "lease lost while handling")
+		assert.Contains(t, logs.String(), "lease lost while held for retryDelay")
 		assert.Empty(t, f.settles(), "an ack went for a lost lease")
 		f.mu.Lock()
 		renewed := f.renews["L1"]

@@ -203,7 +203,11 @@ func (e *engine) settle(b *batch) (held bool) {
 	}
 	b.keeper.stop()
 	if b.lost() {
-		e.log.Warn("queen: lease lost while handling; the pop's outcomes are not acked",
+		when := "while handling"
+		if b.held != nil {
+			when = "while held for retryDelay"
+		}
+		e.log.Warn("queen: lease lost "+when+"; the pop's outcomes are not acked",
 			"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(b.msgs))
 	} else if len(sent) > 0 {
 		e.sendAcks(b, chosen, sent)

@@ -413,7 +413,8 @@ func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
 				"batch", LegacyBatch, "path", r.path)
 		}
 	}
-	if len(res.messages) == 0 && res.leaseID != "" && withSub && r.hasSubscription() && r.query.SubscriptionMode != string(SubscriptionModeAll) {
+	if g := c.mem.gen.Load(); g != nil && g.SubscriptionOnEveryPop && // a 0.15.1 broker's mark only
+		len(res.messages) == 0 && res.leaseID != "" && withSub && r.hasSubscription() && r.query.SubscriptionMode != string(SubscriptionModeAll) {
 		c.log.Warn("queen: the broker claimed a partition and answered no messages; on a 0.15.1 broker this means it moved the group's cursor past them",
 			"queue", r.queue, "group", r.query.ConsumerGroup, "partition", res.partition, "leaseId", res.leaseID)
 	}
