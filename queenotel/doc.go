@@ -17,8 +17,9 @@
 // "<operation name> <queue>".
 //
 //   - "push <queue>" (producer): one per PushBuilder.Execute that reached
-//     the wire; messaging.message.id when it carried one message,
-//     messaging.batch.message_count when more.
+//     the wire, and one per batch a queen.Producer sent (a root span: a
+//     batch serves many callers); messaging.message.id when it carried one
+//     message, messaging.batch.message_count when more.
 //   - "pop <queue>" (client): one per pop that delivered messages (an empty
 //     pop, a long poll that timed out above all, records nothing), with
 //     messaging.batch.message_count; failed pops are recorded with their

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -408,5 +409,41 @@ func TestTraceID(t *testing.T) {
 		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}}))
 	if got, want := queenotel.TraceID(ctx), "0af76519-16cd-43dd-8448-eb211c80319c"; got != want {
 		t.Errorf("TraceID = %q, want %q", got, want)
+	}
+}
+
+// TestProducerBatchSpans: a Producer's batch records one "push <queue>"
+// span, with its message count, and counts its messages as sent, as a
+// PushBuilder's push does; the span is a root (a batch serves many
+// callers).
+func TestProducerBatchSpans(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, err := e.c.Queue("orders").Producer(queen.WithBatchDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending []*queen.PendingPush
+	for i := range 5 {
+		pending = append(pending, p.Push(ctx, map[string]int{"n": i}))
+	}
+	if err := p.Flush(ctx); err != nil { // sends the one batch at once
+		t.Fatal(err)
+	}
+	for _, pp := range pending {
+		if _, err := pp.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{span{Name: "push orders", Kind: trace.SpanKindProducer,
+		Attrs: "messaging.batch.message_count=5," + pushOp}.String()}
+	if got := e.finished(); !slices.Equal(got, want) {
+		t.Errorf("spans:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got, w := e.points(), "messaging.client.sent.messages {"+pushOp+"} sum=5"; !slices.Contains(got, w) {
+		t.Errorf("metric points:\n%s\nwant among them %s", strings.Join(got, "\n"), w)
 	}
 }
