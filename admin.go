@@ -168,21 +168,17 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	}
 	asked := body.Timestamp
 	if asked != "" {
-		if partition != "" {
-			// A broker that seeks one partition only to its end would
-			// skip the partition's backlog: refused before it is sent.
-			g, err := a.c.generation(ctx)
-			if err != nil {
-				return SeekResult{}, err
-			}
-			if !g.PartitionSeekBody {
-				return SeekResult{}, fmt.Errorf("%w: a %s broker seeks one partition only to its end, not to %s (nothing sent; seek the whole group to the time, or the partition with ToEnd)",
-					ErrNotSupported, g.Name, asked)
-			}
-		}
-		if body.Timestamp, err = a.c.seekTime(ctx, asked); err != nil {
+		g, err := a.c.generation(ctx)
+		if err != nil {
 			return SeekResult{}, err
 		}
+		if partition != "" && !g.PartitionSeekBody {
+			// A broker that seeks one partition only to its end would
+			// skip the partition's backlog: refused before it is sent.
+			return SeekResult{}, fmt.Errorf("%w: a %s broker seeks one partition only to its end, not to %s (nothing sent; seek the whole group to the time, or the partition with ToEnd)",
+				ErrNotSupported, g.Name, asked)
+		}
+		body.Timestamp = seekTime(g, asked)
 	}
 	path := wire.RouteSeekGroup.Path(group, queue)
 	if partition != "" {

@@ -142,23 +142,19 @@ func (c *Client) sizesPops() bool {
 // time (wire.Generation.SeekAtOrBefore), messages stored at exactly that
 // time would be skipped: there the time sent is one tick of the broker's
 // precision (wire.SeekPrecision) earlier.
-func (c *Client) seekTime(ctx context.Context, ts string) (string, error) {
-	g, err := c.generation(ctx)
-	if err != nil {
-		return ts, err
-	}
+func seekTime(g *wire.Generation, ts string) string {
 	if !g.SeekAtOrBefore {
-		return ts, nil
+		return ts
 	}
 	t, err := time.Parse(time.RFC3339Nano, ts)
 	if err != nil {
-		return ts, nil // seekBody validated it; nothing to adjust
+		return ts // seekBody validated it; nothing to adjust
 	}
 	us := t.Truncate(wire.SeekPrecision)
 	if us.Before(t) {
 		us = us.Add(wire.SeekPrecision) // the first instant a message can have at or after t
 	}
-	return us.Add(-wire.SeekPrecision).UTC().Format(time.RFC3339Nano), nil
+	return us.Add(-wire.SeekPrecision).UTC().Format(time.RFC3339Nano)
 }
 
 func (m *brokerMemory) state(k groupKey) groupState {
@@ -397,14 +393,14 @@ func (r *popRequest) values(withSub, legacy bool, n int, nowait bool) (string, e
 // with or without a start point): that is not warned of unless the pop
 // sent such a start point, since only those move a cursor.
 func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
-	if k, ok := r.key(); ok && withSub {
-		if g := c.mem.gen.Load(); g != nil && g.SubscriptionOnEveryPop {
-			st := groupState{stage: groupRegistered}
-			if r.startTime() {
-				st = groupState{stage: groupTimed, from: r.query.SubscriptionFrom}
-			}
-			c.mem.set(k, st)
+	g := c.mem.gen.Load()
+	everyPop := g != nil && g.SubscriptionOnEveryPop
+	if k, ok := r.key(); ok && withSub && everyPop {
+		st := groupState{stage: groupRegistered}
+		if r.startTime() {
+			st = groupState{stage: groupTimed, from: r.query.SubscriptionFrom}
 		}
+		c.mem.set(k, st)
 	}
 	if len(res.messages) > 0 && res.autopilot == nil && r.query.Autopilot && !r.pinned &&
 		!r.query.Conflation && c.sizesPops() {
@@ -413,7 +409,7 @@ func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
 				"batch", LegacyBatch, "path", r.path)
 		}
 	}
-	if g := c.mem.gen.Load(); g != nil && g.SubscriptionOnEveryPop && // a 0.15.1 broker's mark only
+	if everyPop && // a 0.15.1 broker's mark only
 		len(res.messages) == 0 && res.leaseID != "" && withSub && r.hasSubscription() && r.query.SubscriptionMode != string(SubscriptionModeAll) {
 		c.log.Warn("queen: the broker claimed a partition and answered no messages; on a 0.15.1 broker this means it moved the group's cursor past them",
 			"queue", r.queue, "group", r.query.ConsumerGroup, "partition", res.partition, "leaseId", res.leaseID)
