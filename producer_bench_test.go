@@ -89,37 +89,31 @@ func BenchmarkProducer(b *testing.B) {
 		name string
 		run  func(c *queen.Client, hc *http.Client, q string, n int) time.Duration
 	}
+	producer := func(name string, parts int, wait bool) side {
+		return side{name, func(c *queen.Client, _ *http.Client, q string, n int) time.Duration {
+			return benchProducer(b, c, q, workers, n, parts, wait)
+		}}
+	}
+	push := func(name string, parts int) side {
+		return side{name, func(c *queen.Client, _ *http.Client, q string, n int) time.Duration {
+			return benchPush(b, c, q, workers, n, parts)
+		}}
+	}
+	bare := func(name string, goroutines, per, parts int) side {
+		return side{name, func(_ *queen.Client, hc *http.Client, q string, n int) time.Duration {
+			return benchBare(b, hc, url, q, goroutines, per, n, parts)
+		}}
+	}
 	sides := []side{
-		{"producer", func(c *queen.Client, _ *http.Client, q string, n int) time.Duration {
-			return benchProducerNoWait(b, c, q, workers, n, 4)
-		}},
-		{"producer-1p", func(c *queen.Client, _ *http.Client, q string, n int) time.Duration {
-			return benchProducerNoWait(b, c, q, workers, n, 1)
-		}},
-		{"producer-16p", func(c *queen.Client, _ *http.Client, q string, n int) time.Duration {
-			return benchProducerNoWait(b, c, q, workers, n, 16)
-		}},
-		{"producer-wait", func(c *queen.Client, _ *http.Client, q string, n int) time.Duration {
-			return benchProducer(b, c, q, workers, n, 4)
-		}},
-		{"push", func(c *queen.Client, _ *http.Client, q string, n int) time.Duration {
-			return benchPush(b, c, q, workers, n, 1)
-		}},
-		{"push-4p", func(c *queen.Client, _ *http.Client, q string, n int) time.Duration {
-			return benchPush(b, c, q, workers, n, 4)
-		}},
+		producer("producer", 4, false),
+		producer("producer-1p", 1, false),
+		producer("producer-16p", 16, false),
+		producer("producer-wait", 4, true),
+		push("push", 1),
+		push("push-4p", 4),
 	}
 	if real {
-		sides = append(sides,
-			side{"bare100", func(_ *queen.Client, hc *http.Client, q string, n int) time.Duration {
-				return benchBare(b, hc, url, q, 4, 100, n, 4)
-			}},
-			side{"bare64x1", func(_ *queen.Client, hc *http.Client, q string, n int) time.Duration {
-				return benchBare(b, hc, url, q, 1, 64, n, 1)
-			}},
-			side{"bare16x4", func(_ *queen.Client, hc *http.Client, q string, n int) time.Duration {
-				return benchBare(b, hc, url, q, 4, 16, n, 4)
-			}})
+		sides = append(sides, bare("bare100", 4, 100, 4), bare("bare64x1", 1, 64, 1), bare("bare16x4", 4, 16, 4))
 	}
 	if only := os.Getenv("QUEEN_BENCH_SIDES"); only != "" {
 		var keep []string
@@ -242,31 +236,11 @@ func benchMsg(i int) json.RawMessage {
 	return json.RawMessage(`{"n":` + strconv.Itoa(i) + `,"event":"page_view","user":"u-42"}`)
 }
 
-// benchProducer pushes n messages with a Producer on workers goroutines,
-// each waiting for its result, over parts partitions.
-func benchProducer(b *testing.B, c *queen.Client, q string, workers, n, parts int, opts ...queen.ProducerOption) time.Duration {
-	ctx := context.Background()
-	p, err := c.Queue(q).Producer(opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, err := spread(workers, n, func(i int) error {
-		_, err := p.Partition(benchPart(i, parts)).Push(ctx, benchMsg(i)).Wait(ctx)
-		return benchBuffered(err)
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := p.Close(ctx); err != nil {
-		b.Fatal(err)
-	}
-	return d
-}
-
-// benchProducerNoWait is benchProducer with callers that do not wait for
-// each result before the next push (fire and forget): the time is until
-// every message is settled (checked stored).
-func benchProducerNoWait(b *testing.B, c *queen.Client, q string, workers, n, parts int) time.Duration {
+// benchProducer pushes n messages with a default Producer on workers
+// goroutines, over parts partitions. With wait, each goroutine waits for
+// its message's result before its next push; without, it pushes on and
+// the time runs until every message has its outcome (each one checked).
+func benchProducer(b *testing.B, c *queen.Client, q string, workers, n, parts int, wait bool) time.Duration {
 	ctx := context.Background()
 	p, err := c.Queue(q).Producer()
 	if err != nil {
@@ -276,7 +250,11 @@ func benchProducerNoWait(b *testing.B, c *queen.Client, q string, workers, n, pa
 	start := time.Now()
 	if _, err := spread(workers, n, func(i int) error {
 		pending[i] = p.Partition(benchPart(i, parts)).Push(ctx, benchMsg(i))
-		return nil
+		if !wait {
+			return nil
+		}
+		_, err := pending[i].Wait(ctx)
+		return benchBuffered(err)
 	}); err != nil {
 		b.Fatal(err)
 	}
