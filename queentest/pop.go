@@ -125,7 +125,7 @@ func parsePopParams(q url.Values) (popParams, error) {
 // subscriptionMode, and "now" is `new`; an absent mode is the default,
 // `new`, and a mode sent is `new` when it spells new ("new", "new-only",
 // "new_only", "newonly", any case), else `all` (an empty one included).
-func (p popParams) subscription(_ time.Time) subscription {
+func (p popParams) subscription() subscription {
 	sub := subscription{mode: "new", conflation: p.conflates()}
 	switch strings.ToLower(strings.TrimSpace(p.subMode)) {
 	case "new", "new-only", "new_only", "newonly":
@@ -217,7 +217,7 @@ func (p popParams) base(now time.Time) popReq {
 	}
 	return popReq{
 		group: group, budget: batch, autoAck: p.autoAck, leaseSec: p.leaseSec,
-		sub: p.subscription(now), conflateReq: p.conflation, wait: p.wait, timeout: p.timeout,
+		sub: p.subscription(), conflateReq: p.conflation, wait: p.wait, timeout: p.timeout,
 		maxParts: 1,
 	}
 }
