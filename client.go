@@ -376,8 +376,11 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 	})
 	if err != nil {
 		err = fmt.Errorf("queen: %w", err) // the transport names the method and URL
-		if errors.Is(err, transport.ErrOutcomeUnknown) {
+		switch {
+		case errors.Is(err, transport.ErrOutcomeUnknown):
 			err = outcomeUnknown(err)
+		case errors.Is(err, transport.ErrNotSent):
+			err = &notSentError{err}
 		}
 		return nil, err
 	}
