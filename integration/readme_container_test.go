@@ -31,7 +31,8 @@ func checkOrders(t *testing.T, client *queen.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = client.Queue(q).Delete().Execute(context.Background()) })
-	msgs, err := client.Queue(q).Batch(10).Wait(false).Pop(t.Context())
+	// A waiting pop: a broker may answer the push before a pop sees it.
+	msgs, err := client.Queue(q).Batch(10).Wait(true).TimeoutMillis(shortWaitMs).Pop(t.Context())
 	if err != nil || len(msgs) != 1 || msgs[0].Data["total"] != 30.0 {
 		t.Fatalf("pop through the container: %v, %+v", err, msgs)
 	}
