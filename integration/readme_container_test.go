@@ -12,9 +12,9 @@ import (
 // through the container it started. It runs for real on the container path
 // of CI (.ci/containers sets QUEEN_IMAGE to the repository's image); with no
 // engine, no image, or QUEEN_IMAGE=none, queencontainer.Run skips it and
-// says why.
+// says why; with QUEEN_URL set it runs against that broker, no Docker asked.
 func TestOrders(t *testing.T) {
-	broker := queencontainer.Run(t) // skipped when no Docker engine answers; removed at the end
+	broker := queencontainer.Run(t) // QUEEN_URL's broker, else a container (skipped when no Docker engine answers; removed at the end)
 	client, err := queen.New(broker.URL)
 	if err != nil {
 		t.Fatal(err)
