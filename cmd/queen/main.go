@@ -49,6 +49,16 @@
 // broker always resets them). Both print the options the broker reports
 // after the change.
 //
+// # Pop
+//
+// pop prints the messages it got, one per line (PARTITION, TRANSACTION_ID,
+// PAYLOAD). What stdout cannot show goes to stderr, exit status 0: an empty
+// answer ("no messages in QUEUE [for group G]"), and, without --ack, the
+// messages left leased: how many, the lease, and until about when (the
+// pop's time plus the queue's lease time, which a 0.15.1 broker does not
+// report; the line then says so). Unacked, they are delivered again once
+// the lease ends.
+//
 // # Dead letters
 //
 // dlq prints one row per dead letter, then "total N", or, when it printed

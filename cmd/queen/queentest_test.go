@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/queen-go/queen/queentest"
 )
@@ -93,5 +94,50 @@ func TestScriptAgainstQueentest015(t *testing.T) {
 	var del struct{ Deleted, Existed *bool }
 	if err := json.Unmarshal([]byte(r.stdout), &del); err != nil || del.Deleted == nil || *del.Deleted || del.Existed == nil || *del.Existed {
 		t.Fatalf("--json delete of a missing queue: %q (%v)", r.stdout, err)
+	}
+}
+
+// pop tells on stderr what stdout cannot: an empty queue (exit 0, nothing
+// on stdout), and messages left leased without --ack, with when the lease
+// ends (the pop's time plus the queue's lease time; a 0.15.1 broker does
+// not report the lease time, and the line says so). With --ack, nothing.
+func TestPopSaysEmptyAndLeased(t *testing.T) {
+	for _, p := range queentest.Profiles() {
+		t.Run(string(p), func(t *testing.T) {
+			srv := queentest.Start(t, queentest.WithProfile(p))
+			env := map[string]string{"QUEEN_URL": srv.URL}
+			sh := func(args ...string) result {
+				t.Helper()
+				return runEnv(t, env, "", args...).want(t, exitOK)
+			}
+			r := sh("pop", "orders", "--group", "billing")
+			if r.stdout != "" || r.stderr != "queen pop: no messages in orders for group billing\n" {
+				t.Fatalf("empty pop: stdout %q stderr %q", r.stdout, r.stderr)
+			}
+			if p == queentest.Profile2x {
+				sh("queues", "create", "orders", "--lease-time", "90s")
+			}
+			sh("push", "orders", `{"n":1}`, `{"n":2}`)
+			before := time.Now().Truncate(time.Second)
+			r = sh("pop", "orders", "--batch", "10")
+			after := time.Now()
+			if strings.Count(r.stdout, "\n") != 2 || !strings.Contains(r.stderr, "queen pop: 2 messages left leased (lease ") {
+				t.Fatalf("pop without --ack: stdout %q stderr %q", r.stdout, r.stderr)
+			}
+			if p == queentest.Profile2x {
+				_, rest, ok := strings.Cut(r.stderr, "until about ")
+				end, err := time.Parse(time.RFC3339, strings.Fields(rest + " ")[0])
+				if !ok || err != nil || end.Before(before.Add(90*time.Second)) || end.After(after.Add(90*time.Second)) || !strings.Contains(r.stderr, "(lease time 1m30s)") {
+					t.Fatalf("the lease's end: stderr %q (%v), want the pop's time + 90s", r.stderr, err)
+				}
+			} else if !strings.Contains(r.stderr, "does not report it") {
+				t.Fatalf("0.15.1: stderr %q, want it to say the lease time is not reported", r.stderr)
+			}
+			sh("push", "orders", `{"n":3}`)
+			r = sh("pop", "orders", "--group", "g", "--subscription-mode", "all", "--batch", "10", "--ack")
+			if strings.Count(r.stdout, "\n") != 3 || r.stderr != "" {
+				t.Fatalf("pop --ack: stdout %q stderr %q, want nothing on stderr", r.stdout, r.stderr)
+			}
+		})
 	}
 }

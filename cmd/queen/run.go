@@ -539,6 +539,11 @@ func (c *cli) pop(args []string) error {
 	if err != nil {
 		return err
 	}
+	popped := c.now()
+	if len(msgs) == 0 {
+		fmt.Fprintf(c.stderr, "queen pop: no messages in %s%s\n", pos[0], forGroup(*group))
+		return nil
+	}
 	out := make([]poppedMessage, len(msgs))
 	for i, m := range msgs {
 		out[i] = poppedMessage{Queue: m.Queue, Partition: m.Partition, PartitionID: m.PartitionID, TransactionID: m.TransactionID,
@@ -556,7 +561,8 @@ func (c *cli) pop(args []string) error {
 			fmt.Fprintf(c.stdout, "%s\t%s\t%s\n", m.Partition, m.TransactionID, m.Payload)
 		}
 	}
-	if !*ack || len(msgs) == 0 {
+	if !*ack {
+		c.leftLeased(cl, pos[0], *group, msgs, popped)
 		return nil
 	}
 	settle := make([]queen.Settlement, len(msgs))
@@ -565,6 +571,43 @@ func (c *cli) pop(args []string) error {
 	}
 	_, err = cl.SettleBatch(context.WithoutCancel(c.ctx), settle, queen.AckOptions{ConsumerGroup: *group})
 	return err
+}
+
+// forGroup names the group of a pop for a stderr line ("" in queue mode).
+func forGroup(group string) string {
+	if group == "" {
+		return ""
+	}
+	return " for group " + group
+}
+
+// leftLeased says on stderr that the messages of a pop without --ack stay
+// leased, and until when: the pop's time plus the queue's lease time, read
+// from the broker (a 0.15.1 broker does not report it: then the line says
+// so). Messages without a lease (none when popped without
+// commit-on-delivery) are not counted.
+func (c *cli) leftLeased(cl *queen.Client, queue, group string, msgs []*queen.Message, popped time.Time) {
+	leased := 0
+	lease := ""
+	for _, m := range msgs {
+		if m.LeaseID != "" {
+			leased++
+			lease = m.LeaseID
+		}
+	}
+	if leased == 0 {
+		return
+	}
+	until := "until the queue's lease time has passed (this broker does not report it)"
+	if d, err := cl.Admin().GetQueue(c.ctx, queue); err == nil && d.Config.LeaseTime != nil {
+		until = "until about " + popped.Add(*d.Config.LeaseTime).UTC().Format(time.RFC3339) + " (lease time " + d.Config.LeaseTime.String() + ")"
+	}
+	noun := "messages"
+	if leased == 1 {
+		noun = "message"
+	}
+	fmt.Fprintf(c.stderr, "queen pop: %d %s left leased%s (lease %s) %s; unacked, they are delivered again then (--ack acks them)\n",
+		leased, noun, forGroup(group), lease, until)
 }
 
 // ---------------------------------------------------------------- fetch
