@@ -245,12 +245,14 @@
 // or nothing at Commit; a rollback is returned as a *TransactionError.
 // Client.Admin seeks consumer groups (to a time or to the end), lists and
 // deletes groups, lists, configures and deletes queues, reports the
-// broker's health and lists and replays dead letters. QueueBuilder.Fetch
+// broker's health and lists and replays dead letters (DeadLetters iterates
+// over them all). QueueBuilder.Fetch
 // reads partitions by offset with no group, lease or ack, and
 // ReadPartition iterates one partition to its end.
 //
 // Examples: ExampleClient_Transaction, ExampleTransactionBuilder_Ack,
-// ExampleAdmin_SeekConsumerGroup, ExampleAdmin_ListDLQ, ExampleAdmin_Health,
+// ExampleAdmin_SeekConsumerGroup, ExampleAdmin_ListDLQ,
+// ExampleAdmin_DeadLetters, ExampleAdmin_Health,
 // ExampleQueueBuilder_Fetch, ExampleQueueBuilder_ReadPartition and
 // Example_docReadPartition.
 //
