@@ -126,9 +126,14 @@
 // them: Push returns at once with a PendingPush to wait on, and batches go
 // out per queue and partition on a count, a size or a short delay, in
 // order within a partition. Flush and Close send what is buffered and say
-// which messages were not stored and which have an unknown outcome.
+// which messages were not stored and which have an unknown outcome. During
+// an outage a batch is sent again with backoff until its delivery timeout
+// (WithDeliveryTimeout); a batch that fails for good fails only the
+// messages of its partition buffered behind it (WithPauseOnFailure pauses
+// the partition until Resume instead).
 //
-// Examples: ExampleQueueBuilder_Producer, ExampleClient_Producer.
+// Examples: ExampleQueueBuilder_Producer, ExampleClient_Producer,
+// ExampleWithDeliveryTimeout, ExampleWithPauseOnFailure.
 //
 // # Popping
 //
@@ -277,9 +282,11 @@
 //
 // An error matching ErrOutcomeUnknown says that the request may or may not
 // have been applied (its answer was lost, or did not tell): check the
-// broker's state before doing it again.
+// broker's state before doing it again. An error matching ErrNotSent says
+// that it never reached the broker: nothing was applied, doing it again is
+// safe.
 //
-// Example: ExampleErrInvalidArgument.
+// Examples: ExampleErrInvalidArgument, ExampleErrNotSent.
 //
 // # Broker versions
 //
