@@ -241,13 +241,27 @@ var (
 	ErrMessageTooLarge = newArgError("message is larger than the producer's buffer limit")
 )
 
-// errProducerClosed is what a closed producer answers; it matches ErrClosed.
+// errProducerClosed is what a closed producer answers for a message it
+// never sent; it matches ErrClosed and ErrNotSent.
 var errProducerClosed = &closedError{}
 
 type closedError struct{}
 
-func (*closedError) Error() string        { return "queen: producer is closed" }
-func (*closedError) Is(target error) bool { return target == ErrClosed }
+func (*closedError) Error() string { return "queen: producer is closed" }
+func (*closedError) Is(target error) bool {
+	return target == ErrClosed || target == ErrNotSent
+}
+
+// closedSending is the failure of a batch that a Close whose ctx ended
+// stopped between two sends: it matches ErrClosed and unwraps to the last
+// send's failure (ErrNotSent when that one did not reach the broker).
+type closedSending struct{ last error }
+
+func (e *closedSending) Error() string {
+	return "queen: producer is closed; last send: " + strings.TrimPrefix(e.last.Error(), "queen: ")
+}
+func (e *closedSending) Unwrap() error        { return e.last }
+func (e *closedSending) Is(target error) bool { return target == ErrClosed }
 
 // PartitionPausedError is the error of a message that was not sent because
 // an earlier batch of its partition failed for good, under
@@ -573,7 +587,9 @@ func (p *Producer) Flush(ctx context.Context) error {
 // buffered is sent at once. It waits until every message has its outcome
 // and returns nil when all were stored, else a *ProducerError (see Flush).
 // When ctx ends first, the sends on the wire are cut (their messages'
-// outcome is unknown) and the messages not sent yet fail with ErrClosed;
+// outcome is unknown), a batch waiting to be sent again stops (ErrClosed,
+// and ErrNotSent if none of its sends reached the broker), and the
+// messages not sent yet fail with ErrClosed and ErrNotSent;
 // Close then returns once the producer's goroutines have ended, none of
 // which outlives it. Close is safe to call more than once; a later call
 // reports on the messages still held then (none, once an earlier Close
@@ -1038,7 +1054,7 @@ func (e *producer) deliver(body []byte, since time.Time) (*response, error) {
 		select {
 		case <-timer.C:
 		case <-e.ctx.Done():
-			return nil, sentBefore(fmt.Errorf("%w (last attempt: %w)", errProducerClosed, err), maybe)
+			return nil, sentBefore(&closedSending{err}, maybe)
 		}
 	}
 }
