@@ -951,7 +951,6 @@ func refused(success *bool, errText string) bool {
 }
 
 // decodeList decodes a bare array or an object holding it under one of keys.
-
 func decodeList(body []byte, out any, keys ...string) error {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {

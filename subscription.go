@@ -431,7 +431,6 @@ func (r *popRequest) values(withSub, legacy bool, n int, nowait bool, from strin
 // it sizes pops. It warns of a claim without messages to a pop that sent a
 // start point other than "all": a 0.15.1 broker that moved the group's
 // cursor past them (PROTOCOL.md §16).
-
 func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
 	if withSub {
 		c.startAnswered(r, res)
