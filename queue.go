@@ -38,8 +38,8 @@ type QueueConfig struct {
 	CompletedRetention *time.Duration // how long completed messages are kept
 	RetentionEnabled   *bool          // turns Retention and CompletedRetention on
 	// DeadLetterQueue keeps messages whose retries are spent, and those
-	// acked dlq, in the dead-letter queue (2.x without it or
-	// DLQAfterMaxRetries drops them).
+	// acked dlq, in the dead-letter queue; with it and DLQAfterMaxRetries
+	// both off, 2.x drops them.
 	DeadLetterQueue    *bool
 	DLQAfterMaxRetries *bool // dead-letters a message whose retries are spent
 	EncryptionEnabled  *bool

@@ -44,7 +44,7 @@ func (c *Client) Transaction() *TransactionBuilder {
 // Ack adds the settlement of msg with status. At most one AckOptions:
 // ConsumerGroup (default: the message's) and Error. The ack carries the
 // message's lease id: an expired or released lease rolls back the whole
-// transaction.
+// transaction. A message without a lease fails Commit with ErrNotAckable.
 func (t *TransactionBuilder) Ack(msg *Message, status AckStatus, opts ...AckOptions) *TransactionBuilder {
 	n := len(t.ops)
 	switch {
@@ -250,14 +250,15 @@ func (e *TransactionError) Is(target error) bool { return target == ErrRolledBac
 // Commit sends the transaction (POST /api/v1/transaction) and returns the
 // result. A rollback (an ack whose lease is gone, say) applied nothing and
 // is a *TransactionError matching ErrRolledBack, with the same result. An
-// empty or invalid transaction fails before any request.
+// empty transaction (ErrEmptyTransaction) or an invalid operation fails
+// before any request.
 //
 // Commit is sent again only when the broker surely did not apply it
 // (connection refused, 429, 503). Otherwise an open outcome (a lost
-// answer, a 500/502/504, an unreadable answer) matches ErrOutcomeUnknown
-// with no result: check the pushed and acked messages before doing the
-// work again. Committing the same builder again never stores its messages
-// twice, but is refused after an applied first commit.
+// answer, a 5xx that may follow applying it, an unreadable answer) matches
+// ErrOutcomeUnknown with no result: check the pushed and acked messages
+// before doing the work again. Committing the same builder again never
+// stores its messages twice, but is refused after an applied first commit.
 func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, error) {
 	req, err := t.request()
 	if err != nil {
