@@ -88,7 +88,7 @@ func (r *popRequest) longPollWait(nowait bool) time.Duration {
 // waiting pop's attempts get its wait plus popMargin each; a pop sent
 // without waiting (nowait), the client's usual timeout.
 func (r *popRequest) call(query string, nowait bool) call {
-	cl := call{method: http.MethodGet, path: r.path, rawQuery: query, once: true}
+	cl := call{method: http.MethodGet, path: r.path, rawQuery: query, once: true, key: r.route}
 	if r.wait && !nowait && !r.discover {
 		cl.timeout = time.Duration(r.waitMs)*time.Millisecond + popMargin
 	}
@@ -140,7 +140,13 @@ func (c *Client) popWith(ctx context.Context, r *popRequest, query string, confl
 	if resp.status == http.StatusNoContent || len(resp.body) == 0 {
 		return &popResult{}, nil
 	}
-	return c.decodePop(resp.body, r.path, conflation)
+	res, err := c.decodePop(resp.body, r.path, conflation)
+	if res != nil {
+		for _, m := range res.messages {
+			m.route = r.route
+		}
+	}
+	return res, err
 }
 
 // The hot path (pop answers, the loop's acks) reads broker JSON with
