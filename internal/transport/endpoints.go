@@ -2,7 +2,6 @@ package transport
 
 import (
 	"cmp"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"sync"
@@ -80,9 +79,11 @@ func newEndpoints(bases []string, pause time.Duration, now func() time.Time, bal
 // differ in a digit or two lie close together, spread by the finaliser of
 // MurmurHash3 (fmix64) so that a URL's points and the keys scatter evenly.
 func hashKey(s string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(s))
-	x := h.Sum64()
+	x := uint64(14695981039346656037) // FNV-1a, inline: no allocation per call
+	for i := 0; i < len(s); i++ {
+		x ^= uint64(s[i])
+		x *= 1099511628211
+	}
 	x ^= x >> 33
 	x *= 0xff51afd7ed558ccd
 	x ^= x >> 33

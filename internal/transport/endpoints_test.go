@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -166,4 +167,18 @@ func TestDoByAffinity(t *testing.T) {
 func TestConfigRefusesUnknownBalance(t *testing.T) {
 	_, err := New(Config{URLs: nodes, Balance: Affinity + 1})
 	require.ErrorContains(t, err, "unknown balance")
+}
+
+// The ring's hash is 64-bit FNV-1a spread by fmix64, allocation-free.
+func TestHashKey(t *testing.T) {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("orders:*:billing"))
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	assert.Equal(t, x, hashKey("orders:*:billing"))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = hashKey("orders:*:billing") }))
 }
