@@ -14,8 +14,10 @@ import (
 // and Resume brings back, alone. Create one with NewCluster (or
 // StartCluster in a test) and give a client every URL.
 //
-// The nodes are peers: nothing models a 2.x cluster's leader, its
-// forwarding or a leader change.
+// The nodes are peers: nothing models a 2.x cluster's leader or its
+// forwarding. On Profile2x, a node's Restart drops the consume engine's
+// memory, which all nodes share: what a leader change does in a 2.x
+// cluster. Stop and Resume keep it, as a follower's loss does.
 type Cluster struct {
 	nodes []*Server
 }
@@ -106,23 +108,18 @@ func (c *Cluster) Close() {
 // Stop on a stopped Server does nothing.
 func (s *Server) Stop() {
 	s.lmu.Lock()
-	defer s.lmu.Unlock()
 	if s.closing || s.stopped {
+		s.lmu.Unlock()
 		return
 	}
-	s.stopped = true
-	s.gen++ // a pending RefuseConnections window does not reopen
-	if s.ln != nil {
-		_ = s.ln.Close()
-		s.ln = nil
-	}
-	for c := range s.conns {
-		_ = c.Close()
-		delete(s.conns, c)
-	}
-	for s.inflight > 0 {
+	s.stopped = true // no connection or request is taken from now on
+	s.lmu.Unlock()
+	s.down() // a pending RefuseConnections or Restart does not reopen
+	s.lmu.Lock()
+	for s.inflight > 0 && !s.closing {
 		s.idle.Wait()
 	}
+	s.lmu.Unlock()
 	s.log.Debug("queentest node stopped", "addr", s.addr)
 }
 

@@ -88,3 +88,31 @@ func TestClusterRefusesBadSizes(t *testing.T) {
 	_, err = ListenCluster(2, WithAddr("127.0.0.1:1"))
 	assert.ErrorContains(t, err, "WithAddr")
 }
+
+// On 2.x the consume engine's memory is the cluster's: a node's Restart
+// (a leader change) drops the start a pinned pop through another node
+// gave; Stop and Resume (a follower lost) keep it.
+func TestClusterRestartIsALeaderChange2x(t *testing.T) {
+	clock := NewFakeClock(t0)
+	c := StartCluster(t, 2, WithClock(clock))
+	a, b := newHC(t, c.Node(0)), newHC(t, c.Node(1))
+	a.pushN("q", "p", 1) // before the groups' first pops
+	clock.Advance(time.Second)
+	for _, g := range []string{"kept", "lost"} {
+		st, _ := a.pop("/api/v1/pop/queue/q/partition/p", vals("consumerGroup", g, "subscriptionMode", "new"))
+		require.Equal(t, http.StatusNoContent, st)
+	}
+	clock.Advance(time.Second)
+	a.pushN("q", "p", 1) // after them: for both groups
+
+	c.Node(0).Stop()
+	require.NoError(t, c.Node(0).Resume())
+	_, p := b.pop("/api/v1/pop/queue/q/partition/p", vals("consumerGroup", "kept", "subscriptionMode", "new"))
+	require.NotNil(t, p, "a node's Stop keeps the engine's memory")
+	assert.Equal(t, []int{0}, ns(t, p.Messages))
+
+	c.Node(0).Restart(0)
+	waitListening(t, c.Node(0))
+	st, _ := b.pop("/api/v1/pop/queue/q/partition/p", vals("consumerGroup", "lost", "subscriptionMode", "new"))
+	assert.Equal(t, http.StatusNoContent, st, "a node's Restart drops the start the other node's pop gave")
+}
