@@ -118,6 +118,51 @@ func Retry() Outcome { return Outcome{Status: StatusRetry} }
 // retries are left.
 func DLQ(err error) Outcome { return Outcome{Status: StatusDLQ, Error: errText(err)} }
 
+// Poison marks err as one that retrying cannot fix: a consume handler
+// (Consume, ConsumeBatch, with or without Each) that returns it, wrapped or
+// not, has its message dead-lettered at once with the error's text as the
+// reason, spending no retry, as OnError's DLQ would. The result wraps err
+// (errors.Is and errors.As reach it) and its text is err's; Poison(nil) is
+// nil.
+//
+//	o, err := queen.Decode[Order](msg)
+//	if err != nil {
+//		return queen.Poison(err)
+//	}
+//
+// OnError, when set, still decides: it gets the error (errors.As finds the
+// *PoisonError), and a zero Outcome from it means DLQ. With AutoAck(false)
+// the loop sends the dlq ack itself, as it nacks any error. A batch
+// handler's poison dead-letters every message of the batch it was given;
+// to dead-letter one message of a batch, use Each(), or an OnError that
+// returns DLQ for it and Complete (or Retry) for the others. A message
+// given back by a stop is not dead-lettered.
+func Poison(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PoisonError{Err: err}
+}
+
+// PoisonError is the error Poison returns: Err, marked for the dead-letter
+// queue.
+type PoisonError struct{ Err error }
+
+// Error returns Err's text.
+func (e *PoisonError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *PoisonError) Unwrap() error { return e.Err }
+
+// failure is the loop's own outcome for a handler's error: DLQ for a
+// Poison error, else Fail.
+func failure(err error) Outcome {
+	if _, ok := errors.AsType[*PoisonError](err); ok {
+		return DLQ(err)
+	}
+	return Fail(err)
+}
+
 func errText(err error) string {
 	if err == nil {
 		return ""
@@ -142,7 +187,8 @@ type ConsumeBuilder struct {
 // Consume prepares a loop that pops messages and calls h once per message
 // (Each() is implied), in partition order, never two messages of one
 // partition at once. When h returns nil the message is acked completed;
-// when it returns an error it is acked failed with the error's text, and
+// when it returns an error it is acked failed with the error's text (or
+// dead-lettered at once, for a Poison error), and
 // the messages after it in its partition (in that pop) are given back with
 // retry, to come again after it. Every message of one pop is settled in
 // one batch ack. A failure is counted for its message alone, against the
@@ -175,7 +221,8 @@ func (b *QueueBuilder) Consume(ctx context.Context, h func(ctx context.Context, 
 // batch is failed with the error's text (one failure of that message
 // against RetryLimit, see OnError), and the rest of the partition is given
 // back with retry in the same ack, uncharged (it comes again after the
-// failed one). With Each() set, h is called once per message with a
+// failed one); after a Poison error every message of the batch is
+// dead-lettered. With Each() set, h is called once per message with a
 // one-message slice, under the rules of Consume. Otherwise as Consume.
 func (b *QueueBuilder) ConsumeBatch(ctx context.Context, h func(ctx context.Context, msgs []*Message) error) *ConsumeBuilder {
 	return &ConsumeBuilder{qb: *b, ctx: ctx, handleBatch: h, grace: DefaultGracePeriod}
@@ -192,7 +239,9 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 
 // OnError hands the outcome of every message whose handler returned an
 // error (or panicked) to f: the loop acks what f returns instead of Fail,
-// for example DLQ for an error that retrying cannot fix. Per message, after
+// for example DLQ for an error that retrying cannot fix (a handler can
+// return Poison instead; f still gets it, and its zero Outcome is then
+// DLQ). Per message, after
 // Fail or Retry the rest of that partition in the pop is not handled: it is
 // given back with retry in the same ack, and comes again after the message;
 // after Complete or DLQ it goes on. Under ConsumeBatch without Each(), f is
