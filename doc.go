@@ -45,10 +45,12 @@
 //
 // # The parts
 //
-//   - Client (New): the connection, with WithURLs (failover),
-//     WithBearerToken, WithHTTPClient, WithLogger, WithRequestTimeout and
-//     WithRetryPolicy. It runs no goroutine of its own; Close waits for the
-//     calls in flight.
+//   - Client (New): the connection, with WithURLs (brokers of one cluster,
+//     over which WithLoadBalancing spreads the calls; by default a consumer
+//     group's pops and acks meet on one broker, and a broker found down is
+//     left for a pause: ExampleWithLoadBalancing), WithBearerToken,
+//     WithHTTPClient, WithLogger, WithRequestTimeout and WithRetryPolicy.
+//     It runs no goroutine of its own; Close waits for the calls in flight.
 //   - QueueBuilder (Client.Queue): Push (ExampleQueueBuilder_Push,
 //     ExamplePushBuilder_TransactionID), Pop (ExampleQueueBuilder_Pop),
 //     Consume and ConsumeBatch (ExampleQueueBuilder_ConsumeBatch),

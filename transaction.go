@@ -34,6 +34,7 @@ type TransactionBuilder struct {
 type txnOp struct {
 	ack   *wire.TxnOp     // type "ack", ready to send
 	items []wire.PushItem // type "push"
+	key   string          // routing key of an ack (ackKey)
 }
 
 // Transaction starts an empty transaction.
@@ -81,7 +82,7 @@ func (t *TransactionBuilder) Ack(msg *Message, status AckStatus, opts ...AckOpti
 		ConsumerGroup: group,
 		Status:        string(status),
 		Error:         o.Error,
-	}})
+	}, key: ackKey(msg, group)})
 	return t
 }
 
@@ -178,6 +179,14 @@ func (t *TransactionBuilder) request() (wire.TxnRequest, error) {
 	return req, nil
 }
 
+// key is the routing key of the transaction: its first operation's.
+func (t *TransactionBuilder) key() string {
+	if op := t.ops[0]; op.ack != nil {
+		return op.key
+	}
+	return pushKey(t.ops[0].items[0].Queue, t.ops[0].items[0].Partition)
+}
+
 // TransactionOpType says what a transaction result is about.
 type TransactionOpType string
 
@@ -264,7 +273,7 @@ func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, er
 	if err != nil {
 		return nil, err
 	}
-	resp, err := t.c.do(ctx, call{method: http.MethodPost, path: wire.RouteTransaction.Path(), body: req, once: true})
+	resp, err := t.c.do(ctx, call{method: http.MethodPost, path: wire.RouteTransaction.Path(), body: req, once: true, key: t.key()})
 	if err != nil {
 		return nil, err
 	}
