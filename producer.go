@@ -964,7 +964,7 @@ func (e *producer) send(segs []segment) {
 			oldest = sg.batch[0].at
 		}
 	}
-	resp, err := e.deliver(body, oldest)
+	resp, err := e.deliver(body, oldest, pushKey(items[0].Queue, items[0].Partition))
 	if err == nil {
 		res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
 	}
@@ -1021,7 +1021,7 @@ func (e *producer) send(segs []segment) {
 // an error matching ErrOutcomeUnknown when any attempt may have stored the
 // batch, ErrDeliveryTimeout when the time ran out, and ErrClosed when a
 // Close whose ctx ended stopped it.
-func (e *producer) deliver(body []byte, since time.Time) (*response, error) {
+func (e *producer) deliver(body []byte, since time.Time, key string) (*response, error) {
 	pol := e.c.cfg.retry
 	lo := cmp.Or(pol.MinBackoff, transport.DefaultMinBackoff)
 	hi := cmp.Or(pol.MaxBackoff, max(transport.DefaultMaxBackoff, lo))
@@ -1034,7 +1034,7 @@ func (e *producer) deliver(body []byte, since time.Time) (*response, error) {
 		}
 	}()
 	for attempt := 1; ; attempt++ {
-		resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body, attempts: 1})
+		resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body, attempts: 1, key: key})
 		if err == nil {
 			return resp, nil
 		}
