@@ -61,8 +61,9 @@ import (
 //     ErrNotSent when it surely never reached the broker, ErrOutcomeUnknown
 //     when it may have been stored. A message the
 //     broker answered without storing (2.x "error", 0.15.1 "failed") fails
-//     with a *PushError; a 0.15.1 "buffered" answer (kept by the broker to be
-//     stored later, not stored yet) fails with an error matching both
+//     with a *PushError. A 0.15.1 "buffered" answer (kept by the broker to be
+//     stored later, not stored yet) is sent again like an outage; still
+//     buffered at the delivery timeout, it fails with an error matching both
 //     ErrOutcomeUnknown and *PushError: it is never a success.
 //   - No loss and no double store. Each message gets its transaction id when
 //     it is pushed (the client makes one unless an Item gives it), before its
@@ -956,18 +957,13 @@ func (e *producer) send(segs []segment) {
 	body = append(body, "]}"...)
 	hooks := e.c.hooks
 	start := hooks.now()
-	var res []PushResult
-	var buffered []bool
 	oldest := segs[0].batch[0].at
 	for _, sg := range segs[1:] {
 		if sg.batch[0].at.Before(oldest) {
 			oldest = sg.batch[0].at
 		}
 	}
-	resp, err := e.deliver(body, oldest, pushKey(items[0].Queue, items[0].Partition))
-	if err == nil {
-		res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
-	}
+	res, buffered, err := e.deliver(body, items, oldest)
 	off := 0
 	for _, sg := range segs {
 		k := len(sg.batch)
@@ -1014,18 +1010,22 @@ func (e *producer) send(segs []segment) {
 
 // deliver sends one push request, and sends it again after each failure
 // that may pass until the delivery timeout, counted from since (when its
-// oldest message was buffered): the producer's one retry layer
-// for its batches (each send is a single attempt of the transport, which
-// therefore retries nothing of it). The waits are the client's Backoff,
-// with the broker's Retry-After. It returns the answer, or the failure:
-// an error matching ErrOutcomeUnknown when any attempt may have stored the
-// batch, ErrDeliveryTimeout when the time ran out, and ErrClosed when a
-// Close whose ctx ended stopped it.
-func (e *producer) deliver(body []byte, since time.Time, key string) (*response, error) {
+// oldest message was buffered): the producer's one retry layer for its
+// batches (each send is a single attempt of the transport). A 0.15.1
+// "buffered" answer may pass too: the broker keeps the message to store it
+// later, so the batch is sent again with its transaction ids (the broker's
+// unique index answers duplicate for what is stored, its buffer's replay
+// skips what a resend stored), and the partition keeps its order. The waits
+// are the client's Backoff, with the broker's Retry-After. It returns the
+// decoded answer, or the failure: an error matching ErrOutcomeUnknown when
+// any attempt may have stored the batch, ErrDeliveryTimeout when the time
+// ran out, and ErrClosed when a Close whose ctx ended stopped it.
+func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) ([]PushResult, []bool, error) {
 	pol := e.c.cfg.retry
 	lo := cmp.Or(pol.MinBackoff, transport.DefaultMinBackoff)
 	hi := cmp.Or(pol.MaxBackoff, max(transport.DefaultMaxBackoff, lo))
 	deadline := since.Add(e.cfg.deliver)
+	key := pushKey(items[0].Queue, items[0].Partition)
 	var maybe bool // an attempt before the last one may have stored it
 	var timer *time.Timer
 	defer func() {
@@ -1035,16 +1035,24 @@ func (e *producer) deliver(body []byte, since time.Time, key string) (*response,
 	}()
 	for attempt := 1; ; attempt++ {
 		resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body, attempts: 1, key: key})
+		var res []PushResult
+		var buffered []bool
 		if err == nil {
-			return resp, nil
+			res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
+			if res == nil || buffered == nil {
+				return res, buffered, err
+			}
+			err = nil // some of it buffered: send it again
+		} else if !e.passing(err) {
+			return nil, nil, sentBefore(err, maybe)
 		}
-		if !e.passing(err) {
-			return nil, sentBefore(err, maybe)
-		}
-		maybe = maybe || classify(err).state == stateUnknown
+		maybe = maybe || buffered != nil || classify(err).state == stateUnknown
 		wait := transport.Backoff(lo, hi, attempt-1, retryAfterOf(err))
 		if time.Until(deadline) < wait {
-			return nil, sentBefore(&deliveryTimeoutError{timeout: e.cfg.deliver, attempts: attempt, err: sentBefore(err, maybe)}, false)
+			if buffered != nil {
+				return res, buffered, nil // each buffered message fails as unknown
+			}
+			return nil, nil, sentBefore(&deliveryTimeoutError{timeout: e.cfg.deliver, attempts: attempt, err: sentBefore(err, maybe)}, false)
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -1054,7 +1062,10 @@ func (e *producer) deliver(body []byte, since time.Time, key string) (*response,
 		select {
 		case <-timer.C:
 		case <-e.ctx.Done():
-			return nil, sentBefore(&closedSending{err}, maybe)
+			if buffered != nil {
+				return res, buffered, nil
+			}
+			return nil, nil, sentBefore(&closedSending{err}, maybe)
 		}
 	}
 }

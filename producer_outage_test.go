@@ -2,6 +2,7 @@ package queen_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -350,6 +351,139 @@ func TestProducerFailureFailsOnlyWhatIsBehind(t *testing.T) {
 		}
 		if counts, _ := stored(t, c, "behind"); len(counts) != 1 || counts[99] != 1 {
 			t.Fatalf("stored %v", counts)
+		}
+	})
+}
+
+// buffering is a RoundTripper for a bubble that answers the first n pushes
+// as a 0.15.1 broker whose database is failing does: every item "buffered"
+// (kept in the broker's file, stored later), nothing stored now. Later
+// pushes reach srv.
+type buffering struct {
+	srv    *queentest.Server
+	mu     sync.Mutex
+	n      int // pushes still to answer "buffered"
+	pushes int
+}
+
+func (rt *buffering) RoundTrip(req *http.Request) (*http.Response, error) {
+	rt.mu.Lock()
+	isPush := req.URL.Path == "/api/v1/push"
+	if isPush {
+		rt.pushes++
+	}
+	buffer := isPush && rt.n > 0
+	if buffer {
+		rt.n--
+	}
+	rt.mu.Unlock()
+	if buffer {
+		var body struct{ Items []json.RawMessage }
+		if err := json.NewDecoder(req.Body).Decode(&body); err != nil {
+			return nil, err
+		}
+		answer := make([]map[string]string, len(body.Items))
+		for i := range answer {
+			answer[i] = map[string]string{"status": "buffered", "queue": "buf"}
+		}
+		rec := httptest.NewRecorder()
+		rec.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rec).Encode(answer)
+		return rec.Result(), nil
+	}
+	rec := httptest.NewRecorder()
+	rt.srv.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}
+
+// A 0.15.1 "buffered" answer may pass: the producer sends the batch again
+// with its transaction ids, and its partition waits, so every message is
+// stored once and in push order (the broker's later replay of its file
+// finds them stored).
+func TestProducerSendsBufferedAgain015(t *testing.T) {
+	srv := queentest.NewServer(queentest.WithProfile(queentest.Profile015))
+	synctest.Test(t, func(t *testing.T) {
+		defer srv.Close()
+		rt := &buffering{srv: srv, n: 3}
+		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		p, err := c.Queue("buf").Producer(queen.WithBatchCount(5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending := make([]*queen.PendingPush, 20)
+		for i := range pending {
+			pending[i] = p.Partition("p").Push(context.Background(), payload(i))
+		}
+		for i, pp := range pending {
+			res, err := pp.Wait(context.Background())
+			if err != nil || !res.Stored() {
+				t.Fatalf("message %d: %+v %v", i, res, err)
+			}
+		}
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if rt.pushes < 4+3 {
+			t.Fatalf("%d push requests; the 3 buffered answers were not sent again", rt.pushes)
+		}
+		counts, order := stored(t, c, "buf")
+		if len(counts) != 20 {
+			t.Fatalf("%d stored", len(counts))
+		}
+		for n, k := range counts {
+			if k != 1 {
+				t.Fatalf("message %d stored %d times", n, k)
+			}
+		}
+		for i, n := range order["p"] {
+			if n != i {
+				t.Fatalf("out of push order: %v", order["p"])
+			}
+		}
+	})
+}
+
+// A message the broker keeps answering "buffered" fails, at its delivery
+// timeout, with an error matching ErrOutcomeUnknown and *PushError (the
+// broker may still store it from its file); a later push goes out.
+func TestProducerBufferedUntilTimeout015(t *testing.T) {
+	srv := queentest.NewServer(queentest.WithProfile(queentest.Profile015))
+	synctest.Test(t, func(t *testing.T) {
+		defer srv.Close()
+		rt := &buffering{srv: srv, n: 1 << 30}
+		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		p, err := c.Queue("buf").Producer(queen.WithDeliveryTimeout(10 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		res, err := p.Push(context.Background(), payload(1)).Wait(context.Background())
+		var push *queen.PushError
+		if !errors.Is(err, queen.ErrOutcomeUnknown) || !errors.As(err, &push) || res.Stored() {
+			t.Fatalf("kept buffered: %+v %v", res, err)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Fatalf("failed after %v, past its delivery timeout (10 s)", took)
+		}
+		if rt.pushes < 3 {
+			t.Fatalf("%d push requests; the buffered batch was not sent again", rt.pushes)
+		}
+		rt.mu.Lock()
+		rt.n = 0
+		rt.mu.Unlock()
+		if _, err := p.Push(context.Background(), payload(2)).Wait(context.Background()); err != nil {
+			t.Fatalf("after a buffered failure: %v", err)
+		}
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

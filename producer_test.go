@@ -525,10 +525,12 @@ func noProducerGoroutine(t *testing.T) {
 // broker's column, which it files in its failover buffer) is never a
 // success: the message fails with an error matching ErrOutcomeUnknown and
 // *PushError, counted as unknown; a later push to its partition goes out.
+// (Its delivery timeout leaves no time to send it again:
+// TestProducerSendsBufferedAgain015 has the resends.)
 func TestProducerBuffered015(t *testing.T) {
 	srv := queentest.Start(t, queentest.WithProfile(queentest.Profile015))
 	c := newProducerClient(t, srv)
-	p, err := c.Queue("buf").Producer(queen.WithBatchDelay(time.Hour))
+	p, err := c.Queue("buf").Producer(queen.WithBatchDelay(time.Hour), queen.WithDeliveryTimeout(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
