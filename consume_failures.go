@@ -208,10 +208,11 @@ func (e *engine) readRule(failed *Message) retryRule {
 		return r.rule
 	}
 	r.reads++
-	ctx, cancel := context.WithTimeout(e.life.reqCtx, ruleTimeout)
+	parent := e.life.reqCtx // a settle's read: never a cancelled ctx
 	if failed == nil {
-		ctx, cancel = context.WithTimeout(e.life.ctx, ruleTimeout)
+		parent = e.life.ctx // the read at the start: a stop ends it
 	}
+	ctx, cancel := context.WithTimeout(parent, ruleTimeout)
 	defer cancel()
 	rule, err := e.b.retryRule(ctx, failed)
 	if err == nil {

@@ -40,6 +40,17 @@ type settler struct {
 // add counts one more pop in hand.
 func (s *settler) add() { s.busy++ }
 
+// holdStart counts a pop held for retryDelay; holdEnd ends that hold, and
+// keeps the pop for take when a stop ended it (stopped).
+func (s *settler) holdStart() { s.holding++ }
+
+func (s *settler) holdEnd(b *batch, stopped bool) {
+	s.holding--
+	if stopped {
+		s.hold(b)
+	}
+}
+
 // hold keeps a pop whose groups are all done and that its goroutine did
 // not settle (after a stop) for take.
 func (s *settler) hold(b *batch) { s.pending = append(s.pending, b) }
@@ -92,7 +103,7 @@ func (e *engine) groupDone(g *group) {
 	}
 	switch {
 	case held:
-		e.settler.holding++
+		e.settler.holdStart()
 		e.life.spawn(func() { e.holdFailed(b) })
 	case now:
 		e.settledLocked(b, false)
@@ -244,8 +255,7 @@ func (e *engine) holdFailed(b *batch) {
 		if e.life.phase == running {
 			e.stopLocked(nil) // a ctx that ended: as next does
 		}
-		e.settler.holding--
-		e.settler.hold(b)
+		e.settler.holdEnd(b, true)
 		e.changed()
 		e.mu.Unlock()
 		return
@@ -254,7 +264,7 @@ func (e *engine) holdFailed(b *batch) {
 	e.settle(b)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.settler.holding--
+	e.settler.holdEnd(b, false)
 	e.settledLocked(b, false)
 	e.changed()
 }
