@@ -58,9 +58,9 @@ const (
 	// LoopOpPop: a pop failed; the loop backs off and pops again (or,
 	// after a refusal that asking again cannot change, Execute returns it).
 	LoopOpPop = "pop"
-	// LoopOpSettle: the batch ack of a pop failed; after a transient
-	// failure it was sent again for up to 15 s, so its messages come back
-	// when their lease runs out.
+	// LoopOpSettle: an attempt of a pop's batch ack failed; after a
+	// transient failure it is sent again, for up to 15 s in all (then its
+	// messages come back when their lease runs out).
 	LoopOpSettle = "settle"
 	// LoopOpRenew: a lease renewal failed on the way; it is tried again at
 	// the next tick, and the handlers go on.

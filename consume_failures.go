@@ -188,11 +188,6 @@ type ruleReader struct {
 	warnedBroker  bool // failures are counted by the broker: said once
 }
 
-const (
-	ruleTimeout  = 5 * time.Second // one read of the queue's settings
-	maxRuleReads = 2
-)
-
 // readRule returns the queue's retry settings, reading them while unknown
 // (at most maxRuleReads times in all); failed is a message that failed
 // (nil at the start). A queue the broker does not know is logged at Warn

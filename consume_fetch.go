@@ -53,11 +53,6 @@ const (
 	// advises one (autopilot waitMs), and how long a contended loop waits
 	// for a settle before it long-polls.
 	brokerRecheck = 100 * time.Millisecond
-	// A broker that fails or restarts: the first pause after a failed pop,
-	// and the longest, so that a loop resumes within about 0.2 s of a
-	// broker restart.
-	brokerDownMin = 50 * time.Millisecond
-	brokerDownMax = 200 * time.Millisecond
 	// An answer the broker has sent arrives within this (a local HTTP
 	// answer, with margin): what a stop gives the pops in flight before it
 	// abandons them, so that the messages of an answer on its way are
@@ -74,10 +69,10 @@ const (
 // an outage, abandoned at a stop (e.mu held for every method once the
 // loop runs).
 type fetcher struct {
-	wake      wakeup  // fetchers waiting for a pop to go
-	inflight  int     // pops in flight
-	limit     limiter // the Limit
-	outage    outage
+	wake      wakeup    // fetchers waiting for a pop to go
+	inflight  int       // pops in flight
+	limit     limiter   // the Limit
+	outage    outage    // failed pops in a row
 	pauseTill time.Time // no pop before (after an empty answer or a failure)
 	// The pacing of pops that do not wait (the top of this file).
 	settled    uint64    // pops settled so far
@@ -98,7 +93,7 @@ func newFetcher(limit int) fetcher {
 
 // start readies the fetcher at the loop's start: the outage's backoff
 // within the Client's retry policy.
-func (f *fetcher) start(p RetryPolicy) { f.outage = newOutage(p) }
+func (f *fetcher) start(p RetryPolicy) { f.outage = outage{backoff: newRetryBackoff(p)} }
 
 // popDone is a pop that came back: its reservation from the Limit, and
 // what it brought.
@@ -394,43 +389,24 @@ func fatalPopError(err error) bool {
 // if the request is sent again: the client's one rule, transport.Retryable.
 func retryableStatus(status int) bool { return transport.Retryable(status) }
 
-// outage follows a run of failed pops: the backoff before the next one,
-// and what to say about it. Loud but bounded: a Warn at the first failure,
-// then a line only when the backoff grows or outageLogEvery passed, and a
-// Warn when a pop succeeds again.
+// outage follows a run of failed pops: the pause before the next one
+// (retryBackoff), and what to say about it. Loud but bounded: a Warn at
+// the first failure, then a line only when the backoff grows or
+// outageLogEvery passed, and a Warn when a pop succeeds again.
 type outage struct {
-	lo, hi   time.Duration // backoff bounds
-	failures int
-	since    time.Time
-	backoff  time.Duration
-	logged   time.Time // last line
-}
-
-func newOutage(p RetryPolicy) outage {
-	o := outage{lo: brokerDownMin, hi: brokerDownMax}
-	if p.MinBackoff > 0 {
-		o.lo = min(p.MinBackoff, brokerDownMax)
-	}
-	if p.MaxBackoff > 0 {
-		o.hi = min(p.MaxBackoff, brokerDownMax)
-	}
-	o.hi = max(o.hi, o.lo)
-	return o
+	backoff retryBackoff
+	since   time.Time
+	logged  time.Time // last line
 }
 
 // failed records a failed pop at now and returns the pause before the next
 // one, and whether to log this failure.
 func (o *outage) failed(err error, now time.Time) (time.Duration, bool) {
-	prev := o.backoff
-	o.failures++
-	if o.failures == 1 {
+	d := o.backoff.failed(err)
+	if o.backoff.failures == 1 {
 		o.since = now
-		o.backoff = o.lo
-	} else {
-		o.backoff = min(o.backoff*2, o.hi)
 	}
-	d := transport.Backoff(o.lo, o.hi, o.failures-1, retryAfterOf(err)) // the client's one backoff
-	say := o.failures == 1 || o.backoff != prev || now.Sub(o.logged) >= outageLogEvery
+	say := o.backoff.grew() || now.Sub(o.logged) >= outageLogEvery
 	if say {
 		o.logged = now
 	}
@@ -439,11 +415,7 @@ func (o *outage) failed(err error, now time.Time) (time.Duration, bool) {
 
 // recovered ends an outage; it returns how many pops failed and since when
 // (0: there was none).
-func (o *outage) recovered() (int, time.Time) {
-	n, since := o.failures, o.since
-	o.failures, o.backoff = 0, 0
-	return n, since
-}
+func (o *outage) recovered() (int, time.Time) { return o.backoff.reset(), o.since }
 
 // popFailed handles a failed pop (e.mu held): a refusal for good stops
 // the loop with it; anything else pauses the pops for a backoff, loudly.
@@ -451,7 +423,7 @@ func (e *engine) popFailed(err error) {
 	if !fatalPopError(err) {
 		if d, say := e.fetcher.failed(err); say {
 			e.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", e.cfg.queue, "group", e.cfg.group,
-				"err", err, "failures", e.fetcher.outage.failures, "backoff", d)
+				"err", err, "failures", e.fetcher.outage.backoff.failures, "backoff", d)
 		}
 		return
 	}

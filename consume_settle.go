@@ -21,8 +21,6 @@ import (
 // and a pop whose lease is lost sends nothing: the broker refuses acks of
 // a lost lease, and its messages are already someone else's.
 
-const settleTimeout = 15 * time.Second // how long a failing ack is sent again
-
 // settler holds the pops not yet settled (e.mu held for every method):
 // busy counts them from their answer until their ack; a pop whose failed
 // partitions wait for the queue's retryDelay is held (holding) on a
@@ -311,7 +309,7 @@ func splitHeld(chosen, sent []Settlement) (heldC, heldS, nowC, nowS []Settlement
 func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
 	ctx, end := context.WithTimeout(e.life.reqCtx, settleTimeout)
 	defer end()
-	backoff := newOutage(e.cfg.retry)
+	backoff := newRetryBackoff(e.cfg.retry)
 	start := e.hooks.now()
 	var err error
 	var res []AckResult
@@ -334,7 +332,7 @@ func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
 			return
 		}
 		if transientSettleError(err) && ctx.Err() == nil {
-			d, _ := backoff.failed(err, time.Now())
+			d := backoff.failed(err)
 			e.log.Warn("queen: batch ack failed; sending it again", "queue", e.cfg.queue, "group", e.cfg.group,
 				"messages", len(acks), "err", err, "backoff", d)
 			t := time.NewTimer(d)

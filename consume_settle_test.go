@@ -2,7 +2,9 @@ package queen_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,16 +12,23 @@ import (
 	"github.com/queen-go/queen/queentest"
 )
 
-// A batch ack that fails for a while (503s beyond the client's own retries)
-// is sent again until it goes through: nothing is left leased when Execute
-// returns.
+// A batch ack that fails for a while is sent again by the loop until it
+// goes through: one layer of retries (the transport makes one attempt of
+// each, whatever RetryPolicy.MaxAttempts), so OnLoopError sees every
+// failure, and nothing is left leased when Execute returns.
 func TestConsumeSettleRetriesTransientFailures(t *testing.T) {
-	e := newEnv(t, withRetry(queen.RetryPolicy{MaxAttempts: 1, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}))
+	e := newEnv(t, withRetry(queen.RetryPolicy{MaxAttempts: 4, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}))
 	e.pushN("q", "p", 3)
 	e.srv.FailNext(queentest.RouteAckBatch, 3, 503, 0)
+	var failures atomic.Int32
 	err := execute(t, context.Background(), func(ctx context.Context) error {
 		return e.c.Queue("q").Batch(3).Each().Limit(3).
-			Consume(ctx, func(context.Context, *queen.Message) error { return nil }).Execute(ctx)
+			Consume(ctx, func(context.Context, *queen.Message) error { return nil }).
+			OnLoopError(func(_ context.Context, err error) {
+				if le, ok := errors.AsType[*queen.LoopError](err); ok && le.Op == queen.LoopOpSettle {
+					failures.Add(1)
+				}
+			}).Execute(ctx)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -27,11 +36,62 @@ func TestConsumeSettleRetriesTransientFailures(t *testing.T) {
 	if n := e.srv.Requests(queentest.RouteAckBatch); n != 4 {
 		t.Fatalf("%d batch acks, want 4 (3 refused, then the one that went through)", n)
 	}
+	if n := failures.Load(); n != 3 {
+		t.Fatalf("OnLoopError saw %d settle failures, want 3 (the transport must not retry the loop's acks)", n)
+	}
 	if n := e.srv.LeasedCount("q", ""); n != 0 {
 		t.Fatalf("%d still leased after Execute returned", n)
 	}
 	if left := e.peek("q", ""); len(left) != 0 {
 		t.Fatalf("left %v: the completed outcomes were never acked", keys(left))
+	}
+}
+
+// renewSeen passes each renewal's error to ch.
+type renewSeen chan error
+
+func (ch renewSeen) OnRenew(_ context.Context, e queen.RenewEvent) {
+	select {
+	case ch <- e.Err:
+	default: // the test reads two
+	}
+}
+
+// A renewal that fails is tried again at the next tick, not by the
+// transport: the failed attempt is one renewal request, and OnLoopError
+// sees it.
+func TestConsumeRenewOneAttemptPerTick(t *testing.T) {
+	renews := make(renewSeen, 16)
+	e := newEnv(t, withRetry(queen.RetryPolicy{MaxAttempts: 4, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}),
+		withHooks(renews))
+	e.pushN("q", "p", 1)
+	e.srv.FailNext(queentest.RouteRenew, 1, 503, 0)
+	var failures atomic.Int32
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(1).Each().Limit(1).RenewLease(true, 5).
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				if err := <-renews; err == nil {
+					t.Error("the first renewal succeeded: the transport retried it")
+				}
+				if err := <-renews; err != nil {
+					t.Errorf("the renewal at the next tick failed: %v", err)
+				}
+				return nil
+			}).
+			OnLoopError(func(_ context.Context, err error) {
+				if le, ok := errors.AsType[*queen.LoopError](err); ok && le.Op == queen.LoopOpRenew {
+					failures.Add(1)
+				}
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := failures.Load(); n != 1 {
+		t.Fatalf("OnLoopError saw %d renewal failures, want 1", n)
+	}
+	if n := e.srv.LeasedCount("q", ""); n != 0 {
+		t.Fatalf("%d still leased after Execute returned", n)
 	}
 }
 
