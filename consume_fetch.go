@@ -66,8 +66,7 @@ const (
 )
 
 // fetcher is the pops' state: in flight, paced, within the Limit, through
-// an outage, abandoned at a stop (e.mu held for every method once the
-// loop runs).
+// an outage, abandoned at a stop.
 type fetcher struct {
 	wake      wakeup    // fetchers waiting for a pop to go
 	inflight  int       // pops in flight
@@ -125,32 +124,37 @@ func (e *engine) answered(d popDone) (messages bool) {
 	if d.res != nil {
 		got = len(d.res.messages)
 	}
-	e.mu.Lock()
-	f := &e.fetcher
-	stopped := e.life.phase != running
+	stopped := e.lock().answered(d, got)
+	e.unlock()
+	if d.err != nil && !stopped {
+		e.loopError(&LoopError{Op: LoopOpPop, Err: d.err})
+	}
+	return got > 0
+}
+
+// answered is engine.answered's part under the loop; stopped: the answer
+// came after the stop.
+func (l *loop) answered(d popDone, got int) (stopped bool) {
+	f := &l.fetcher
+	stopped = l.phase != running
 	if n, since := f.answer(d, got, stopped); n > 0 {
 		// The outage's end, at the level of its start, so that a logger
 		// that shows the outage shows its end.
-		e.log.Warn("queen: pops succeed again", "queue", e.cfg.queue, "group", e.cfg.group,
+		l.log.Warn("queen: pops succeed again", "queue", l.cfg.queue, "group", l.cfg.group,
 			"failures", n, "after", time.Since(since).Round(time.Millisecond))
 	}
 	switch {
 	case got > 0:
-		e.mu.Unlock()
-		return true
+		return stopped // dispatched's turn
 	case stopped:
 		if f.inflight == 0 {
-			f.abandon(e.life.pollCancel) // the last pop is back: nothing to wait for
+			f.abandon(l.life.pollCancel) // the last pop is back: nothing to wait for
 		}
 	case d.err != nil:
-		e.popFailed(d.err)
+		l.popFailed(d.err)
 	}
-	e.changed()
-	e.mu.Unlock()
-	if d.err != nil && !stopped {
-		e.loopError(&LoopError{Op: LoopOpPop, Err: d.err})
-	}
-	return false
+	l.changed()
+	return stopped
 }
 
 // answer records a pop's answer (got messages), and ends the outage, if
@@ -195,7 +199,7 @@ func (f *fetcher) landed(full bool) {
 	}
 }
 
-// takePop gives a fetcher a pop to send, if one may go (e.mu held): only
+// takePop gives a fetcher a pop to send, if one may go: only
 // for a free handler (pops in flight, groups waiting and running and pops
 // being settled stay below Concurrency, which bounds what the loop holds
 // to Concurrency pops), and while the pops in flight and not yet settled,
@@ -204,11 +208,11 @@ func (f *fetcher) landed(full bool) {
 // so the loop holds at most 2×Concurrency pops however many of them wait
 // for retryDelay (without a hold, the first bound is the one that binds);
 // after any pause, within the Limit.
-func (e *engine) takePop() (task, bool) {
-	if e.life.phase != running || e.fetcher.inflight+e.settler.busy >= 2*e.cfg.slots {
+func (l *loop) takePop() (task, bool) {
+	if l.phase != running || l.fetcher.inflight+l.settler.busy >= 2*l.cfg.slots {
 		return task{}, false
 	}
-	return e.fetcher.take(time.Now(), e.inHand(), e.cfg.slots, e.cfg.want)
+	return l.fetcher.take(time.Now(), l.inHand(), l.cfg.slots, l.cfg.want)
 }
 
 // take is takePop's pacing and Limit (inHand: what the loop holds past the
@@ -417,18 +421,18 @@ func (o *outage) failed(err error, now time.Time) (time.Duration, bool) {
 // (0: there was none).
 func (o *outage) recovered() (int, time.Time) { return o.backoff.reset(), o.since }
 
-// popFailed handles a failed pop (e.mu held): a refusal for good stops
-// the loop with it; anything else pauses the pops for a backoff, loudly.
-func (e *engine) popFailed(err error) {
+// popFailed handles a failed pop: a refusal for good stops the loop with
+// it; anything else pauses the pops for a backoff, loudly.
+func (l *loop) popFailed(err error) {
 	if !fatalPopError(err) {
-		if d, say := e.fetcher.failed(err); say {
-			e.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", e.cfg.queue, "group", e.cfg.group,
-				"err", err, "failures", e.fetcher.outage.backoff.failures, "backoff", d)
+		if d, say := l.fetcher.failed(err); say {
+			l.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", l.cfg.queue, "group", l.cfg.group,
+				"err", err, "failures", l.fetcher.outage.backoff.failures, "backoff", d)
 		}
 		return
 	}
-	e.log.Error("queen: consume loop stopped by the broker's refusal", "queue", e.cfg.queue, "group", e.cfg.group, "err", err)
-	e.stopLocked(err)
+	l.log.Error("queen: consume loop stopped by the broker's refusal", "queue", l.cfg.queue, "group", l.cfg.group, "err", err)
+	l.stop(err)
 }
 
 // loopError hands err to the OnLoopError hook, if any; a panic in the hook

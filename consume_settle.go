@@ -21,8 +21,7 @@ import (
 // and a pop whose lease is lost sends nothing: the broker refuses acks of
 // a lost lease, and its messages are already someone else's.
 
-// settler holds the pops not yet settled (e.mu held for every method):
-// busy counts them from their answer until their ack; a pop whose failed
+// settler holds the pops not yet settled: busy counts them from their answer until their ack; a pop whose failed
 // partitions wait for the queue's retryDelay is held (holding) on a
 // goroutine of its own, not a handler's (holdFailed); after a stop, a pop
 // whose groups are all done (or whose hold the stop ended) waits in
@@ -86,51 +85,61 @@ func (e *engine) groupDone(g *group) {
 	b := g.b
 	last := b.left.Add(-1) == 0
 	now := last && !g.goexit && !e.stopping()
-	held := false
-	if now {
-		held = e.settle(b)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.sched.done(g)
+	held := now && e.settle(b)
 	if g.goexit {
 		e.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
 			"queue", e.cfg.queue, "group", e.cfg.group)
-		e.stopLocked(errHandlerGoexit)
+	}
+	l := e.lock()
+	defer e.unlock()
+	if g.goexit {
 		e.startSlot(false) // in the place of the worker that ended: the stop path needs workers
+	}
+	if held {
+		e.life.spawn(func() { e.holdFailed(b) })
+	}
+	l.groupDone(g, last, now, held)
+}
+
+// groupDone is engine.groupDone's part under the loop: the group's place,
+// and its pop's when it was the last (settled now, held for retryDelay,
+// or kept for the settle after a stop).
+func (l *loop) groupDone(g *group, last, now, held bool) {
+	l.sched.done(g)
+	if g.goexit {
+		l.stop(errHandlerGoexit)
 	}
 	switch {
 	case held:
-		e.settler.holdStart()
-		e.life.spawn(func() { e.holdFailed(b) })
+		l.settler.holdStart()
 	case now:
-		e.settledLocked(b, false)
+		l.settled(g.b, false)
 	case last:
-		e.settler.hold(b)
+		l.settler.hold(g.b)
 	}
-	e.changed()
+	l.changed()
 }
 
 // settledLate takes back a pop settled after a stop.
 func (e *engine) settledLate(b *batch) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.settledLocked(b, true)
-	e.changed()
+	l := e.lock()
+	l.settled(b, true)
+	l.changed()
+	e.unlock()
 }
 
-// settledLocked ends the hold of a settled pop (e.mu held); the Limit,
-// once all handled and settled, stops the loop.
-func (e *engine) settledLocked(b *batch, late bool) {
-	e.settler.done(late)
+// settled ends the hold of a settled pop; the Limit, once all handled and
+// settled, stops the loop.
+func (l *loop) settled(b *batch, late bool) {
+	l.settler.done(late)
 	handled := 0
 	for _, g := range b.groups {
 		handled += g.handled
 	}
-	reached := e.fetcher.onSettle(len(b.msgs), handled, e.cfg.slots)
+	reached := l.fetcher.onSettle(len(b.msgs), handled, l.cfg.slots)
 	b.cancel(nil)
 	if reached {
-		e.stopLocked(nil)
+		l.stop(nil)
 	}
 }
 
@@ -248,23 +257,29 @@ func (e *engine) holdFailed(b *batch) {
 	case <-b.ctx.Done(): // the lease is lost
 	}
 	t.Stop()
-	e.mu.Lock()
+	l := e.lock()
 	if e.stopping() {
-		if e.life.phase == running {
-			e.stopLocked(nil) // a ctx that ended: as next does
-		}
-		e.settler.holdEnd(b, true)
-		e.changed()
-		e.mu.Unlock()
+		l.holdEnd(b, true)
+		e.unlock()
 		return
 	}
-	e.mu.Unlock()
+	e.unlock()
 	e.settle(b)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.settler.holdEnd(b, false)
-	e.settledLocked(b, false)
-	e.changed()
+	e.lock().holdEnd(b, false)
+	e.unlock()
+}
+
+// holdEnd ends the hold of b: settled (its ack went), or after a stop
+// kept for the settle with the stop's other acks.
+func (l *loop) holdEnd(b *batch, stopped bool) {
+	if stopped && l.phase == running {
+		l.stop(nil) // a ctx that ended: as next does
+	}
+	l.settler.holdEnd(b, stopped)
+	if !stopped {
+		l.settled(b, false)
+	}
+	l.changed()
 }
 
 // holdFor is how long holdFailed holds b (0 or less: not at all).
