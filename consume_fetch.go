@@ -8,41 +8,15 @@ import (
 	"github.com/queen-go/queen/internal/transport"
 )
 
-// The fetcher: what decides when a pop goes, how big it is, and whether
-// it waits. A fetcher goroutine of the loop (consume_engine.go) sends a pop
-// when a handler is free for it (fewer pops in flight, groups waiting or
-// running and pops being settled than slots), while fewer pops are in
-// flight or not yet settled than twice the slots (which bounds the pops
-// held for retryDelay, which occupy no handler: takePop), when no pause
-// runs (after an empty answer or a failure), and when the Limit has some
-// left; answered
-// takes the answer (a popDone) for the pacing, and an answer with messages
-// goes on to the scheduler (dispatch, consume_dispatch.go).
-//
-// A pop waits for messages (a long poll, unless Wait(false)) when the loop
-// holds nothing else (a pop held for retryDelay does not count: its ack is
-// that delay away). While it holds other pops (being handled or settled,
-// or in flight while pops bring messages), a pop does not wait: the
-// partitions it finds leased may be the loop's own, freed by its next ack
-// (or by the ack of a pop still on its way), and a broker re-checks a
-// waiting pop only now and then (0.15.1: after 100 ms, backing off to 1 s),
-// so a waiting pop could sit out an ack that came milliseconds later.
-//
-// The first pops of a loop of several handlers do not wait either, until
-// one is answered: handlers that all long-polled a queue with fewer free
-// partitions than handlers would leave the losers parked at the broker,
-// each holding its share of the Limit until the broker's next look. An
-// empty queue costs each handler one pop more before its long poll.
-//
-// When such a pop finds nothing, the loop is contended (more handlers than
-// partitions it can get): from then on each settle of the loop lets one
-// pop go (a settle frees at most the partitions of one pop), not one per
-// free handler, so that a loop with more handlers than partitions does not
-// send a pop per idle handler at every ack. A handler with no settle to
-// use waits; if no settle comes within the usual pause after an empty
-// answer (the loop's handlers may be slow), its pop waits at the broker
-// (one long poll, not a pop every pause). The loop is no longer contended once an
-// answer leaves no handler idle, or a long poll answers.
+// The fetcher decides when a pop goes, how big it is and whether it
+// waits: only for a free handler, within the Limit, after any pause. A pop
+// long-polls only when the loop holds nothing else; beside the loop's own
+// pops it does not wait (the partitions it finds leased may be freed by
+// the loop's next ack, which a waiting pop would notice late), and the
+// first pops of several handlers do not wait either. Once such a pop
+// finds nothing the loop is contended: each settle then lets one pop go,
+// and a handler with none to use long-polls after brokerRecheck.
+// docs/ARCHITECTURE.md (Fetch) tells why each rule is there.
 
 // The pacing: each constant answers a behaviour of the broker.
 const (

@@ -9,24 +9,15 @@ import (
 	"github.com/queen-go/queen/internal/transport"
 )
 
-// The settler: when the last group of a pop is done, the pop's outcomes go
-// to the broker in ONE batch ack, partition after partition, each in
-// order. It settles the whole lease: every message of the pop is in it,
-// the ones with no outcome (never started because of a stop, or after a
-// failed message of their partition) as retry, which gives them back at
-// once and spends no retry. The partition of a failed message is so
-// released whatever the broker decides about it (PROTOCOL.md §15, §16: a
-// 0.15.1 broker that dead-letters it keeps the lease otherwise). The only
-// messages left out are those a handler acked itself (AutoAck(false)),
-// and a pop whose lease is lost sends nothing: the broker refuses acks of
-// a lost lease, and its messages are already someone else's.
+// The settler: when the last group of a pop is done, its outcomes go to
+// the broker in ONE batch ack for the whole lease, the messages without an
+// outcome as retry (given back at once, no retry spent), which also frees
+// the partition of a failed message (PROTOCOL.md §15, §16). Left out: the
+// messages a handler acked itself, and every message of a lost lease.
 
-// settler holds the pops not yet settled: busy counts them from their answer until their ack; a pop whose failed
-// partitions wait for the queue's retryDelay is held (holding) on a
-// goroutine of its own, not a handler's (holdFailed); after a stop, a pop
-// whose groups are all done (or whose hold the stop ended) waits in
-// pending until no pop of the loop is parked at the broker (quiet), and is
-// then settled by the next free worker (settling).
+// settler counts the pops not yet settled: busy from answer to ack,
+// holding while held for retryDelay (holdFailed), pending after a stop
+// until quiet, settling once taken from pending.
 type settler struct {
 	busy     int      // pops not yet settled
 	holding  int      // pops held for retryDelay (holdFailed)
@@ -75,12 +66,9 @@ func (s *settler) done(late bool) {
 // being settled after a stop.
 func (s *settler) idle() bool { return s.settling == 0 && len(s.pending) == 0 && s.holding == 0 }
 
-// groupDone takes a group back from its goroutine. The goroutine that
-// ends a pop's last group settles the pop at once (while the loop runs;
-// after a stop, the pop waits for quiet: consume_stop.go), before the
-// group's partition is free again. A pop that settle holds for retryDelay
-// goes on on a goroutine of its own (holdFailed), and this one is free for
-// the next task.
+// groupDone takes a group back from its goroutine; the goroutine that
+// ends a pop's last group settles it (after a stop, the pop waits for
+// quiet), and a pop held for retryDelay goes on on a goroutine of its own.
 func (e *engine) groupDone(g *group) {
 	b := g.b
 	last := b.left.Add(-1) == 0
@@ -181,16 +169,11 @@ type heldAcks struct {
 	d            time.Duration // how long the hold lasts
 }
 
-// settle ends a pop: its outcomes become the statuses sent (the loop's
-// own failure count, consume_failures.go), the renewals stop, and its
-// batch ack goes out on a ctx of its own (never a cancelled one). While
-// the loop runs, a partition with a failure given back waits for the
-// queue's retryDelay: settle then acks the pop's other partitions at once
-// (one request more), keeps the rest in b.held and says held, and the pop
-// is not settled yet: holdFailed waits out the delay on a goroutine of
-// its own and calls settle again for the rest. settle runs on the
-// goroutine that ended the pop's last group, on the hold's, or after a
-// stop on the next free worker.
+// settle ends a pop: its outcomes become the statuses sent (the failure
+// count), the renewals stop, and its batch ack goes out. While the loop
+// runs, a partition with a failure given back waits for retryDelay: the
+// other partitions are acked now, the rest kept in b.held, and settle
+// says held (holdFailed calls it again after the wait).
 func (e *engine) settle(b *batch) (held bool) {
 	var chosen, sent []Settlement
 	switch {
@@ -233,22 +216,11 @@ func (e *engine) settle(b *batch) (held bool) {
 	return false
 }
 
-// holdFailed keeps a pop whose failed message goes back with retry (which
-// the broker gives out again at once) for the queue's retryDelay, so that
-// the message, and its partition behind it, comes back no earlier than a
-// failed ack would have it, and then sends the held partitions' ack
-// (settle). It runs on a goroutine of its own, which groupDone starts
-// with lifecycle.spawn (run waits for it), so the hold occupies no
-// handler: other partitions are handled meanwhile. The pop counts as not settled until
-// its ack (settler.busy: the fetcher's bound, the Limit, IdleMillis). Its
-// lease is held meanwhile, so no other consumer gets the partition
-// (renewed under RenewLease; without it, the hold ends by half the lease
-// time after the pop: the shorter of the pops' LeaseTime and the
-// queue's). A stop ends the hold at once: the pop then waits for quiet
-// with the other acks of the stop (settler.hold) and a worker sends its
-// ack. A lease lost during the hold (which only a renewal can tell) sends
-// nothing: the held partition's messages come again, those handled
-// before its failure included.
+// holdFailed holds a pop's failed partitions for the queue's retryDelay
+// (holdFor), on a goroutine of its own so that no handler waits, then acks
+// them. The lease is held meanwhile. A stop ends the hold at once (the pop
+// is then settled with the stop's acks); a lost lease sends nothing.
+// docs/RETRIES.md tells why.
 func (e *engine) holdFailed(b *batch) {
 	t := time.NewTimer(b.held.d)
 	select {
@@ -316,11 +288,9 @@ func splitHeld(chosen, sent []Settlement) (heldC, heldS, nowC, nowS []Settlement
 	return heldC, heldS, nowC, nowS
 }
 
-// sendAcks sends acks (the statuses sent for the outcomes chosen), and
-// again with a backoff after a failure that asking again may cure (the
-// network, 5xx, 408, 429), for up to settleTimeout: a blip, at a stop
-// above all, must not leave the messages leased until their lease runs
-// out.
+// sendAcks sends a pop's acks, and again after retryBackoff while the
+// failure is transient, for up to settleTimeout (the loop's one retry
+// layer for acks, consume_broker.go).
 func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
 	ctx, end := context.WithTimeout(e.life.reqCtx, settleTimeout)
 	defer end()

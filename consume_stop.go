@@ -6,36 +6,15 @@ import (
 	"time"
 )
 
-// The lifecycle: the states of a loop, its one stop path, its contexts and
-// its goroutines.
-//
-//   - running: pops go out for free handlers; groups start as workers and
-//     their partitions free up; each pop is settled by the goroutine that
-//     ends its last group, or, when its failed partitions wait for the
-//     queue's retryDelay, by a goroutine of its own after the wait
-//     (holdFailed). A stop (loop.stop: a ctx ended, the Limit is
-//     reached, IdleMillis passed, a pop was refused for good, or a handler
-//     ended its goroutine) leads to draining.
-//   - draining: no pop and no group starts again. Groups waiting for a
-//     handler are given back (never started). Pops in flight get
-//     answerOnItsWay for an answer already on its way (its messages are
-//     then given back, not left leased), and are then abandoned. Handlers
-//     running go on for the grace period; then their ctx is cancelled.
-//     A wait for retryDelay ends at once. Batch acks (a held pop's
-//     included) wait until no pop of the loop is parked at the broker
-//     (quiet): a parked long poll would be handed the messages given back,
-//     and lose them with it. When no pop is in flight, no handler runs and
-//     every pop is settled (none held), done.
-//   - done: the workers end (the fetchers ended at the stop); Execute
-//     returns nil after a ctx, Limit or idle stop, the error after a
-//     refusal or a Goexit. No goroutine is left.
-//
-// The loop has four contexts: ctx, Execute's, which also ends when
-// Consume's does (it stops the loop; its values are Execute's); pollCtx,
-// the pops', cancelled to abandon them (after a stop); hctx, the base of
-// the handlers' (Consume's values), cancelled when the grace period ends;
-// reqCtx, the settles' and renewals' (Execute's values), cancelled only
-// once run's goroutines are done.
+// The lifecycle: a loop is running until a stop (loop.stop: a ctx ended,
+// the Limit, IdleMillis, a refusal for good, a handler's Goexit), then
+// draining: nothing starts, pops in flight get answerOnItsWay and are
+// abandoned, handlers get the grace period, the acks wait until quiet
+// (no pop of the loop parked at the broker). When nothing is left, done:
+// Execute returns, no goroutine left. docs/ARCHITECTURE.md (Stop, Its
+// contexts) tells the four contexts: ctx (Execute's, ended also by
+// Consume's), pollCtx (the pops'), hctx (the handlers'), reqCtx (acks,
+// renewals).
 
 type phase int
 
