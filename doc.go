@@ -18,55 +18,47 @@
 //	// Push: one message per argument, any JSON value.
 //	orders := []any{
 //		map[string]any{"id": 1, "total": 30},
-//		map[string]any{"id": 2, "total": 0},
+//		map[string]any{"id": 2, "total": -5},
 //		map[string]any{"id": 3, "total": 12},
 //	}
 //	if _, err := client.Queue("orders").Push(orders...).Execute(ctx); err != nil {
 //		log.Fatal(err)
 //	}
 //
-//	// Pop a batch for the group "billing" (it leases their partition).
-//	msgs, err := client.Queue("orders").
+//	// Consume: a worker loop for the group "billing". The handler gets the
+//	// messages in partition order; nil acks one completed, an error goes
+//	// to OnError, whose outcome is acked.
+//	err = client.Queue("orders").
 //		Group("billing").
 //		SubscriptionMode(queen.SubscriptionModeAll). // a new group starts at the tail otherwise
-//		Batch(10).
-//		Pop(ctx)
+//		Limit(len(orders)).                          // stop after these (a worker runs until ctx ends)
+//		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
+//			if total, _ := msg.Data["total"].(float64); total < 0 {
+//				return errBadOrder
+//			}
+//			fmt.Println("billed order", msg.Data["id"])
+//			return nil
+//		}).
+//		OnError(func(ctx context.Context, msg *queen.Message, err error) queen.Outcome {
+//			fmt.Println("order", msg.Data["id"], "dead-lettered:", err)
+//			return queen.DLQ(err) // it will never succeed; queen.Fail(err) would try again
+//		}).
+//		Execute(ctx)
 //	if err != nil {
 //		log.Fatal(err)
 //	}
 //
-//	// One outcome per message, sent in ONE request: after a failure, the
-//	// rest of that partition goes back (retry) to follow it in order.
-//	var acks []queen.Settlement
-//	failed := map[string]bool{} // partitions with a failure in this pop
-//	for _, msg := range msgs {
-//		status := queen.StatusCompleted
-//		switch {
-//		case failed[msg.Partition]:
-//			status = queen.StatusRetry // not handled: given back, no retry spent
-//		case msg.Data["total"] == 0.0:
-//			status = queen.StatusFailed // comes back after the queue's retry delay
-//			failed[msg.Partition] = true
-//		}
-//		fmt.Println("order", msg.Data["id"], status)
-//		acks = append(acks, queen.Settlement{Message: msg, Status: status})
-//	}
-//	if _, err := client.SettleBatch(ctx, acks, queen.AckOptions{ConsumerGroup: "billing"}); err != nil {
-//		log.Fatal(err)
-//	}
-//
 // A new consumer group starts after what the queue already holds unless
-// SubscriptionMode(queen.SubscriptionModeAll) says otherwise: without it
-// this pop would wait 30 s and return nothing, since the orders were pushed
-// before the group's first pop.
+// SubscriptionMode(queen.SubscriptionModeAll) says otherwise. The loop
+// acks each pop in one request; without OnError an error acks the message
+// failed, to come back after the queue's retryDelay, counted against its
+// RetryLimit. Example_quickStart runs this against an in-memory broker.
 //
-// The pop is settled in one request, in partition order. A failed or retry
-// ack (on 2.x a dlq one too) ends the lease of its partition, so acking the
-// messages one by one breaks at the first failure: every later ack of that
-// pop's partition is refused.
-// The messages after a failure are not handled but given back with
-// StatusRetry, so that they come again after the failed one, in order.
-// Example_quickStart runs this against an in-memory broker.
+// A pop can be settled by hand too: Pop leases a batch, and one
+// SettleBatch settles it, the messages after a failure given back with
+// StatusRetry to come again in order (a failed ack ends its partition's
+// lease, so acks sent one by one are refused after it):
+// Example_popAndSettle.
 //
 // Tests need no broker: package queentest serves the same HTTP API from
 // memory, on a loopback port (see Example_testWithQueentest, and the
