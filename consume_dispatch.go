@@ -138,7 +138,7 @@ func newScheduler() scheduler { return scheduler{wake: newWakeup()} }
 // and handles its first group on this goroutine, if a handler is free for
 // it, so that a pop of one partition is handled with no hand-off; workers
 // take the rest. An answer that comes after a stop is given back whole.
-func (e *engine) dispatch(res *popResult, reserved int) {
+func (e *engine) dispatch(res *popResult, reserved int, s *slot) {
 	b := e.newBatch(res, reserved)
 	l := e.lock()
 	mine, live := l.dispatched(b)
@@ -148,7 +148,7 @@ func (e *engine) dispatch(res *popResult, reserved int) {
 	l.changed()
 	e.unlock()
 	if mine != nil {
-		e.runGroup(mine)
+		e.runGroup(mine, s)
 	}
 }
 

@@ -170,6 +170,8 @@ type task struct {
 // of each) or one worker (it handles groups and settles pops).
 func (e *engine) startSlot(fetcher bool) {
 	e.life.spawn(func() {
+		var s slot
+		defer e.slotEnded(&s)
 		for {
 			t, ok := e.next(fetcher)
 			if !ok {
@@ -177,15 +179,29 @@ func (e *engine) startSlot(fetcher bool) {
 			}
 			switch {
 			case t.pop:
-				e.fetch(t)
+				e.fetch(t, &s)
 			case t.g != nil:
-				e.runGroup(t.g)
+				e.runGroup(t.g, &s)
 			default:
 				e.settle(t.settle)
 				e.settledLate(t.settle)
 			}
 		}
 	})
+}
+
+// slot is one goroutine of the loop: the group it is handling, if any.
+type slot struct{ g *group }
+
+// slotEnded ends a slot's goroutine. Should a handler have ended it
+// (runtime.Goexit, as t.FailNow does), its group goes on all the same,
+// marked, its running message and the rest without an outcome (given
+// back), and the loop stops.
+func (e *engine) slotEnded(s *slot) {
+	if s.g != nil {
+		s.g.goexit = true
+		e.groupDone(s.g)
+	}
 }
 
 // next waits for the next task of a fetcher or a worker; false: it is done

@@ -82,11 +82,11 @@ type popDone struct {
 // fetch sends the pop of t, for at most t.n messages (0: the builder's
 // batch), and hands an answer with messages to the scheduler, which
 // handles its first group on this goroutine.
-func (e *engine) fetch(t task) {
+func (e *engine) fetch(t task, s *slot) {
 	began := time.Now()
 	res, err := e.b.pop(e.life.pollCtx, t.n, t.nowait)
 	if e.answered(popDone{reserved: t.n, nowait: t.nowait, settledAt: t.settledAt, res: res, err: err, took: time.Since(began)}) {
-		e.dispatch(res, t.n)
+		e.dispatch(res, t.n, s)
 	}
 }
 
