@@ -23,11 +23,14 @@ import (
 //
 //   - loop.phase, loop.fatal: loop.stop, loop.changed (done);
 //   - fetcher: the pops in flight, the pacing, the Limit, the outage
-//     (loop.takePop, loop.answered, loop.dispatched, loop.settled);
+//     (loop.start, loop.takePop, loop.answered, loop.dispatched,
+//     loop.settled, loop.stop, loop.abandon);
 //   - scheduler: the groups waiting and running (loop.dispatched,
 //     loop.takeWork, loop.groupDone, loop.stop);
 //   - settler: the pops not yet settled (loop.dispatched, loop.groupDone,
-//     loop.holdEnd, loop.settled, loop.stop).
+//     loop.holdEnd, loop.settled, loop.stop);
+//   - the wakeups of the fetcher and scheduler: next (a goroutine goes to
+//     sleep and wakes) and loop.changed (kick).
 //
 // A pop goes fetch, dispatch, handle, settle: a fetcher goroutine sends
 // it (engine.fetch), turns its answer into groups (engine.dispatch) and

@@ -119,7 +119,7 @@ func (l *lifecycle) ended() bool {
 // when it is done.
 func (e *engine) run() error {
 	l := &e.life
-	e.lock().fetcher.start(e.cfg.retry)
+	e.lock().start()
 	e.unlock()
 	if e.stopping() {
 		e.beginStop(nil) // a ctx that ended stops the loop before its first pop
@@ -177,7 +177,7 @@ func (e *engine) run() error {
 			return e.lock().fatal
 		case <-drain.c:
 			drain.fired()
-			if e.lock().fetcher.abandon(l.pollCancel) {
+			if e.lock().abandon() {
 				quiet.set(abandonNoticed)
 			}
 			e.unlock()
@@ -191,6 +191,12 @@ func (e *engine) run() error {
 		}
 	}
 }
+
+// start readies the loop's parts before its first pop.
+func (l *loop) start() { l.fetcher.start(l.cfg.retry) }
+
+// abandon gives up the pops in flight after a stop (fetcher.abandon).
+func (l *loop) abandon() bool { return l.fetcher.abandon(l.life.pollCancel) }
 
 // idleFor stops the loop after IdleMillis with no pop in hand, or says how
 // long to wait before asking again.
