@@ -329,3 +329,15 @@ func (w *renewWatch) await(n int) bool {
 		}
 	}
 }
+
+// awaitRequests waits until srv has received n requests of route r (false
+// after 30 s: a hang guard, no measurement; it may run on a handler's
+// goroutine, so it reports with Errorf).
+func awaitRequests(t testing.TB, srv *queentest.Server, r queentest.Route, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.AwaitRequests(ctx, r, n); err != nil {
+		t.Errorf("waiting for %d %s requests: %v", n, r, err)
+	}
+}

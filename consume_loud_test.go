@@ -119,7 +119,7 @@ func TestConsumeLoopErrorsTyped(t *testing.T) {
 		err := execute(t, context.Background(), func(ctx context.Context) error {
 			return e.c.Queue("q").Batch(3).Limit(3).RenewLease(true, 5).
 				Consume(ctx, func(context.Context, *queen.Message) error {
-					waitFor(t, "a renewal", func() bool { return e.srv.Requests(queentest.RouteRenew) >= 2 })
+					awaitRequests(t, e.srv, queentest.RouteRenew, 2)
 					handled.Add(1)
 					return nil
 				}).OnLoopError(h.add).Execute(ctx)

@@ -398,7 +398,7 @@ func TestConsumeRenewLease(t *testing.T) {
 			for range 10 { // 8 s of broker time, lease 2 s
 				if renew {
 					n := e.srv.Requests(queentest.RouteRenew)
-					waitFor(t, "two renewals", func() bool { return e.srv.Requests(queentest.RouteRenew) >= n+2 })
+					awaitRequests(t, e.srv, queentest.RouteRenew, n+2)
 				}
 				e.clock.Advance(800 * time.Millisecond)
 			}
@@ -537,7 +537,7 @@ func TestConsumeStopGivesBackUnstarted(t *testing.T) {
 			}).Execute(ctx)
 	}()
 	<-started
-	waitFor(t, "the second slot's long poll", func() bool { return e.srv.Requests(queentest.RoutePop) >= 2 })
+	awaitRequests(t, e.srv, queentest.RoutePop, 2)
 	cancel()
 	select {
 	case err := <-done:
@@ -624,7 +624,7 @@ func TestConsumeStopsOnEitherContext(t *testing.T) {
 				done <- e.c.Queue("q").Concurrency(2).
 					Consume(cctx, func(context.Context, *queen.Message) error { return nil }).Execute(xctx)
 			}()
-			waitFor(t, "two long polls", func() bool { return e.srv.Requests(queentest.RoutePop) >= 2 })
+			awaitRequests(t, e.srv, queentest.RoutePop, 2)
 			start := time.Now()
 			if which == "execute" {
 				xcancel()
@@ -868,6 +868,7 @@ func TestConsumeStopCancellationGivenBack(t *testing.T) {
 func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
 	srv := queentest.Start(t)
 	var answered atomic.Int32
+	claimed := make(chan struct{}) // closed when both pops have claimed
 	held := make(chan struct{})
 	release := sync.OnceFunc(func() { close(held) })
 	defer release()
@@ -882,7 +883,10 @@ func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
 	rp.ErrorLog = log.New(io.Discard, "", 0)
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if strings.HasPrefix(resp.Request.URL.Path, "/api/v1/pop") && resp.StatusCode == http.StatusOK {
-			if answered.Add(1) > 1 {
+			if n := answered.Add(1); n > 1 {
+				if n == 2 {
+					close(claimed)
+				}
 				<-held // the answer on its way
 			}
 		}
@@ -907,7 +911,11 @@ func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
 			Consume(ctx, func(context.Context, *queen.Message) error {
 				if handled.Add(1) == 1 {
 					// Both slots' pops have claimed; the other answer is held.
-					waitFor(t, "both pops claimed", func() bool { return answered.Load() >= 2 })
+					select {
+					case <-claimed:
+					case <-time.After(30 * time.Second): // a hang guard
+						t.Error("the second pop never claimed")
+					}
 					cancel()
 					release()
 				}
