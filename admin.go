@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"net/url"
 	"slices"
@@ -878,26 +879,106 @@ type DLQPage struct {
 // filter, the offset and the limit itself, and counts Total. Each call then
 // transfers the whole list. Its entries have no ID (MessageID holds the
 // message's id) and cannot be replayed (ReplayDLQ fails with
-// ErrNotSupported).
+// ErrNotSupported). DeadLetters iterates over every page.
 func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) (DLQPage, error) {
+	out, _, paged, err := a.listDLQ(ctx, queue, opts)
+	if err != nil || paged {
+		return out, err
+	}
+	if out.Limit == 0 {
+		out.Limit = 100
+	}
+	from := min(out.Offset, len(out.Messages))
+	out.Messages = out.Messages[from:min(from+out.Limit, len(out.Messages))]
+	return out, nil
+}
+
+// DeadLetters yields the dead letters of queue that match opts, newest
+// failure first, one ListDLQ page after another: opts.Limit is the page
+// size (0 means 100; a 2.x broker caps it at 1,000), opts.Offset where to
+// start. It ends at the broker's last page: when the rows read reach the
+// broker's Total, or, without a Total, on a page shorter than asked. Pages
+// are counted in the rows the broker sent, so a page that the client's own
+// partition and time filters shortened does not end it early. An error (bad
+// options, before any request; a page that failed) is yielded once and
+// ends the sequence. Stop early by breaking out of the loop.
+//
+//	for dl, err := range client.Admin().DeadLetters(ctx, "emails", queen.DLQListOptions{}) {
+//		if err != nil {
+//			return err
+//		}
+//		fmt.Println(dl.Error, string(dl.Payload))
+//	}
+//
+// Pages are read by offset from a list that may change meanwhile. A row
+// dead-lettered meanwhile comes first and moves the rest down a place: a
+// row may then be yielded twice (compare ID). A row replayed or purged
+// meanwhile moves the rest up a place: a row may then be missed. To
+// replay every dead letter, replay what one pass yields and run again
+// until a pass yields nothing.
+//
+// A 0.15.1 broker does not page: one request brings its whole list
+// (filtered here, as ListDLQ does), and DeadLetters yields all of it from
+// opts.Offset; opts.Limit is no page size there.
+func (a *Admin) DeadLetters(ctx context.Context, queue string, opts DLQListOptions) iter.Seq2[DeadLetter, error] {
+	return func(yield func(DeadLetter, error) bool) {
+		if opts.Limit == 0 {
+			opts.Limit = 100
+		}
+		for {
+			page, raw, paged, err := a.listDLQ(ctx, queue, opts)
+			if err != nil {
+				yield(DeadLetter{}, err)
+				return
+			}
+			msgs := page.Messages
+			if !paged {
+				msgs = msgs[min(opts.Offset, len(msgs)):]
+			}
+			for _, dl := range msgs {
+				if !yield(dl, nil) {
+					return
+				}
+			}
+			opts.Offset += raw
+			if !paged || raw == 0 || (page.Total > 0 && opts.Offset >= page.Total) || (page.Total <= 0 && raw < opts.Limit) {
+				return
+			}
+		}
+	}
+}
+
+// checkDLQOptions refuses bad ListDLQ options before any request.
+func checkDLQOptions(queue string, opts DLQListOptions) error {
 	if err := checkName(queueName, queue); err != nil {
-		return DLQPage{}, err
+		return err
 	}
 	if err := checkOptionalName(groupName, opts.ConsumerGroup); err != nil {
-		return DLQPage{}, err
+		return err
 	}
 	if err := checkOptionalName(partitionName, opts.Partition); err != nil {
-		return DLQPage{}, err
+		return err
 	}
 	if opts.Limit < 0 || opts.Offset < 0 {
-		return DLQPage{}, fmt.Errorf("%w: negative limit or offset", ErrInvalidOption)
+		return fmt.Errorf("%w: negative limit or offset", ErrInvalidOption)
 	}
 	if !opts.From.IsZero() && !opts.To.IsZero() && !opts.From.Before(opts.To) {
-		return DLQPage{}, fmt.Errorf("%w: From %s is not before To %s", ErrInvalidOption, opts.From, opts.To)
+		return fmt.Errorf("%w: From %s is not before To %s", ErrInvalidOption, opts.From, opts.To)
+	}
+	return nil
+}
+
+// listDLQ asks the broker for one page. raw is how many rows the broker
+// sent, before the client's own filters. On a broker that pages (paged)
+// out is that page; on one that does not (0.15.1), out.Messages is the
+// whole filtered list, neither offset nor limit applied.
+func (a *Admin) listDLQ(ctx context.Context, queue string, opts DLQListOptions) (out DLQPage, raw int, paged bool, err error) {
+	if err := checkDLQOptions(queue, opts); err != nil {
+		return DLQPage{}, 0, false, err
 	}
 	g, err := a.c.generation(ctx)
 	if err != nil {
-		return DLQPage{}, err
+		return DLQPage{}, 0, false, err
 	}
 	q := wire.DLQQuery{Queue: queue, ConsumerGroup: opts.ConsumerGroup}
 	if g.DLQPaging {
@@ -914,11 +995,11 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 	}
 	vals, err := q.Values()
 	if err != nil {
-		return DLQPage{}, fmt.Errorf("queen: encode dlq query: %w", err)
+		return DLQPage{}, 0, false, fmt.Errorf("queen: encode dlq query: %w", err)
 	}
 	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteDLQ.Path(), query: vals}, nil)
 	if err != nil {
-		return DLQPage{}, err
+		return DLQPage{}, 0, false, err
 	}
 	var page wire.DLQListResponse
 	body := bytes.TrimSpace(resp.body)
@@ -929,9 +1010,9 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		err = json.Unmarshal(body, &page)
 	}
 	if err != nil {
-		return DLQPage{}, resp.refusal(http.MethodGet, wire.RouteDLQ.Path(), "undecodable dlq answer: "+err.Error())
+		return DLQPage{}, 0, false, resp.refusal(http.MethodGet, wire.RouteDLQ.Path(), "undecodable dlq answer: "+err.Error())
 	}
-	out := DLQPage{Total: page.Total, Limit: opts.Limit, Offset: opts.Offset, Messages: make([]DeadLetter, 0, len(page.Messages))}
+	out = DLQPage{Total: page.Total, Limit: opts.Limit, Offset: opts.Offset, Messages: make([]DeadLetter, 0, len(page.Messages))}
 	if page.Pagination != nil && g.DLQPaging {
 		out.Limit, out.Offset = page.Pagination.Limit, page.Pagination.Offset
 	}
@@ -957,14 +1038,7 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 	if !g.DLQTotal {
 		out.Total = len(out.Messages)
 	}
-	if !g.DLQPaging {
-		if out.Limit == 0 {
-			out.Limit = 100
-		}
-		from := min(out.Offset, len(out.Messages))
-		out.Messages = out.Messages[from:min(from+out.Limit, len(out.Messages))]
-	}
-	return out, nil
+	return out, len(page.Messages), g.DLQPaging, nil
 }
 
 // inWindow reports whether t is known (not zero) and in [from, to), a zero

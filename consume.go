@@ -95,6 +95,44 @@ func Retry() Outcome { return Outcome{Status: StatusRetry} }
 // retries are left.
 func DLQ(err error) Outcome { return Outcome{Status: StatusDLQ, Error: errText(err)} }
 
+// Poison marks err as one that retrying cannot fix: a consume handler that
+// returns it, wrapped or not, has its message dead-lettered at once with
+// err's text, spending no retry. The result wraps err; Poison(nil) is nil.
+//
+//	o, err := queen.Decode[Order](msg)
+//	if err != nil {
+//		return queen.Poison(err)
+//	}
+//
+// OnError, when set, still decides (a zero Outcome then means DLQ). A
+// batch handler's poison dead-letters its whole batch; a message given
+// back by a stop is not dead-lettered. docs/CONSUME.md has the details.
+func Poison(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PoisonError{Err: err}
+}
+
+// PoisonError is the error Poison returns: Err, marked for the dead-letter
+// queue.
+type PoisonError struct{ Err error }
+
+// Error returns Err's text.
+func (e *PoisonError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *PoisonError) Unwrap() error { return e.Err }
+
+// failure is the loop's own outcome for a handler's error: DLQ for a
+// Poison error, else Fail.
+func failure(err error) Outcome {
+	if _, ok := errors.AsType[*PoisonError](err); ok {
+		return DLQ(err)
+	}
+	return Fail(err)
+}
+
 func errText(err error) string {
 	if err == nil {
 		return ""
@@ -119,8 +157,8 @@ type ConsumeBuilder struct {
 // Consume prepares a loop that calls h once per message, in partition
 // order, one message of a partition at a time. nil acks the message
 // completed; an error acks it failed (counted per message against
-// RetryLimit, see OnError) and gives back the rest of its partition in
-// the pop. A pop's messages are settled in one batch ack. Either ctx
+// RetryLimit, see OnError; a Poison error dead-letters it at once) and
+// gives back the rest of its partition in the pop. A pop's messages are settled in one batch ack. Either ctx
 // ending stops the loop: ctx gives its values to h's ctx, which is
 // cancelled when the grace period after a stop ends or its lease is lost.
 // The QueueBuilder's options are copied now. Details: docs/CONSUME.md.
@@ -130,8 +168,9 @@ func (b *QueueBuilder) Consume(ctx context.Context, h func(ctx context.Context, 
 
 // ConsumeBatch prepares a loop that calls h once per pop with the whole
 // batch. nil acks every message completed; an error fails each
-// partition's first message of the batch and gives back the rest. With
-// Each(), h gets one message at a time, as under Consume.
+// partition's first message of the batch and gives back the rest (a
+// Poison error dead-letters the whole batch). With Each(), h gets one
+// message at a time, as under Consume.
 func (b *QueueBuilder) ConsumeBatch(ctx context.Context, h func(ctx context.Context, msgs []*Message) error) *ConsumeBuilder {
 	return &ConsumeBuilder{qb: *b, ctx: ctx, handleBatch: h, grace: DefaultGracePeriod}
 }
@@ -144,8 +183,9 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 }
 
 // OnError makes f choose the outcome of each message whose handler
-// returned an error or panicked, instead of Fail: DLQ, say, for an error
-// that retrying cannot fix. After Fail or Retry the rest of the partition
+// returned an error or panicked, instead of Fail (DLQ for a Poison error,
+// which is also what a zero Outcome from f means then): DLQ, say, for an
+// error that retrying cannot fix. After Fail or Retry the rest of the partition
 // in the pop is given back unhandled. A message stopped by the loop's stop
 // is given back with Retry without calling f.
 //

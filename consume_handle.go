@@ -162,9 +162,9 @@ func (e *engine) decide(ctx context.Context, m *Message, err error) (o Outcome, 
 		return Retry(), true
 	}
 	if f := e.on.onError; f != nil {
-		return e.checked(e.callback(func() Outcome { return f(ctx, m, err) }, m), Fail(err)), true
+		return e.checked(e.callback(func() Outcome { return f(ctx, m, err) }, m), failure(err)), true
 	}
-	return Fail(err), true
+	return failure(err), true // Poison: DLQ
 }
 
 // checked replaces the zero Outcome by def and an unknown status by a

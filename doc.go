@@ -207,7 +207,9 @@
 // a panic) acks it failed, and under Each the rest of that partition's
 // messages in the pop are given back to follow it in order. The outcomes of
 // one pop go out as one batch ack. With AutoAck(false) the handler acks
-// itself, and a handler error is still nacked. OnSuccess and OnError hand
+// itself, and a handler error is still nacked. A handler's Poison(err)
+// dead-letters its message at once (a payload that does not decode, say).
+// OnSuccess and OnError hand
 // the decision to the caller, who returns an Outcome (Complete, Fail, Retry
 // or DLQ). Concurrency(n) runs up to n handlers at once, never two on one
 // partition; RenewLease renews the leases while handlers run, each time by
@@ -225,6 +227,7 @@
 //
 // Examples: ExampleQueueBuilder_Consume (the two contexts),
 // ExampleQueueBuilder_ConsumeBatch, ExampleConsumeBuilder_OnError (outcomes),
+// ExamplePoison (a payload that does not decode),
 // Example_gracefulShutdown (a stop on SIGTERM) and Example_testWithQueentest
 // (a handler under test).
 //
@@ -234,12 +237,14 @@
 // or nothing at Commit; a rollback is returned as a *TransactionError.
 // Client.Admin seeks consumer groups (to a time or to the end), lists and
 // deletes groups, lists, configures and deletes queues, reports the
-// broker's health and lists and replays dead letters. QueueBuilder.Fetch
+// broker's health and lists and replays dead letters (DeadLetters iterates
+// over them all). QueueBuilder.Fetch
 // reads partitions by offset with no group, lease or ack, and
 // ReadPartition iterates one partition to its end.
 //
 // Examples: ExampleClient_Transaction, ExampleTransactionBuilder_Ack,
-// ExampleAdmin_SeekConsumerGroup, ExampleAdmin_ListDLQ, ExampleAdmin_Health,
+// ExampleAdmin_SeekConsumerGroup, ExampleAdmin_ListDLQ,
+// ExampleAdmin_DeadLetters, ExampleAdmin_Health,
 // ExampleQueueBuilder_Fetch, ExampleQueueBuilder_ReadPartition and
 // Example_docReadPartition.
 //

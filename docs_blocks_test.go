@@ -361,13 +361,11 @@ func TestDocREADMEWorker(t *testing.T) {
 		RenewLease(true, 10000). // renew every 10 s while a handler runs
 		Each().
 		Consume(ctx, func(ctx context.Context, task *queen.Message) error {
-			return runTask(task.Data) // nil: completed; an error: failed (it comes back)
-		}).
-		OnError(func(ctx context.Context, task *queen.Message, err error) queen.Outcome {
+			err := runTask(task.Data) // nil: completed; an error: failed (it comes back)
 			if errors.Is(err, errPermanent) {
-				return queen.DLQ(err) // straight to the dead-letter queue
+				return queen.Poison(err) // straight to the dead-letter queue
 			}
-			return queen.Fail(err)
+			return err
 		}).
 		Execute(ctx) // returns nil once ctx is cancelled
 

@@ -101,6 +101,9 @@ type popResult struct {
 	leaseID   string
 	partition string // of an answer without messages: the claimed partition
 	autopilot *wire.AutopilotEcho
+	// date is the answer's Date header (a pinned pop's only; zero when
+	// absent): the broker's clock, in whole seconds.
+	date time.Time
 }
 
 func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popResult, error) {
@@ -137,10 +140,18 @@ func (c *Client) popWith(ctx context.Context, r *popRequest, query string, confl
 		}
 		return nil, err
 	}
-	if resp.status == http.StatusNoContent || len(resp.body) == 0 {
-		return &popResult{}, nil
+	res := &popResult{}
+	if resp.status != http.StatusNoContent && len(resp.body) > 0 {
+		if res, err = c.decodePop(resp.body, r.path, conflation); err != nil {
+			return nil, err
+		}
 	}
-	return c.decodePop(resp.body, r.path, conflation)
+	if r.pinned {
+		if d, err := http.ParseTime(resp.header.Get("Date")); err == nil {
+			res.date = d
+		}
+	}
+	return res, nil
 }
 
 // The hot path (pop answers, the loop's acks) reads broker JSON with

@@ -128,9 +128,17 @@ func (b *QueueBuilder) Group(name string) *QueueBuilder { b.group = name; return
 //     pops carry; a pinned pop (Partition) registers nothing and starts a
 //     partition new to the group where the start point it carries says, so
 //     each partition of a group read partition by partition starts where
-//     the group asked. (A group read only through pinned pops in mode "new"
-//     starts each partition at what it holds when the group first reads
-//     it.)
+//     the group asked. Such a broker keeps a pinned pop's "new" only in
+//     memory, and takes it again at the tail (skipping what was pushed
+//     meanwhile) after a restart, for a partition that did not exist yet,
+//     or when a queue-wide pop registers the group; so once a pinned pop
+//     of a group in mode "new" (or from "now") is answered, the group's
+//     pops carry a fixed time instead: the broker's clock at that first
+//     pop, rounded down to the second. Up to about a second of what was
+//     pushed just before it may then be read, and the group views may
+//     show that time rather than "new". The time lasts as long as the
+//     Client: a new process picks a new one, so set SubscriptionFrom for a
+//     start that outlives it.
 //   - 0.15.1: only until the group is registered, since there a "new" sent
 //     to a group whose cursor is back at a partition's start skips messages
 //     (PROTOCOL.md §16). Before a (queue, group)'s first pop the Client asks
@@ -275,8 +283,9 @@ type popRequest struct {
 	pinned   bool // the pop names its partition
 	// encoded caches the encoded query without a cap, by variant: bit 0
 	// with the start point, bit 1 with an explicit batch for a broker that
-	// does not size pops, bit 2 not waiting (see popQuery).
-	encoded [8]atomic.Pointer[string]
+	// does not size pops, bit 2 not waiting, bit 3 with a fixed start time
+	// (see popQuery).
+	encoded [16]atomic.Pointer[encodedQuery]
 }
 
 // popRequest validates the options and builds the wire request. It sends

@@ -36,6 +36,17 @@ import (
 //     group's cursors, those of pinned pops of a group that is not
 //     registered included, so it cannot say whether a group is registered;
 //     it is not asked.
+//     A pinned pop in mode "new" (or subscriptionFrom=now) of a group that
+//     is not registered starts its partition at the tail and the broker
+//     keeps that start only in memory (wire.Generation.PinnedStartInMemory):
+//     it is taken again at the tail, skipping what was pushed meanwhile,
+//     when the partition did not exist yet, after a broker restart or
+//     leader change, and when a queue-wide pop registers the group. So once
+//     a pinned pop of such a group is answered, every later pop of the
+//     group (pinned or queue-wide) carries a fixed start time instead:
+//     the broker's clock when the group's first pinned pop was sent (see
+//     pinnedStart). A group whose first answered pop was queue-wide is
+//     registered by the broker, durably: its pops are left as they are.
 //   - 0.15.1 (wire.Generation.SubscriptionOnEveryPop): the broker applies a
 //     pop's start point wherever the group's cursor is at a partition's
 //     start and no stored start time covers that partition, and "new" (or
@@ -82,6 +93,32 @@ type brokerMemory struct {
 	noAutopilot atomic.Bool
 	// gen is what GET /health said of the broker; nil until asked.
 	gen atomic.Pointer[wire.Generation]
+	// starts are the fixed start times of groups read through pinned
+	// pops, on a broker that keeps their start in memory (guarded by mu).
+	starts map[groupKey]*pinnedStart
+	// noDate is set once a pinned pop's answer came without a Date.
+	noDate atomic.Bool
+}
+
+// pinnedStart is the start of a group, in mode "new", that a Client reads
+// through pinned pops of a broker that keeps such a start only in memory
+// (wire.Generation.PinnedStartInMemory). from is fixed by the first
+// answered pinned pop: its Date (the broker's clock, in whole seconds,
+// rounded down) less the time since the group's first pinned pop was sent
+// (this Client's clock), rounded down to the second. That is no later
+// than the moment the broker started any partition for the group (its
+// pops start the partition when they arrive, a long poll at the start of
+// its wait), and the broker starts a group at a time with the first
+// message created at or after it (rsm/consume/frames.rs seed_from_ts), so
+// nothing pushed after the group's first pop is skipped; up to a second,
+// plus that pop's round trip and wait, of what was pushed before it may
+// be read.
+type pinnedStart struct {
+	sent time.Time // when the group's first pinned pop was sent
+	from string    // the fixed start time (RFC 3339), once known
+	// wide: a queue-wide pop of the group was answered before a time was
+	// fixed; the broker registered the group, and nothing is fixed.
+	wide bool
 }
 
 // groupState is what a Client knows of a group on a queue of a broker that
@@ -186,6 +223,105 @@ func (m *brokerMemory) forget(group, queue string) {
 			delete(m.groups, k)
 		}
 	}
+	for k := range m.starts {
+		if k.group == group && (queue == "" || k.queue == queue) {
+			delete(m.starts, k)
+		}
+	}
+}
+
+// startsNew says whether r's start point is "new": subscriptionFrom=now
+// (which wins over the mode), or mode "new" without a time.
+func (r *popRequest) startsNew() bool {
+	if r.query.SubscriptionFrom != "" {
+		return strings.EqualFold(r.query.SubscriptionFrom, "now")
+	}
+	return strings.EqualFold(r.query.SubscriptionMode, string(SubscriptionModeNew))
+}
+
+// pinnedKey is the key of r's group when its start needs a fixed time (see
+// pinnedStart): a named group in mode "new" on a queue of a broker that
+// keeps the start of pinned pops in memory. Discovery pops are left out.
+func (c *Client) pinnedKey(r *popRequest) (groupKey, bool) {
+	g := c.mem.gen.Load()
+	if g == nil || !g.PinnedStartInMemory || r.discover || !r.startsNew() {
+		return groupKey{}, false
+	}
+	return r.key()
+}
+
+// startFrom is the fixed start time r's pop carries instead of "new", or
+// "" while there is none.
+func (c *Client) startFrom(r *popRequest) string {
+	k, ok := c.pinnedKey(r)
+	if !ok {
+		return ""
+	}
+	c.mem.mu.Lock()
+	defer c.mem.mu.Unlock()
+	if st := c.mem.starts[k]; st != nil {
+		return st.from
+	}
+	return ""
+}
+
+// pinnedSent notes that a pinned pop of r's group is being sent: the first
+// one starts the clock of pinnedStart.
+func (c *Client) pinnedSent(r *popRequest) {
+	k, ok := c.pinnedKey(r)
+	if !ok || !r.pinned {
+		return
+	}
+	c.mem.mu.Lock()
+	defer c.mem.mu.Unlock()
+	if c.mem.starts == nil {
+		c.mem.starts = make(map[groupKey]*pinnedStart)
+	}
+	if c.mem.starts[k] == nil {
+		c.mem.starts[k] = &pinnedStart{sent: time.Now()}
+	}
+}
+
+// startAnswered records what an answered pop of r tells of its group's
+// start (see pinnedStart): a pinned pop's Date fixes the time, a
+// queue-wide pop answered first leaves the group to its registration.
+func (c *Client) startAnswered(r *popRequest, res *popResult) {
+	k, ok := c.pinnedKey(r)
+	if !ok {
+		return
+	}
+	if r.pinned && res.date.IsZero() {
+		if c.mem.noDate.CompareAndSwap(false, true) {
+			c.log.Warn("queen: the broker's pop answer has no Date header; a group read through pinned pops in mode new keeps its start only in the broker's memory (lost at a restart)",
+				"queue", r.queue, "group", r.query.ConsumerGroup)
+		}
+		return
+	}
+	c.mem.mu.Lock()
+	defer c.mem.mu.Unlock()
+	if c.mem.starts == nil {
+		c.mem.starts = make(map[groupKey]*pinnedStart)
+	}
+	st := c.mem.starts[k]
+	switch {
+	case st != nil && (st.from != "" || st.wide):
+	case !r.pinned:
+		if st == nil {
+			c.mem.starts[k] = &pinnedStart{wide: true}
+		}
+		// A queue-wide pop answered after a pinned one was sent and
+		// before any was answered registered the group as "new": the
+		// first answered pinned pop still fixes the time for the
+		// partitions started from then on.
+	case st != nil:
+		st.from = fixedStart(res.date, time.Since(st.sent))
+	}
+}
+
+// fixedStart is the start time of pinnedStart: date less elapsed, rounded
+// down to the second, in RFC 3339.
+func fixedStart(date time.Time, elapsed time.Duration) string {
+	return date.Add(-max(elapsed, 0)).Truncate(time.Second).UTC().Format(time.RFC3339)
 }
 
 // key is the registration key of r's group, and false for queue mode
@@ -230,6 +366,7 @@ func (c *Client) withSubscription(ctx context.Context, r *popRequest) (bool, err
 	if !g.SubscriptionOnEveryPop || r.discover {
 		// 2.x: the start point goes on every pop. (A discovery pop spans
 		// queues that are not known in advance; 0.15.1 has no such route.)
+		c.pinnedSent(r)
 		return true, nil
 	}
 	exists, err := c.groupOnQueue(ctx, k.group, k.queue)
@@ -298,37 +435,49 @@ func (r *popRequest) hasSubscription() bool {
 }
 
 // popQuery encodes the query of one pop of r: with or without the group's
-// start point, with an explicit batch on a broker that does not size pops,
-// and capped to n messages when n > 0 (the rest of a Limit).
+// start point (a fixed start time in place of "new" once the group has one,
+// see pinnedStart), with an explicit batch on a broker that does not size
+// pops, and capped to n messages when n > 0 (the rest of a Limit).
 func (c *Client) popQuery(r *popRequest, withSub bool, n int, nowait bool) (string, error) {
 	legacy := !c.sizesPops() && r.autopilotBatch()
 	if n > 0 && !r.capChanges(legacy, n) {
 		n = 0 // the cap changes nothing: the query encoded once will do
 	}
 	nowait = nowait && r.wait
-	if n <= 0 {
-		i := 0
-		if withSub {
-			i |= 1
-		}
-		if legacy {
-			i |= 2
-		}
-		if nowait {
-			i |= 4
-		}
-		if q := r.encoded[i].Load(); q != nil {
-			return *q, nil
-		}
-		q, err := r.values(withSub, legacy, 0, nowait)
-		if err != nil {
-			return "", err
-		}
-		r.encoded[i].Store(&q)
-		return q, nil
+	from := ""
+	if withSub {
+		from = c.startFrom(r)
 	}
-	return r.values(withSub, legacy, n, nowait)
+	if n > 0 {
+		return r.values(withSub, legacy, n, nowait, from)
+	}
+	i := 0
+	if withSub {
+		i |= 1
+	}
+	if legacy {
+		i |= 2
+	}
+	if nowait {
+		i |= 4
+	}
+	if from != "" {
+		i |= 8
+	}
+	if e := r.encoded[i].Load(); e != nil && e.from == from {
+		return e.query, nil
+	}
+	q, err := r.values(withSub, legacy, 0, nowait, from)
+	if err != nil {
+		return "", err
+	}
+	r.encoded[i].Store(&encodedQuery{from: from, query: q})
+	return q, nil
 }
+
+// encodedQuery is a pop query encoded once, with the fixed start time it
+// carries ("" for none): a group forgotten and read again gets a new one.
+type encodedQuery struct{ from, query string }
 
 // capChanges says whether capping r's batch to n changes its query.
 func (r *popRequest) capChanges(legacy bool, n int) bool {
@@ -345,11 +494,15 @@ func (r *popRequest) capChanges(legacy bool, n int) bool {
 // autopilotBatch says whether r leaves its batch to the broker.
 func (r *popRequest) autopilotBatch() bool { return r.query.Autopilot && r.query.Batch == nil }
 
-// values encodes r's query (see popQuery).
-func (r *popRequest) values(withSub, legacy bool, n int, nowait bool) (string, error) {
+// values encodes r's query (see popQuery); from, when set, is the start
+// time sent in place of r's "new".
+func (r *popRequest) values(withSub, legacy bool, n int, nowait bool, from string) (string, error) {
 	q := r.query
-	if !withSub {
+	switch {
+	case !withSub:
 		q.SubscriptionMode, q.SubscriptionFrom = "", ""
+	case from != "":
+		q.SubscriptionMode, q.SubscriptionFrom = "", from
 	}
 	if nowait {
 		no := false
@@ -393,6 +546,9 @@ func (r *popRequest) values(withSub, legacy bool, n int, nowait bool) (string, e
 // with or without a start point): that is not warned of unless the pop
 // sent such a start point, since only those move a cursor.
 func (c *Client) popAnswered(r *popRequest, withSub bool, res *popResult) {
+	if withSub {
+		c.startAnswered(r, res)
+	}
 	g := c.mem.gen.Load()
 	everyPop := g != nil && g.SubscriptionOnEveryPop
 	if k, ok := r.key(); ok && withSub && everyPop {

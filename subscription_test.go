@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -393,4 +394,58 @@ func TestSubscriptionLookupErrorWraps(t *testing.T) {
 	var be *BrokerError
 	require.True(t, errors.As(err, &be))
 	assert.Equal(t, "Insufficient permissions", be.Message)
+}
+
+// On 2.x, once a pinned pop of a group in mode new is answered, every later
+// pop of the group, pinned or queue-wide, carries a fixed start time: the
+// answer's Date less the time since the group's first pinned pop was sent,
+// rounded down to the second (the broker keeps a pinned pop's "new" only in
+// memory). Pops with another start point, and groups whose first answered
+// pop was queue-wide, are left as they are.
+func TestPinnedNewGroupGetsAFixedStartTime(t *testing.T) {
+	dated := answer{status: http.StatusNoContent, header: map[string]string{"Date": "Thu, 22 Oct 2026 08:00:05 GMT"}}
+	rec, c := newRecorder(t, dated)
+	ctx := context.Background()
+	g := func(name string) *QueueBuilder { return c.Queue("orders").Group(name) }
+	for _, qb := range []*QueueBuilder{
+		g("g").Partition("p1"), g("g").Partition("p2"), g("g"),
+		g("all").Partition("p1").SubscriptionMode(SubscriptionModeAll), g("all").Partition("p1").SubscriptionMode(SubscriptionModeAll),
+		g("wide"), g("wide").Partition("p1"),
+		g("now").SubscriptionFrom("now").Partition("p1"), g("now").SubscriptionFrom("now"),
+	} {
+		_, err := qb.Wait(false).Pop(ctx)
+		require.NoError(t, err)
+	}
+	reqs := rec.all()
+	require.Len(t, reqs, 9)
+	start := func(r seen) string {
+		return "mode=" + r.Query.Get("subscriptionMode") + " from=" + r.Query.Get("subscriptionFrom")
+	}
+	const fixed = "mode= from=2026-10-22T08:00:04Z"
+	assert.Equal(t, []string{
+		"mode=new from=", fixed, fixed,
+		"mode=all from=", "mode=all from=",
+		"mode=new from=", "mode=new from=",
+		"mode=all from=now", fixed,
+	}, []string{start(reqs[0]), start(reqs[1]), start(reqs[2]), start(reqs[3]), start(reqs[4]),
+		start(reqs[5]), start(reqs[6]), start(reqs[7]), start(reqs[8])})
+
+	// A group deleted through the Client starts again: its next pinned pop
+	// fixes a new time.
+	_, _ = c.Admin().DeleteConsumerGroup(ctx, "g", DeleteConsumerGroupOptions{Queue: "orders"})
+	_, err := g("g").Partition("p1").Wait(false).Pop(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "mode=new from=", start(rec.all()[len(rec.all())-1]))
+}
+
+// The fixed start time is no later than the moment the broker started any
+// partition for the group: the Date of the answer, less the time the first
+// pinned pop took (a long poll starts its partition when it arrives, and
+// is answered up to its wait later), rounded down to the second.
+func TestFixedStart(t *testing.T) {
+	date := time.Date(2026, 10, 22, 8, 0, 5, 0, time.UTC)
+	assert.Equal(t, "2026-10-22T08:00:04Z", fixedStart(date, time.Millisecond))
+	assert.Equal(t, "2026-10-22T08:00:05Z", fixedStart(date, 0))
+	assert.Equal(t, "2026-10-22T07:59:34Z", fixedStart(date, 30*time.Second+time.Millisecond), "a long poll's wait")
+	assert.Equal(t, "2026-10-22T08:00:05Z", fixedStart(date.In(time.FixedZone("x", 3600)), -time.Second), "UTC; a clock that went back counts as no time")
 }

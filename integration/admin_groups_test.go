@@ -41,7 +41,7 @@ func TestAdminConsumerGroupViews(t *testing.T) {
 	// it reads one message of either partition, which is acked, and the
 	// other partition gets one message leased and not acked.
 	g := c.Queue(q).Group("readers").SubscriptionMode(queen.SubscriptionModeAll).Batch(1)
-	got := popNow(t, g)
+	got := popPushed(t, g)
 	if len(got) != 1 {
 		t.Fatalf("pop: %d messages, want 1", len(got))
 	}
@@ -50,7 +50,7 @@ func TestAdminConsumerGroupViews(t *testing.T) {
 	if read == "p1" {
 		held = "p2"
 	}
-	if got := popNow(t, c.Queue(q).Group("readers").Partition(held).Batch(1)); len(got) != 1 {
+	if got := popPushed(t, c.Queue(q).Group("readers").Partition(held).Batch(1)); len(got) != 1 {
 		t.Fatalf("pop %s: %d messages, want 1", held, len(got))
 	}
 	size := map[string]int64{"p1": 3, "p2": 2}

@@ -121,13 +121,13 @@ func TestAdminQueueViews(t *testing.T) {
 	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(countsWait + time.Minute), RetryLimit: queen.Ptr(3), Namespace: "it-views", Task: "it-t"})
 	push(t, c, q, "p1", numbered(0, 3, nil)...)
 	push(t, c, q, "p2", numbered(3, 2, nil)...)
-	got := popNow(t, c.Queue(q).Partition("p1").Batch(1))
+	got := popPushed(t, c.Queue(q).Partition("p1").Batch(1))
 	if len(got) != 1 {
 		t.Fatalf("pop p1: %d messages, want 1", len(got))
 	}
 	ackAll(t, c, "", got)
 	// One more leased, not acked: processing.
-	if leased := popNow(t, c.Queue(q).Partition("p2").Batch(1)); len(leased) != 1 {
+	if leased := popPushed(t, c.Queue(q).Partition("p2").Batch(1)); len(leased) != 1 {
 		t.Fatalf("pop p2: %d messages, want 1", len(leased))
 	}
 

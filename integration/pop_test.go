@@ -212,6 +212,7 @@ func TestConflation(t *testing.T) {
 		map[string]any{"sku": "B-2", "price": 5},
 		map[string]any{"sku": "B-2", "price": 6})
 
+	awaitPushed(t, c, q, 5) // the conflating pop below must see both partitions whole
 	repricer := c.Queue(q).Group("repricer").SubscriptionMode(queen.SubscriptionModeAll).Conflation(true)
 	got, err := repricer.Wait(false).Pop(testCtx(t))
 	if be.profile == queentest.Profile015 {
@@ -247,7 +248,7 @@ func TestConflation(t *testing.T) {
 	}
 
 	push(t, c, q, "A-1", map[string]any{"sku": "A-1", "price": 13})
-	if p := prices(popNow(t, repricer)); len(p) != 1 || p["A-1"] != 13 {
+	if p := prices(popPushed(t, repricer)); len(p) != 1 || p["A-1"] != 13 {
 		t.Errorf("after a new price, conflating pop = %v, want map[A-1:13]", p)
 	}
 
@@ -268,7 +269,7 @@ func TestCommitOnDelivery(t *testing.T) {
 	push(t, c, q, "", numbered(0, 5, nil)...)
 
 	live := c.Queue(q).Group("live-chart").SubscriptionMode(queen.SubscriptionModeAll).CommitOnDelivery(true).Batch(100)
-	got := popNow(t, live)
+	got := popPushed(t, live)
 	checkExactlyOnce(t, "commit on delivery", nums(t, got), 0, 5)
 	for _, m := range got {
 		if m.LeaseID != "" {

@@ -126,6 +126,7 @@ func TestDiscoveryPop(t *testing.T) {
 	push(t, c, qb, "", numbered(10, 1, nil)...)
 	push(t, c, qc, "", numbered(20, 1, nil)...)
 
+	awaitPushed(t, c, qa, 2) // a group of its own: the namespace pops below are queue mode
 	task := c.Namespace(ns).Task("resize").Batch(10)
 	got, err := task.Wait(false).Pop(testCtx(t))
 	if isNotSupported(err) {
@@ -150,7 +151,7 @@ func TestDiscoveryPop(t *testing.T) {
 		t.Errorf("namespace pop message names queue %q, want %s", got[0].Queue, qb)
 	}
 	// The queue outside the namespace kept its message.
-	checkExactlyOnce(t, "the queue outside the namespace", nums(t, popNow(t, c.Queue(qc).Batch(10))), 20, 1)
+	checkExactlyOnce(t, "the queue outside the namespace", nums(t, popPushed(t, c.Queue(qc).Batch(10))), 20, 1)
 
 	if _, err := c.Queue(qa).Task("resize").Wait(false).Pop(testCtx(t)); !errors.Is(err, queen.ErrInvalidOption) {
 		t.Errorf("Task on a named queue's pop = %v, want ErrInvalidOption", err)
@@ -204,7 +205,7 @@ func TestReplayDLQ(t *testing.T) {
 	newQueue(t, c, q, queen.QueueConfig{LeaseTime: queen.Ptr(time.Minute), RetryLimit: queen.Ptr(0),
 		DeadLetterQueue: queen.Ptr(true), DLQAfterMaxRetries: queen.Ptr(true)})
 	push(t, c, q, "", numbered(0, 1, nil)...)
-	got := popNow(t, c.Queue(q).Batch(1))
+	got := popPushed(t, c.Queue(q).Batch(1))
 	if len(got) != 1 {
 		t.Fatalf("pop: %d messages, want 1", len(got))
 	}

@@ -29,7 +29,7 @@ func TestSnippetQueueMode(t *testing.T) {
 
 	// "stop after one message": one printed, acked; the others still there.
 	checkLines(t, out.Lines(), []string{"map[n:1 total:10]"})
-	rest := popNow(t, c.Queue("orders").Batch(10))
+	rest := popPushed(t, c.Queue("orders").Batch(10))
 	if got := nums(t, rest); !slices.Equal(got, []int{2, 3}) {
 		t.Errorf("after the snippet, queue mode pops %v; want the two orders it did not take, [2 3]", got)
 	}
@@ -264,7 +264,7 @@ func TestSnippetAudit(t *testing.T) {
 	snippetAudit(snippetCtx(t), c, out, fatal{t})
 
 	checkLines(t, out.Lines(), []string{"again: map[n:1 total:10]"})
-	if got := nums(t, popNow(t, c.Queue("orders").Group("audit").Batch(10))); !slices.Equal(got, []int{2}) {
+	if got := nums(t, popPushed(t, c.Queue("orders").Group("audit").Batch(10))); !slices.Equal(got, []int{2}) {
 		t.Errorf("audit reads %v next, want [2]: Limit(1) handled the first order only", got)
 	}
 }

@@ -75,6 +75,7 @@ func TestSnippetConflation(t *testing.T) {
 		map[string]any{"sku": "A-1", "price": 10},
 		map[string]any{"sku": "A-1", "price": 11},
 		map[string]any{"sku": "A-1", "price": 12})
+	awaitPushed(t, c, "prices", 3) // the snippet's pop does not wait
 	// The snippet ends the test on an error: find out first whether the
 	// broker conflates at all (in a group of its own).
 	_, err := c.Queue("prices").Group("probe").Conflation(true).Wait(false).Pop(testCtx(t))
@@ -102,6 +103,7 @@ func TestSnippetCommitOnDelivery(t *testing.T) {
 	c, _ := snippetClient(t, "metrics")
 	newQueue(t, c, "metrics", queen.QueueConfig{LeaseTime: queen.Ptr(30 * time.Second)})
 	push(t, c, "metrics", "", numbered(0, 5, map[string]any{"cpu": 0.5})...)
+	awaitPushed(t, c, "metrics", 5) // the snippet's pop does not wait
 
 	readings := snippetCommitOnDelivery(snippetCtx(t), c, fatal{t})
 
@@ -141,7 +143,7 @@ func TestSnippetFetch(t *testing.T) {
 		`2 {"n":3,"total":30}`,
 	})
 	// "no group, lease or ack": the queue is as it was.
-	if got := nums(t, popNow(t, c.Queue("orders").Batch(10))); !slices.Equal(got, []int{1, 2, 3}) {
+	if got := nums(t, popPushed(t, c.Queue("orders").Batch(10))); !slices.Equal(got, []int{1, 2, 3}) {
 		t.Errorf("after the fetch, queue mode pops %v, want [1 2 3]", got)
 	}
 }

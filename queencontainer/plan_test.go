@@ -137,3 +137,40 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresSizes: the broker's pool sizes come from Postgres (zero: the
+// test machine's), and from QUEEN_PG_NUM_WORKERS, QUEEN_PG_DB_POOL_SIZE and
+// QUEEN_PG_SIDECAR_POOL_SIZE through FromEnv; a size that is not a
+// positive integer is an error.
+func TestPostgresSizes(t *testing.T) {
+	sizes := func(p plan) [3]string {
+		return [3]string{p.env["NUM_WORKERS"], p.env["DB_POOL_SIZE"], p.env["SIDECAR_POOL_SIZE"]}
+	}
+	if got := sizes(planOf(t, WithPostgres(Postgres{Host: "db", DBPoolSize: 12}))); got != [3]string{"2", "12", "30"} {
+		t.Errorf("sizes = %v, want [2 12 30]", got)
+	}
+	t.Setenv(PGHostEnv, "db")
+	t.Setenv(PGNumWorkersEnv, "4")
+	t.Setenv(PGDBPoolSizeEnv, " 20 ")
+	t.Setenv(PGSidecarPoolSizeEnv, "")
+	if got := sizes(planOf(t, FromEnv())); got != [3]string{"4", "20", "30"} {
+		t.Errorf("sizes from the environment = %v, want [4 20 30]", got)
+	}
+	// WithEnv still wins.
+	if got := sizes(planOf(t, FromEnv(), WithEnv("NUM_WORKERS", "8"))); got != [3]string{"8", "20", "30"} {
+		t.Errorf("sizes with WithEnv = %v, want [8 20 30]", got)
+	}
+	for _, bad := range []string{"0", "-1", "many"} {
+		t.Setenv(PGSidecarPoolSizeEnv, bad)
+		s := settings{env: map[string]string{}}
+		FromEnv()(&s)
+		if s.err == nil {
+			t.Errorf("%s=%q accepted", PGSidecarPoolSizeEnv, bad)
+		}
+	}
+	s := settings{env: map[string]string{}}
+	WithPostgres(Postgres{Host: "db", NumWorkers: -1})(&s)
+	if s.err == nil {
+		t.Error("a negative NumWorkers accepted")
+	}
+}

@@ -27,7 +27,8 @@
 // QUEEN_IMAGE=none (ImageNone, in any case) turns containers off: Start
 // then fails with ErrDisabled without asking any Docker engine, and Run
 // skips its test, so that a machine with Docker can run the same tests
-// without containers.
+// without containers. QUEEN_URL, naming a running broker, makes Run use it
+// and start nothing.
 //
 // Start publishes the broker's HTTP port on a free host port (or, in host
 // networking, gives the broker a free host port through PORT and
@@ -72,6 +73,7 @@ package queencontainer
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,8 +118,8 @@ const Label = "dev.queen-go.queencontainer"
 const RunLabel = "dev.queen-go.queencontainer.run"
 
 // Environment variables read by FromEnv, and so by Run. The QUEEN_PG_*
-// variables describe the broker's PostgreSQL (see Postgres); QUEEN_PG_HOST
-// turns them on.
+// variables describe the broker's PostgreSQL and its pools (see Postgres);
+// QUEEN_PG_HOST turns them on.
 const (
 	ImageEnv      = "QUEEN_IMAGE"
 	PGHostEnv     = "QUEEN_PG_HOST"
@@ -125,6 +127,14 @@ const (
 	PGDatabaseEnv = "QUEEN_PG_DB"
 	PGUserEnv     = "QUEEN_PG_USER"
 	PGPasswordEnv = "QUEEN_PG_PASSWORD"
+	// PGNumWorkersEnv, PGDBPoolSizeEnv and PGSidecarPoolSizeEnv size the
+	// broker (Postgres.NumWorkers, DBPoolSize, SidecarPoolSize): positive
+	// integers.
+	PGNumWorkersEnv      = "QUEEN_PG_NUM_WORKERS"
+	PGDBPoolSizeEnv      = "QUEEN_PG_DB_POOL_SIZE"
+	PGSidecarPoolSizeEnv = "QUEEN_PG_SIDECAR_POOL_SIZE"
+	// URLEnv names a running broker: Run then starts no container.
+	URLEnv = "QUEEN_URL"
 	// RunEnv names the run the containers belong to: FromEnv labels them
 	// RunLabel=<its value>.
 	RunEnv = "QUEEN_CONTAINER_RUN"
@@ -266,6 +276,12 @@ type Postgres struct {
 	Database string
 	User     string
 	Password string
+	// NumWorkers, DBPoolSize and SidecarPoolSize are the broker's
+	// NUM_WORKERS, DB_POOL_SIZE and SIDECAR_POOL_SIZE; zero means the
+	// sizes for a test machine (2, 5 and 30).
+	NumWorkers      int
+	DBPoolSize      int
+	SidecarPoolSize int
 }
 
 // WithImage runs ref (for example Image015 or "queen-go/queentest") instead
@@ -313,10 +329,11 @@ func WithLabels(labels map[string]string) Option {
 // WithPostgres gives the broker its database (a 0.15.1 broker stores
 // everything in PostgreSQL): it sets the broker's PG_HOST, PG_PORT, PG_DB,
 // PG_USER and PG_PASSWORD from the non-empty fields of pg, and sizes the
-// broker for a test machine (NUM_WORKERS=2, DB_POOL_SIZE=5,
-// SIDECAR_POOL_SIZE=30; WithEnv overrides them). The database must exist
-// and accept the broker's connections; the broker applies its schema on
-// first start. An empty pg.Host is an error of Start.
+// broker from pg's pool fields, for a test machine by default
+// (NUM_WORKERS=2, DB_POOL_SIZE=5, SIDECAR_POOL_SIZE=30; WithEnv overrides
+// them). The database must exist and accept the broker's connections; the
+// broker applies its schema on first start. An empty pg.Host, or a
+// negative size, is an error of Start.
 func WithPostgres(pg Postgres) Option {
 	return func(s *settings) {
 		if strings.TrimSpace(pg.Host) == "" {
@@ -325,6 +342,10 @@ func WithPostgres(pg Postgres) Option {
 		}
 		if pg.Port < 0 || pg.Port > 65535 {
 			s.err = fmt.Errorf("queencontainer: WithPostgres: port %d out of range", pg.Port)
+			return
+		}
+		if pg.NumWorkers < 0 || pg.DBPoolSize < 0 || pg.SidecarPoolSize < 0 {
+			s.err = fmt.Errorf("queencontainer: WithPostgres: negative size (workers %d, db pool %d, sidecar pool %d)", pg.NumWorkers, pg.DBPoolSize, pg.SidecarPoolSize)
 			return
 		}
 		p := pg
@@ -378,9 +399,10 @@ func WithCustomizer(c ...testcontainers.ContainerCustomizer) Option {
 // QUEEN_IMAGE=none turns containers off, see ImageNone), a non-empty
 // QUEEN_CONTAINER_RUN as WithLabels(map[string]string{RunLabel: its
 // value}), and, when QUEEN_PG_HOST is set, QUEEN_PG_HOST, QUEEN_PG_PORT,
-// QUEEN_PG_DB, QUEEN_PG_USER and QUEEN_PG_PASSWORD as WithPostgres. A
-// QUEEN_PG_PORT that is not a port number is an error of Start. Options
-// after it win.
+// QUEEN_PG_DB, QUEEN_PG_USER, QUEEN_PG_PASSWORD, QUEEN_PG_NUM_WORKERS,
+// QUEEN_PG_DB_POOL_SIZE and QUEEN_PG_SIDECAR_POOL_SIZE as WithPostgres. A
+// QUEEN_PG_PORT that is not a port number, or a size that is not a
+// positive integer, is an error of Start. Options after it win.
 func FromEnv() Option {
 	return func(s *settings) {
 		if v := strings.TrimSpace(os.Getenv(ImageEnv)); v != "" {
@@ -406,6 +428,19 @@ func FromEnv() Option {
 				return
 			}
 			pg.Port = port
+		}
+		for _, z := range []struct {
+			env string
+			to  *int
+		}{{PGNumWorkersEnv, &pg.NumWorkers}, {PGDBPoolSizeEnv, &pg.DBPoolSize}, {PGSidecarPoolSizeEnv, &pg.SidecarPoolSize}} {
+			if v := strings.TrimSpace(os.Getenv(z.env)); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil || n <= 0 {
+					s.err = fmt.Errorf("queencontainer: %s=%q is not a positive integer", z.env, v)
+					return
+				}
+				*z.to = n
+			}
 		}
 		WithPostgres(pg)(s)
 	}
@@ -494,9 +529,10 @@ func (s *settings) makePlan(hostPort func() (int, error)) (plan, error) {
 		set("PG_DB", pg.Database)
 		set("PG_USER", pg.User)
 		set("PG_PASSWORD", pg.Password)
-		set("NUM_WORKERS", "2")
-		set("DB_POOL_SIZE", "5")
-		set("SIDECAR_POOL_SIZE", "30")
+		size := func(n, def int) string { return strconv.Itoa(cmp.Or(n, def)) }
+		set("NUM_WORKERS", size(pg.NumWorkers, 2))
+		set("DB_POOL_SIZE", size(pg.DBPoolSize, 5))
+		set("SIDECAR_POOL_SIZE", size(pg.SidecarPoolSize, 30))
 	}
 	if p.hostNetwork {
 		port, err := hostPort()
@@ -788,7 +824,11 @@ func removeQuietly(ctr *testcontainers.DockerContainer) {
 }
 
 // Run starts a broker container for the test tb and removes it when the
-// test and its subtests end (tb.Cleanup). The environment applies first
+// test and its subtests end (tb.Cleanup). When QUEEN_URL names a broker,
+// Run starts nothing and asks no Docker engine, whatever the image and
+// opts: it returns a Container with that URL alone (no Image, ID or
+// Testcontainer; Terminate does nothing), as the repository's integration
+// suite prefers QUEEN_URL too. Otherwise the environment applies first
 // (FromEnv: QUEEN_IMAGE, QUEEN_CONTAINER_RUN, QUEEN_PG_*), then opts. It skips tb (tb.Skip, with
 // the reason) when containers are turned off (QUEEN_IMAGE=none: see
 // ImageNone), when no Docker engine answers, or when the image is
@@ -796,6 +836,10 @@ func removeQuietly(ctr *testcontainers.DockerContainer) {
 // (tb.Fatal) on any other start error, the container's log included.
 func Run(tb testing.TB, opts ...Option) *Container {
 	tb.Helper()
+	if u := strings.TrimRight(strings.TrimSpace(os.Getenv(URLEnv)), "/"); u != "" {
+		tb.Logf("queencontainer: %s=%s names the broker; no container started", URLEnv, u)
+		return &Container{URL: u}
+	}
 	all := append([]Option{FromEnv(), WithLogger(tclog.TestLogger(tb))}, opts...)
 	var s settings
 	s.env = map[string]string{}

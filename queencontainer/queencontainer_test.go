@@ -512,3 +512,27 @@ func needQueentestImage(t *testing.T) {
 		t.Skipf("needs the repository's queentest image (QUEEN_IMAGE); %s is another", image)
 	}
 }
+
+// TestRunUsesQueenURL: with QUEEN_URL set (and QUEEN_IMAGE unset), Run
+// returns that broker and asks no engine: DOCKER_HOST points nowhere, so
+// touching Docker would skip the subtest (no engine) or pull the default
+// image.
+func TestRunUsesQueenURL(t *testing.T) {
+	t.Setenv(queencontainer.URLEnv, "http://127.0.0.1:6632/")
+	t.Setenv(queencontainer.ImageEnv, "")
+	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+	returned := false
+	t.Run("run", func(t *testing.T) {
+		c := queencontainer.Run(t)
+		returned = true
+		if c.URL != "http://127.0.0.1:6632" || c.ID != "" || c.Testcontainer() != nil {
+			t.Errorf("Run = %+v, want QUEEN_URL's broker and no container", c)
+		}
+		if err := c.Terminate(context.Background()); err != nil {
+			t.Errorf("Terminate: %v", err)
+		}
+	})
+	if !returned {
+		t.Fatal("Run did not return the QUEEN_URL broker (it skipped or failed: it tried Docker)")
+	}
+}

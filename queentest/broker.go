@@ -143,6 +143,11 @@ type lease struct {
 	end       int64   // last leased offset (the batch end)
 	delivered []int64 // offsets handed out under this lease
 	conflated bool
+	// foreign: granted before the last Restart. The 2.x engine reloads a
+	// lease from its cursor row as granted before its term (another
+	// clock's) and holds it restartLeaseGrace past its expiry
+	// (rsm/consume/state.rs Cur::from_row, Cur::leased).
+	foreign bool
 	// the cursor's attempt marker before this claim, put back when the
 	// claim is given back unanswered
 	prevAttemptOff   int64
@@ -335,10 +340,19 @@ func (p *partition) firstAtOrAfter(ts time.Time) int64 {
 // spends no retry: the cursor stays where it is and the messages go to the
 // next pop as a redelivery.
 func (c *cursor) liveLease(now time.Time) *lease {
-	if c.lease != nil && now.After(c.lease.expires) {
+	if c.lease != nil && now.After(c.lease.until()) {
 		return nil
 	}
 	return c.lease
+}
+
+// until is when l stops holding its partition: its expiry, plus the grace
+// of a lease granted before a Restart.
+func (l *lease) until() time.Time {
+	if l.foreign {
+		return l.expires.Add(restartLeaseGrace)
+	}
+	return l.expires
 }
 
 // clearAttempt forgets the attempt marker: the next claim is attempt 1.

@@ -46,7 +46,11 @@
 // messages), and inject faults per route: FailNext answers the next
 // requests with an error status (and Retry-After) without applying them,
 // AddLatency delays them, DropNextResponses applies them and then cuts the
-// connection, RefuseConnections closes the port for a while. Requests counts
+// connection, RefuseConnections closes the port for a while, and Restart
+// crashes the broker and starts it again, forgetting what the real broker
+// keeps only in memory (on the 2.x profile, the start that a pinned pop of
+// an unregistered group gave a partition). Every answer carries a Date
+// header from the Clock, as the real brokers send theirs. Requests counts
 // the calls a client made.
 //
 // Everything above is the default profile, Profile2x. NewServer(Broker015())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/queen-go/queen/queentest"
@@ -86,4 +87,56 @@ func Example() {
 	// acked: true lease released: true
 	// then: 204
 	// pop requests: 3
+}
+
+// Restart crashes the broker and starts it again, keeping what the real
+// broker of its profile stores: a test can check that a worker rides out a
+// restart. On the 2.x profile a group read through pinned pops in mode new
+// loses the start its first pop gave the partition (the broker kept it in
+// memory only), and what was pushed meanwhile is never read by it; a group
+// whose pops carry a fixed start time reads it.
+func ExampleServer_Restart() {
+	clock := queentest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	srv := queentest.NewServer(queentest.WithClock(clock))
+	defer srv.Close()
+
+	// pop reads partition p of orders as a group, waiting out the restart.
+	pop := func(query string) int {
+		for {
+			resp, err := http.Get(srv.URL + "/api/v1/pop/queue/orders/partition/p?wait=false&" + query)
+			if err != nil {
+				time.Sleep(10 * time.Millisecond) // the broker is down: try again
+				continue
+			}
+			var body struct{ Messages []json.RawMessage }
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			return len(body.Messages)
+		}
+	}
+	const newMode = "consumerGroup=live&subscriptionMode=new"
+	const fixedTime = "consumerGroup=audit&subscriptionFrom=2026-01-01T00:00:01Z" // the time of its first pop
+	push := func() {
+		resp, err := http.Post(srv.URL+"/api/v1/push", "application/json",
+			strings.NewReader(`{"items":[{"queue":"orders","partition":"p","payload":{"total":10}}]}`))
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+	}
+
+	push()
+	clock.Advance(time.Second)
+	fmt.Println("first pops:", pop(newMode), pop(fixedTime))
+	clock.Advance(time.Second)
+	push() // after both groups' first pop
+
+	srv.Restart(0)
+	fmt.Println("mode new after the restart:", pop(newMode))
+	fmt.Println("fixed start time after the restart:", pop(fixedTime))
+
+	// Output:
+	// first pops: 0 0
+	// mode new after the restart: 0
+	// fixed start time after the restart: 1
 }

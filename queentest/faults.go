@@ -195,15 +195,26 @@ func (s *Server) ResetCounters() {
 // RefuseConnections closes the listener and every open connection, so that
 // new connections are refused for d; then the broker listens again on the
 // same address. It returns at once. Calling it again during the window
-// restarts the window; Close ends it.
+// restarts the window; Close ends it. The broker keeps all its state
+// (Restart also forgets what a real broker keeps only in memory).
 func (s *Server) RefuseConnections(d time.Duration) {
-	s.lmu.Lock()
-	if s.closing {
-		s.lmu.Unlock()
+	gen, ok := s.down()
+	if !ok {
 		return
 	}
+	s.log.Debug("queentest refusing connections", "for", d)
+	s.upAfter(gen, d)
+}
+
+// down closes the listener and every open connection. It returns the
+// listener generation that upAfter reopens, and false once Close began.
+func (s *Server) down() (int, bool) {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	if s.closing {
+		return 0, false
+	}
 	s.gen++
-	gen := s.gen
 	if s.ln != nil {
 		_ = s.ln.Close()
 		s.ln = nil
@@ -212,10 +223,19 @@ func (s *Server) RefuseConnections(d time.Duration) {
 		_ = c.Close()
 		delete(s.conns, c)
 	}
+	return s.gen, true
+}
+
+// upAfter listens again after d, unless a later down or Close happened
+// meanwhile. It returns at once.
+func (s *Server) upAfter(gen int, d time.Duration) {
+	s.lmu.Lock()
+	if s.closing {
+		s.lmu.Unlock()
+		return
+	}
 	s.bg.Add(1)
 	s.lmu.Unlock()
-	s.log.Debug("queentest refusing connections", "for", d)
-
 	go func() {
 		defer s.bg.Done()
 		t := time.NewTimer(d)

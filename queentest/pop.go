@@ -471,7 +471,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			committed := int64(-1)
 			if c := p.cursors[pr.group]; c != nil {
 				if l := c.liveLease(now); l != nil {
-					note(l.expires.Add(time.Nanosecond))
+					note(l.until().Add(time.Nanosecond))
 					continue
 				}
 				committed = c.committed

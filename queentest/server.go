@@ -256,6 +256,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.leave()
+	s.stampDate(w)
 
 	route, h, params := match(r, &s.generation, s.legacy)
 	s.faults.count(route)
@@ -305,7 +306,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		panic(http.ErrAbortHandler) // no hijack: abort the connection anyway
 	}
+	s.stampDate(w)
 	rec.writeTo(w)
+}
+
+// stampDate sets the Date header of an answer from the broker's Clock (an
+// HTTP date: whole seconds, rounded down), as both real brokers send one
+// from theirs (2.x: axum::serve's hyper server, main.rs; 0.15.1:
+// uWebSockets). net/http would stamp the real time.
+func (s *Server) stampDate(w http.ResponseWriter) {
+	w.Header().Set("Date", s.b.clock.Now().UTC().Format(http.TimeFormat))
 }
 
 // match finds the route of r on generation gen: its fault-injection name,

@@ -16,7 +16,7 @@
 //	pop QUEUE [--group G] [--partition P] [--batch N] [--wait] [--timeout-ms N]
 //	          [--subscription-mode new|all] [--ack]
 //	fetch QUEUE PARTITION... [--offset N] [--max-bytes N] [--all]
-//	dlq [list] QUEUE [--group G] [--partition P] [--from T] [--to T] [--limit N] [--offset N]
+//	dlq [list] QUEUE [--group G] [--partition P] [--from T] [--to T] [--limit N] [--offset N] [--all]
 //	dlq replay ID...
 //	health
 //
@@ -49,11 +49,25 @@
 // broker always resets them). Both print the options the broker reports
 // after the change.
 //
+// # Pop
+//
+// pop prints the messages it got, one per line (PARTITION, TRANSACTION_ID,
+// PAYLOAD). What stdout cannot show goes to stderr, exit status 0: an empty
+// answer ("no messages in QUEUE [for group G]"), and, without --ack, the
+// messages left leased: how many, the lease, and until about when (the
+// pop's time plus the queue's lease time, which a 0.15.1 broker does not
+// report; the line then says so). Unacked, they are delivered again once
+// the lease ends.
+//
 // # Dead letters
 //
 // dlq prints one row per dead letter, then "total N", or, when it printed
 // fewer rows than there are, "total N; showing A-B; more with --offset C".
-// --limit defaults to 100. A 0.15.1 broker has no dead-letter ids: the
+// --limit defaults to 100. With --all, dlq prints every dead letter from
+// --offset on, reading page after page (--limit is the page size), and
+// ends with "total N", N the rows printed (the queen.Admin.DeadLetters
+// iterator: a list that changes meanwhile may show a row twice or miss
+// one). A 0.15.1 broker has no dead-letter ids: the
 // first column is then MESSAGE_ID, the message's id, and dlq replay fails
 // (exit 1, "not supported by this broker").
 //
@@ -83,6 +97,8 @@
 //	                 [partition, partitionId, consumerGroup, messageId, error, failedAt,
 //	                 messageCreatedAt, producerSub]}]
 //	               id: "" from a 0.15.1 broker (messageId is then the message's id)
+//	dlq --all      {messages, total}: messages as dlq's, every page; total: how many
+//	               (written as the pages come: a page that fails cuts it off, exit 1)
 //	dlq replay     [{moved, result, offset, [queue, partition, transactionId, messageId,
 //	                 originalTransactionId]}]
 //	health         {healthy, status, httpStatus, [engine, version, database, server, workerId,

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/queen-go/queen"
 	"github.com/queen-go/queen/queentest"
 )
 
@@ -93,5 +95,110 @@ func TestScriptAgainstQueentest015(t *testing.T) {
 	var del struct{ Deleted, Existed *bool }
 	if err := json.Unmarshal([]byte(r.stdout), &del); err != nil || del.Deleted == nil || *del.Deleted || del.Existed == nil || *del.Existed {
 		t.Fatalf("--json delete of a missing queue: %q (%v)", r.stdout, err)
+	}
+}
+
+// pop tells on stderr what stdout cannot: an empty queue (exit 0, nothing
+// on stdout), and messages left leased without --ack, with when the lease
+// ends (the pop's time plus the queue's lease time; a 0.15.1 broker does
+// not report the lease time, and the line says so). With --ack, nothing.
+func TestPopSaysEmptyAndLeased(t *testing.T) {
+	for _, p := range queentest.Profiles() {
+		t.Run(string(p), func(t *testing.T) {
+			srv := queentest.Start(t, queentest.WithProfile(p))
+			env := map[string]string{"QUEEN_URL": srv.URL}
+			sh := func(args ...string) result {
+				t.Helper()
+				return runEnv(t, env, "", args...).want(t, exitOK)
+			}
+			r := sh("pop", "orders", "--group", "billing")
+			if r.stdout != "" || r.stderr != "queen pop: no messages in orders for group billing\n" {
+				t.Fatalf("empty pop: stdout %q stderr %q", r.stdout, r.stderr)
+			}
+			if p == queentest.Profile2x {
+				sh("queues", "create", "orders", "--lease-time", "90s")
+			}
+			sh("push", "orders", `{"n":1}`, `{"n":2}`)
+			before := time.Now().Truncate(time.Second)
+			r = sh("pop", "orders", "--batch", "10")
+			after := time.Now()
+			if strings.Count(r.stdout, "\n") != 2 || !strings.Contains(r.stderr, "queen pop: 2 messages left leased (lease ") {
+				t.Fatalf("pop without --ack: stdout %q stderr %q", r.stdout, r.stderr)
+			}
+			if p == queentest.Profile2x {
+				_, rest, ok := strings.Cut(r.stderr, "until about ")
+				end, err := time.Parse(time.RFC3339, strings.Fields(rest + " ")[0])
+				if !ok || err != nil || end.Before(before.Add(90*time.Second)) || end.After(after.Add(90*time.Second)) || !strings.Contains(r.stderr, "(lease time 1m30s)") {
+					t.Fatalf("the lease's end: stderr %q (%v), want the pop's time + 90s", r.stderr, err)
+				}
+			} else if !strings.Contains(r.stderr, "does not report it") {
+				t.Fatalf("0.15.1: stderr %q, want it to say the lease time is not reported", r.stderr)
+			}
+			sh("push", "orders", `{"n":3}`)
+			r = sh("pop", "orders", "--group", "g", "--subscription-mode", "all", "--batch", "10", "--ack")
+			if strings.Count(r.stdout, "\n") != 3 || r.stderr != "" {
+				t.Fatalf("pop --ack: stdout %q stderr %q, want nothing on stderr", r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// dlq --all prints every dead letter, page after page, as a table ending
+// "total N" or as one JSON value {messages, total}, on both profiles (0.15.1
+// sends its whole list at once); an empty queue is {"messages": [], "total": 0}.
+func TestDLQAll(t *testing.T) {
+	for _, p := range queentest.Profiles() {
+		t.Run(string(p), func(t *testing.T) {
+			srv := queentest.Start(t, queentest.WithProfile(p))
+			env := map[string]string{"QUEEN_URL": srv.URL}
+			sh := func(args ...string) result {
+				t.Helper()
+				return runEnv(t, env, "", args...).want(t, exitOK)
+			}
+			sh("push", "emails", `{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`, `{"n":5}`)
+			c, err := queen.New(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(t.Context())
+			msgs, err := c.Queue("emails").Batch(5).Pop(t.Context())
+			if err != nil || len(msgs) != 5 {
+				t.Fatalf("pop: %d, %v", len(msgs), err)
+			}
+			var acks []queen.Settlement
+			for _, m := range msgs {
+				acks = append(acks, queen.Settlement{Message: m, Status: queen.StatusDLQ, Error: "bounced"})
+			}
+			if _, err := c.SettleBatch(t.Context(), acks, queen.AckOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			srv.ResetCounters()
+			r := sh("dlq", "emails", "--all", "--limit", "2")
+			if strings.Count(r.stdout, "bounced") != 5 || !strings.HasSuffix(r.stdout, "\ntotal 5\n") {
+				t.Fatalf("dlq --all: %q", r.stdout)
+			}
+			want := 3 // pages of 2
+			if p == queentest.Profile015 {
+				want = 1
+			}
+			if n := srv.Requests(queentest.RouteDLQ); n != want {
+				t.Errorf("%d DLQ requests, want %d", n, want)
+			}
+			r = sh("--json", "dlq", "emails", "--all", "--limit", "2")
+			var all struct {
+				Messages []struct {
+					Error   string          `json:"error"`
+					Payload json.RawMessage `json:"payload"`
+				} `json:"messages"`
+				Total int `json:"total"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &all); err != nil || len(all.Messages) != 5 || all.Total != 5 || all.Messages[0].Error != "bounced" {
+				t.Fatalf("--json dlq --all: %q (%v)", r.stdout, err)
+			}
+			r = sh("--json", "dlq", "nothing-here", "--all")
+			if err := json.Unmarshal([]byte(r.stdout), &all); err != nil || len(all.Messages) != 0 || all.Total != 0 || !strings.Contains(r.stdout, `"messages": []`) {
+				t.Fatalf("--json dlq --all of an empty queue: %q (%v)", r.stdout, err)
+			}
+		})
 	}
 }

@@ -50,7 +50,8 @@ commands:
   pop QUEUE [--group G] [--partition P] [--batch N] [--wait] [--timeout-ms N]
             [--subscription-mode new|all] [--ack]
   fetch QUEUE PARTITION... [--offset N] [--max-bytes N] [--all]
-  dlq [list] QUEUE [--group G] [--partition P] [--from T] [--to T] [--limit N] [--offset N]
+  dlq [list] QUEUE [--group G] [--partition P] [--from T] [--to T] [--limit N] [--offset N] [--all]
+                                        --all: every page (--limit: the page size)
   dlq replay ID...
   health
 
@@ -539,6 +540,11 @@ func (c *cli) pop(args []string) error {
 	if err != nil {
 		return err
 	}
+	popped := c.now()
+	if len(msgs) == 0 {
+		fmt.Fprintf(c.stderr, "queen pop: no messages in %s%s\n", pos[0], forGroup(*group))
+		return nil
+	}
 	out := make([]poppedMessage, len(msgs))
 	for i, m := range msgs {
 		out[i] = poppedMessage{Queue: m.Queue, Partition: m.Partition, PartitionID: m.PartitionID, TransactionID: m.TransactionID,
@@ -556,7 +562,8 @@ func (c *cli) pop(args []string) error {
 			fmt.Fprintf(c.stdout, "%s\t%s\t%s\n", m.Partition, m.TransactionID, m.Payload)
 		}
 	}
-	if !*ack || len(msgs) == 0 {
+	if !*ack {
+		c.leftLeased(cl, pos[0], *group, msgs, popped)
 		return nil
 	}
 	settle := make([]queen.Settlement, len(msgs))
@@ -565,6 +572,43 @@ func (c *cli) pop(args []string) error {
 	}
 	_, err = cl.SettleBatch(context.WithoutCancel(c.ctx), settle, queen.AckOptions{ConsumerGroup: *group})
 	return err
+}
+
+// forGroup names the group of a pop for a stderr line ("" in queue mode).
+func forGroup(group string) string {
+	if group == "" {
+		return ""
+	}
+	return " for group " + group
+}
+
+// leftLeased says on stderr that the messages of a pop without --ack stay
+// leased, and until when: the pop's time plus the queue's lease time, read
+// from the broker (a 0.15.1 broker does not report it: then the line says
+// so). Messages without a lease (none when popped without
+// commit-on-delivery) are not counted.
+func (c *cli) leftLeased(cl *queen.Client, queue, group string, msgs []*queen.Message, popped time.Time) {
+	leased := 0
+	lease := ""
+	for _, m := range msgs {
+		if m.LeaseID != "" {
+			leased++
+			lease = m.LeaseID
+		}
+	}
+	if leased == 0 {
+		return
+	}
+	until := "until the queue's lease time has passed (this broker does not report it)"
+	if d, err := cl.Admin().GetQueue(c.ctx, queue); err == nil && d.Config.LeaseTime != nil {
+		until = "until about " + popped.Add(*d.Config.LeaseTime).UTC().Format(time.RFC3339) + " (lease time " + d.Config.LeaseTime.String() + ")"
+	}
+	noun, back := "messages", "they are"
+	if leased == 1 {
+		noun, back = "message", "it is"
+	}
+	fmt.Fprintf(c.stderr, "queen pop: %d %s left leased%s (lease %s) %s; unacked, %s delivered again then (--ack acks at once)\n",
+		leased, noun, forGroup(group), lease, until, back)
 }
 
 // ---------------------------------------------------------------- fetch
@@ -658,6 +702,7 @@ func (c *cli) dlq(args []string) error {
 	to := fs.String("to", "", "only failures before this RFC 3339 time")
 	limit := fs.Int("limit", 0, "page size (default: the broker's)")
 	offset := fs.Int("offset", 0, "skip this many messages")
+	all := fs.Bool("all", false, "every dead letter, page after page (--limit: the page size)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -690,6 +735,9 @@ func (c *cli) dlq(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *all {
+		return c.dlqAll(cl, pos[0], opts)
+	}
 	page, err := cl.Admin().ListDLQ(c.ctx, pos[0], opts)
 	if err != nil {
 		return err
@@ -697,6 +745,61 @@ func (c *cli) dlq(args []string) error {
 	if c.json {
 		return c.printJSON(page)
 	}
+	if err := c.dlqTable(page.Messages); err != nil {
+		return err
+	}
+	return c.dlqSummary(page)
+}
+
+// dlqAll prints every dead letter (Admin.DeadLetters): in JSON as
+// {messages, total}, total the number of messages, written as the pages
+// come; as text, the table and "total N". A page that fails ends it with
+// its error, after the rows already had (the JSON value is then cut off).
+func (c *cli) dlqAll(cl *queen.Client, queue string, opts queen.DLQListOptions) error {
+	var rows []queen.DeadLetter
+	n := 0
+	for dl, err := range cl.Admin().DeadLetters(c.ctx, queue, opts) {
+		if err != nil {
+			if !c.json && len(rows) > 0 {
+				_ = c.dlqTable(rows)
+			}
+			return err
+		}
+		if !c.json {
+			rows = append(rows, dl)
+			continue
+		}
+		b, err := json.MarshalIndent(dl, "    ", "  ")
+		if err != nil {
+			return err
+		}
+		sep := ",\n    "
+		if n == 0 {
+			sep = "{\n  \"messages\": [\n    "
+		}
+		if _, err := fmt.Fprintf(c.stdout, "%s%s", sep, b); err != nil {
+			return err
+		}
+		n++
+	}
+	if c.json {
+		open := "\n  ]"
+		if n == 0 {
+			open = "{\n  \"messages\": []"
+		}
+		_, err := fmt.Fprintf(c.stdout, "%s,\n  \"total\": %d\n}\n", open, n)
+		return err
+	}
+	if err := c.dlqTable(rows); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(c.stdout, "total %d\n", len(rows))
+	return err
+}
+
+// dlqTable prints dead letters as a table.
+func (c *cli) dlqTable(msgs []queen.DeadLetter) error {
+	page := queen.DLQPage{Messages: msgs}
 	// A 0.15.1 broker has no dead-letter id: the message id is shown then.
 	byMessage := len(page.Messages) > 0
 	for _, m := range page.Messages {
@@ -718,10 +821,7 @@ func (c *cli) dlq(args []string) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", orDash(id), orDash(m.Partition), orDash(m.ConsumerGroup), failedAt, m.RetryCount, m.Error, m.Payload)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return c.dlqSummary(page)
+	return tw.Flush()
 }
 
 // dlqSummary ends the dlq table with the total and, when the page holds

@@ -400,8 +400,11 @@ func TestPopAndAck(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &msgs); err != nil || len(msgs) != 2 || msgs[0]["offset"] != 4.0 || msgs[0]["leaseId"] != "L" {
 		t.Fatalf("json %v (%v)", msgs, err)
 	}
-	if all := b.requests(); len(all) != 3 || all[2].Method != "GET" || all[2].Query.Get("subscriptionMode") != "new" {
-		t.Fatalf("%d requests %+v: want a pop with its start point, no ack without --ack", len(all), all)
+	if all := b.requests(); len(all) != 4 || all[2].Method != "GET" || all[2].Query.Get("subscriptionMode") != "new" || all[3].Path != "/api/v1/resources/queues/q" {
+		t.Fatalf("%d requests %+v: want a pop with its start point, then the queue's lease time read, no ack without --ack", len(all), all)
+	}
+	if !strings.Contains(r.stderr, "2 messages left leased for group g (lease L)") {
+		t.Fatalf("stderr %q, want the messages left leased", r.stderr)
 	}
 }
 

@@ -2,12 +2,18 @@
 // a standalone program, so that a service in any language can use it during
 // development:
 //
-//	queentest [-addr 127.0.0.1:6632] [-profile 2.x|0.15.1] [-v]
+//	queentest [-addr 127.0.0.1:6632] [-profile 2.x|0.15.1] [-pidfile PATH] [-v]
 //	queentest [-addr ...] probe [URL]
 //
 // It serves the Queen 2.x HTTP API, or with -profile 0.15.1 that of a Queen
 // 0.15.1 broker (see queentest.Broker015), until interrupted (SIGINT or
 // SIGTERM). Everything is kept in memory and lost on exit.
+//
+// -pidfile PATH writes the broker's process id to PATH (replacing the
+// file) once it listens, before it prints its address, and removes the
+// file when it stops. Under `go run` the process that a script started is
+// the Go tool, and stopping it leaves the broker running: stop the pid in
+// the file instead (or build the binary and run that).
 //
 // The environment variables QUEENTEST_ADDR and QUEENTEST_PROFILE give the
 // defaults of -addr and -profile, so that a container of the image built by
@@ -31,6 +37,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", envOr(addrEnv, "127.0.0.1:6632"), "listen address (default from "+addrEnv+")")
 	verbose := fs.Bool("v", false, "log every request to stderr")
+	pidfile := fs.String("pidfile", "", "write the broker's process id to this file while it runs")
 	profileName := fs.String("profile", envOr(profileEnv, string(queentest.Profile2x)),
 		"broker generation to imitate: 2.x or 0.15.1 (default from "+profileEnv+")")
 	if err := fs.Parse(args); err != nil {
@@ -93,6 +101,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "queentest:", err)
 		return 1
 	}
+	if *pidfile != "" {
+		if err := writePidfile(*pidfile); err != nil {
+			srv.Close()
+			fmt.Fprintln(stderr, "queentest:", err)
+			return 1
+		}
+		defer os.Remove(*pidfile)
+	}
 	api := queentest.Version
 	if profile == queentest.Profile015 {
 		api = string(queentest.Profile015)
@@ -103,6 +119,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	srv.Close()
 	fmt.Fprintln(stdout, "queentest broker stopped")
 	return 0
+}
+
+// writePidfile writes the process id to path, through a file renamed into
+// place so that a reader never sees it half written.
+func writePidfile(path string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return fmt.Errorf("pidfile: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("pidfile: %w", err)
+	}
+	return nil
 }
 
 // envOr returns the environment variable key, or def when it is unset or

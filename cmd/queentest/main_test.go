@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -107,5 +108,64 @@ func runBinary(t *testing.T, bin string, args, env []string, wantVersion string,
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("did not stop on SIGTERM")
+	}
+}
+
+// TestPidfile: -pidfile names the broker's own process, written before the
+// address is printed; stopping that pid stops the broker, and the file is
+// removed.
+func TestPidfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "queentest")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pidfile := filepath.Join(dir, "queentest.pid")
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-pidfile", pidfile)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(pidfile)
+	if err != nil {
+		t.Fatalf("pidfile once the address is printed: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid != cmd.Process.Pid {
+		t.Fatalf("pidfile holds %q, want %d", b, cmd.Process.Pid)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not stop on SIGTERM to the pid in the file")
+	}
+	if _, err := os.Stat(pidfile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pidfile after the stop: %v, want it removed", err)
+	}
+	// A pidfile that cannot be written: exit 1, nothing left listening.
+	err = exec.Command(bin, "-addr", "127.0.0.1:0", "-pidfile", filepath.Join(dir, "no", "such", "dir", "pid")).Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("unwritable pidfile: %v, want exit status 1", err)
 	}
 }

@@ -115,6 +115,17 @@ type Generation struct {
 	// the message's, createdAt the message's creation.
 	DLQRowIDs bool
 
+	// PinnedStartInMemory: a pinned pop of a group the broker has not
+	// registered, carrying subscriptionMode=new or subscriptionFrom=now,
+	// starts its partition at the tail and keeps that start only in memory
+	// until something is delivered (2.x rsm/consume/load.rs seed,
+	// pop.rs pop_pinned): it is taken again at the tail when the partition
+	// did not exist yet, after a restart or leader change (mod.rs reset),
+	// and when a queue-wide pop registers the group (load.rs register). A
+	// fixed subscriptionFrom time is stable. 0.15.1 stores the start in
+	// PostgreSQL (PROTOCOL.md §18).
+	PinnedStartInMemory bool
+
 	// DLQReplay: dead letters can be replayed (2.x: POST
 	// /api/v1/dlq/{id}/replay and /api/v1/messages/{pid}/{txid}/retry);
 	// 0.15.1 has neither route.
@@ -148,6 +159,7 @@ func Gen2x() Generation {
 		LeaseSeconds:            true,
 		MessagePositions:        true,
 		DefaultSubscriptionMode: "new",
+		PinnedStartInMemory:     true,
 		PartitionSeekBody:       true,
 		ConfigureMerge:          true,
 		DLQTotal:                true,
