@@ -185,7 +185,7 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	}
 	// The single ack route for one message, the batch route otherwise;
 	// the body is written with the hot path's JSON library (see readWire).
-	cl := call{method: http.MethodPost, path: wire.RouteAckBatch.Path(), attempts: attempts}
+	cl := call{method: http.MethodPost, path: wire.RouteAckBatch.Path(), key: ackKey(acks[0].Message, opts.ConsumerGroup), attempts: attempts}
 	var raw []byte
 	if len(items) == 1 {
 		cl.path = wire.RouteAck.Path()
@@ -328,7 +328,7 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	var lost []string
 	for _, l := range leases {
 		first := msgs[slices.IndexFunc(msgs, func(m *Message) bool { return m.LeaseID == l })]
-		r, err := c.renewLeaseOf(ctx, l, secs, first.Queue, messageGroup(first), 0)
+		r, err := c.renewKeyed(ctx, l, secs, first.Queue, messageGroup(first), ackKey(first, ""), 0)
 		if err != nil {
 			return out, err
 		}
@@ -347,16 +347,22 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 // and tells the hooks (RenewHook, and LeaseLostHook when the lease is
 // lost). attempts > 0 bounds the transport's attempts.
 func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, queue, group string, attempts int) (RenewResult, error) {
+	return c.renewKeyed(ctx, leaseID, secs, queue, group, popKey(queue, "", group), attempts)
+}
+
+// renewKeyed is renewLeaseOf with the routing key of the renewal.
+func (c *Client) renewKeyed(ctx context.Context, leaseID string, secs int, queue, group, key string, attempts int) (RenewResult, error) {
 	start := c.hooks.now()
-	res, err := c.sendRenew(ctx, leaseID, secs, attempts)
+	res, err := c.sendRenew(ctx, leaseID, secs, key, attempts)
 	c.hooks.renewed(ctx, queue, group, leaseID, time.Duration(secs)*time.Second, start, res, err)
 	return res, err
 }
 
-// sendRenew sends the renewal of one lease id and reads its answer.
-func (c *Client) sendRenew(ctx context.Context, leaseID string, secs, attempts int) (RenewResult, error) {
+// sendRenew sends the renewal of one lease id, with the routing key, and
+// reads its answer.
+func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int, key string, attempts int) (RenewResult, error) {
 	path := wire.RouteLeaseExtend.Path(leaseID)
-	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}, attempts: attempts})
+	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}, key: key, attempts: attempts})
 	if err != nil {
 		return RenewResult{LeaseID: leaseID}, err
 	}

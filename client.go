@@ -47,6 +47,8 @@ type config struct {
 	retry          RetryPolicy
 	idleConns      int
 	hooks          []Hook
+	balancing      LoadBalancing
+	balancingSet   bool
 }
 
 // RetryPolicy says how the client retries transient failures: network
@@ -80,8 +82,10 @@ type RetryPolicy struct {
 // Option configures a Client.
 type Option func(*config)
 
-// WithURLs adds more broker URLs; the client fails over between them in
-// order when one is down, and tries a failed one again after a pause.
+// WithURLs adds more broker URLs of one cluster: 0.15.1 brokers over one
+// PostgreSQL, or the nodes of a 2.x cluster. The client spreads its calls
+// over them (see WithLoadBalancing), fails over when one is down, and
+// tries a failed one again after a pause.
 func WithURLs(urls ...string) Option {
 	return func(c *config) { c.urls = append(c.urls, urls...) }
 }
@@ -186,12 +190,17 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	balance, err := cfg.balance()
+	if err != nil {
+		return nil, err
+	}
 	tr, err := transport.New(transport.Config{
 		URLs:        cfg.urls,
 		HTTPClient:  cfg.httpClient,
 		IdleConns:   cfg.idleConns,
 		BearerToken: cfg.token,
 		Timeout:     cfg.requestTimeout,
+		Balance:     balance,
 		Retry: transport.RetryPolicy{
 			MaxAttempts:   cfg.retry.MaxAttempts,
 			MinBackoff:    cfg.retry.MinBackoff,
@@ -330,6 +339,9 @@ type call struct {
 	// leaves its outcome open is an error matching ErrOutcomeUnknown (see
 	// do).
 	once bool
+	// key is the routing key under Affinity (see balance.go); empty: any
+	// broker URL.
+	key string
 }
 
 // response is what do returns on any HTTP answer.
@@ -373,6 +385,7 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 		Attempts: r.attempts,
 
 		NoRetryAfterSend: r.once,
+		Key:              r.key,
 	})
 	if err != nil {
 		err = fmt.Errorf("queen: %w", err) // the transport names the method and URL

@@ -87,7 +87,7 @@ func failover(t *testing.T, opts ...Option) {
 	live, _ := newRecorder(t, answer{status: 201, body: `[{"index":0,"status":"queued"}]`})
 	dead, _ := newRecorder(t)
 	dead.srv.Close()
-	opts = append([]Option{WithURLs(live.srv.URL),
+	opts = append([]Option{WithURLs(live.srv.URL), WithLoadBalancing(InOrder),
 		WithRetryPolicy(RetryPolicy{MaxAttempts: 2, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})}, opts...)
 	c, err := New(dead.srv.URL, opts...)
 	require.NoError(t, err)

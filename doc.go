@@ -67,8 +67,10 @@
 // # Connecting
 //
 // New takes the broker's base URL and options: WithURLs for more brokers of
-// the same cluster (the client fails over to the next one when a call finds
-// a broker down, and tries the failed one again after a pause),
+// the same cluster, over which WithLoadBalancing spreads the calls (by
+// default Affinity: a consumer group's pops and acks meet on one broker;
+// a call that finds a broker down goes to another, and the failed one is
+// tried again after a pause; Example: ExampleWithLoadBalancing),
 // WithBearerToken, WithHTTPClient, WithLogger (without it, Warn and Error
 // records go to slog.Default()), WithRequestTimeout and WithRetryPolicy.
 // Network errors and the answers BrokerError.Temporary accepts (408, 429,

@@ -56,6 +56,10 @@ type Message struct {
 	// Raw is the payload exactly as pushed: any JSON value. "null" when the
 	// message had no payload.
 	Raw json.RawMessage
+
+	// route is the routing key of the pop that delivered the message, for
+	// its acks and renewals (see ackKey).
+	route string
 }
 
 // Decode unmarshals the message's payload into a value of type T.

@@ -88,7 +88,7 @@ func (r *popRequest) longPollWait(nowait bool) time.Duration {
 // waiting pop's attempts get its wait plus popMargin each; a pop sent
 // without waiting (nowait), the client's usual timeout.
 func (r *popRequest) call(query string, nowait bool) call {
-	cl := call{method: http.MethodGet, path: r.path, rawQuery: query, once: true}
+	cl := call{method: http.MethodGet, path: r.path, rawQuery: query, once: true, key: r.route}
 	if r.wait && !nowait && !r.discover {
 		cl.timeout = time.Duration(r.waitMs)*time.Millisecond + popMargin
 	}
@@ -145,6 +145,9 @@ func (c *Client) popWith(ctx context.Context, r *popRequest, query string, confl
 		if res, err = c.decodePop(resp.body, r.path, conflation); err != nil {
 			return nil, err
 		}
+	}
+	for _, m := range res.messages {
+		m.route = r.route
 	}
 	if r.pinned {
 		if d, err := http.ParseTime(resp.header.Get("Date")); err == nil {

@@ -851,7 +851,8 @@ func (e *producer) send(segs []segment) {
 	start := hooks.now()
 	var res []PushResult
 	var buffered []bool
-	resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body})
+	resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body,
+		key: pushKey(items[0].Queue, items[0].Partition)})
 	if err == nil {
 		res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
 	}

@@ -205,7 +205,8 @@ func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
 
 // send sends the push request of items and reads its answer.
 func (p *PushBuilder) send(ctx context.Context, items []wire.PushItem) ([]PushResult, error) {
-	resp, err := p.qb.c.do(ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), body: wire.PushRequest{Items: items}})
+	resp, err := p.qb.c.do(ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), body: wire.PushRequest{Items: items},
+		key: pushKey(items[0].Queue, items[0].Partition)})
 	if err != nil {
 		return nil, err
 	}

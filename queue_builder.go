@@ -280,7 +280,8 @@ type popRequest struct {
 	wait     bool
 	waitMs   int
 	discover bool
-	pinned   bool // the pop names its partition
+	pinned   bool   // the pop names its partition
+	route    string // routing key (popKey)
 	// encoded caches the encoded query without a cap, by variant: bit 0
 	// with the start point, bit 1 with an explicit batch for a broker that
 	// does not size pops, bit 2 not waiting, bit 3 with a fixed start time
@@ -335,10 +336,13 @@ func (b *QueueBuilder) popRequest() (*popRequest, error) {
 	case discover:
 		r.path = wire.RoutePopDiscover.Path()
 		q.Namespace, q.Task = b.namespace, b.task
+		r.route = popKey(discoverKey(b.namespace), b.task, b.group)
 	case pinned:
 		r.path = wire.RoutePopPartition.Path(b.queue, b.partition)
+		r.route = popKey(b.queue, b.partition, b.group)
 	default:
 		r.path = wire.RoutePopQueue.Path(b.queue)
+		r.route = popKey(b.queue, "", b.group)
 	}
 	return r, nil
 }

@@ -37,6 +37,7 @@ type TransactionBuilder struct {
 type txnOp struct {
 	ack   *wire.TxnOp     // type "ack", ready to send
 	items []wire.PushItem // type "push"
+	key   string          // routing key of an ack (ackKey)
 }
 
 // Transaction starts an empty transaction.
@@ -87,7 +88,7 @@ func (t *TransactionBuilder) Ack(msg *Message, status AckStatus, opts ...AckOpti
 		ConsumerGroup: group,
 		Status:        string(status),
 		Error:         o.Error,
-	}})
+	}, key: ackKey(msg, group)})
 	return t
 }
 
@@ -187,6 +188,14 @@ func (t *TransactionBuilder) request() (wire.TxnRequest, error) {
 		req.Operations = append(req.Operations, wire.TxnOp{Type: wire.TxnPush, Items: op.items})
 	}
 	return req, nil
+}
+
+// key is the routing key of the transaction: its first operation's.
+func (t *TransactionBuilder) key() string {
+	if op := t.ops[0]; op.ack != nil {
+		return op.key
+	}
+	return pushKey(t.ops[0].items[0].Queue, t.ops[0].items[0].Partition)
 }
 
 // TransactionOpType says what a transaction result is about.
@@ -306,7 +315,7 @@ func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, er
 	if err != nil {
 		return nil, err
 	}
-	resp, err := t.c.do(ctx, call{method: http.MethodPost, path: wire.RouteTransaction.Path(), body: req, once: true})
+	resp, err := t.c.do(ctx, call{method: http.MethodPost, path: wire.RouteTransaction.Path(), body: req, once: true, key: t.key()})
 	if err != nil {
 		return nil, err
 	}

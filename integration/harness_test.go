@@ -89,6 +89,9 @@ func newClientVia(t *testing.T, brokerURL string, aliases map[string]string, wra
 		rt = wrap(rt)
 	}
 	opts := append(clientOpts(), queen.WithHTTPClient(&http.Client{Transport: rt}))
+	if brokerURL == be.url && len(be.urls) > 1 {
+		opts = append(opts, queen.WithURLs(be.urls[1:]...))
+	}
 	c, err := queen.New(brokerURL, opts...)
 	if err != nil {
 		t.Fatalf("queen.New(%q): %v", brokerURL, err)

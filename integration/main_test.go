@@ -34,6 +34,8 @@ const (
 type backend struct {
 	kind backendKind
 	url  string
+	// urls are every broker of a QUEEN_URL comma list, url first.
+	urls []string
 	// why says how the backend was chosen.
 	why string
 	// noContainer says why the container path is not in use ("" when it is).
@@ -54,9 +56,21 @@ const probeTimeout = 2 * time.Second
 // chooseBackend picks QUEEN_URL, then a container, then queentest.
 func chooseBackend(ctx context.Context) (*backend, error) {
 	if u := strings.TrimSpace(os.Getenv("QUEEN_URL")); u != "" {
+		// A comma list names the brokers of one cluster: the scenarios'
+		// clients get them all, raw HTTP goes to the first.
+		var urls []string
+		for _, f := range strings.Split(u, ",") {
+			if f = strings.TrimRight(strings.TrimSpace(f), "/"); f != "" {
+				urls = append(urls, f)
+			}
+		}
+		if len(urls) == 0 {
+			return nil, fmt.Errorf("QUEEN_URL %q names no URL", u)
+		}
 		return &backend{
 			kind:        kindURL,
-			url:         strings.TrimRight(u, "/"),
+			url:         urls[0],
+			urls:        urls,
 			why:         "QUEEN_URL is set",
 			noContainer: "QUEEN_URL is set, so the suite runs against that broker",
 		}, nil

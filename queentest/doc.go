@@ -53,6 +53,12 @@
 // header from the Clock, as the real brokers send theirs. Requests counts
 // the calls a client made.
 //
+// StartCluster (NewCluster) serves one broker state on several nodes, as
+// 0.15.1 brokers over one PostgreSQL do: each node is a *Server with its
+// own URL, faults and counters, and Stop and Resume take one down and
+// bring it back while the others serve, so that a client's spreading and
+// failover can be tested against a node loss.
+//
 // Everything above is the default profile, Profile2x. NewServer(Broker015())
 // (WithProfile(Profile015)) serves a Queen 0.15.1 broker instead: its
 // routes, its HTTP 200 answers for every outcome, its empty-pop bodies, its

@@ -254,7 +254,7 @@ func (s *Server) upAfter(gen int, d time.Duration) {
 func (s *Server) reopen(gen int) {
 	for attempt := 0; attempt < 100; attempt++ {
 		s.lmu.Lock()
-		if s.closing || s.gen != gen {
+		if s.closing || s.stopped || s.gen != gen {
 			s.lmu.Unlock()
 			return
 		}

@@ -46,11 +46,12 @@ type Server struct {
 	generation wire.Generation
 	legacy     bool
 
-	lmu      sync.Mutex // guards ln, conns, refuseGen, closing, inflight
+	lmu      sync.Mutex // guards ln, conns, refuseGen, closing, stopped, inflight
 	ln       net.Listener
 	conns    map[net.Conn]struct{}
 	gen      int
 	closing  bool
+	stopped  bool // Stop: down until Resume (cluster.go)
 	inflight int
 	idle     *sync.Cond
 
@@ -103,10 +104,27 @@ func NewServer(opts ...Option) *Server {
 
 // Listen is NewServer returning the listen error instead of panicking.
 func Listen(opts ...Option) (*Server, error) {
+	o := newOptions(opts)
+	return listen(&o, o.newBroker())
+}
+
+// newOptions applies opts to the defaults.
+func newOptions(opts []Option) options {
 	o := options{clock: systemClock{}, addr: "127.0.0.1:0", profile: Profile2x}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	if o.clock == nil {
+		o.clock = systemClock{}
+	}
+	return o
+}
+
+// newBroker returns the broker state the options describe.
+func (o *options) newBroker() *broker {
 	legacy := o.profile == Profile015
 	defaults := DefaultQueueConfig()
 	if legacy {
@@ -115,19 +133,20 @@ func Listen(opts ...Option) (*Server, error) {
 	if o.defaults != nil {
 		defaults = *o.defaults
 	}
-	if o.log == nil {
-		o.log = slog.New(slog.DiscardHandler)
-	}
-	if o.clock == nil {
-		o.clock = systemClock{}
-	}
+	return newBroker(o.clock, defaults, legacy)
+}
+
+// listen serves the broker state b on a listener of its own at o.addr: a
+// Server, or one node of a Cluster.
+func listen(o *options, b *broker) (*Server, error) {
+	legacy := o.profile == Profile015
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
 		addr:       ln.Addr().String(),
-		b:          newBroker(o.clock, defaults, legacy),
+		b:          b,
 		log:        o.log,
 		profile:    o.profile,
 		generation: o.profile.generation(),
@@ -204,7 +223,7 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 	defer s.lmu.Unlock()
 	switch st {
 	case http.StateNew:
-		if s.closing {
+		if s.closing || s.stopped {
 			_ = c.Close()
 			return
 		}
@@ -218,7 +237,7 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 func (s *Server) enter() bool {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
-	if s.closing {
+	if s.closing || s.stopped {
 		return false
 	}
 	s.inflight++

@@ -21,7 +21,9 @@
 //	health
 //
 // The broker URL comes from --url or QUEEN_URL; with neither, the command
-// says on stderr that it talks to http://localhost:6632. The bearer token
+// says on stderr that it talks to http://localhost:6632. For the brokers of
+// a cluster, repeat --url or give a comma list (in --url or QUEEN_URL): the
+// client spreads its calls over them. The bearer token
 // comes from --token or QUEEN_TOKEN. Flags may come before or after the
 // command's arguments.
 //

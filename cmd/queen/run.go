@@ -56,6 +56,7 @@ commands:
   health
 
 The URL defaults to $QUEEN_URL, then ` + defaultURL + ` (said on stderr); the token to $QUEEN_TOKEN.
+For a cluster, repeat --url or give a comma list (in --url or $QUEEN_URL).
 --json prints JSON with stable field names (go doc github.com/queen-go/queen/cmd/queen).
 Exit status: 0 ok, 1 broker refused or unreachable, 2 usage error (nothing sent).
 `
@@ -72,7 +73,8 @@ func usagef(format string, args ...any) error { return usageError(fmt.Sprintf(fo
 type cli struct {
 	ctx    context.Context
 	now    func() time.Time // the clock of relative --time values
-	url    string           // "" until connect: --url, then $QUEEN_URL, then defaultURL
+	urls   []string         // --url, else $QUEEN_URL; empty: defaultURL (see connect)
+	urlSet bool             // a --url was given: it replaced $QUEEN_URL
 	token  string
 	json   bool
 	stdin  io.Reader
@@ -84,7 +86,7 @@ type cli struct {
 // run executes one command line and returns the exit status. env reads the
 // environment (os.Getenv in main).
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, env func(string) string) int {
-	c := &cli{ctx: ctx, now: time.Now, url: env("QUEEN_URL"), token: env("QUEEN_TOKEN"), stdin: stdin, stdout: stdout, stderr: stderr}
+	c := &cli{ctx: ctx, now: time.Now, urls: splitURLs(env("QUEEN_URL")), token: env("QUEEN_TOKEN"), stdin: stdin, stdout: stdout, stderr: stderr}
 	fs := c.flagSet("queen")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -143,10 +145,40 @@ func (c *cli) fail(cmd string, err error) int {
 func (c *cli) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&c.url, "url", c.url, "broker URL ($QUEEN_URL)")
+	fs.Var(urlFlag{c}, "url", "broker URL, repeated or a comma list for a cluster ($QUEEN_URL)")
 	fs.StringVar(&c.token, "token", c.token, "bearer token ($QUEEN_TOKEN)")
 	fs.BoolVar(&c.json, "json", c.json, "print JSON")
 	return fs
+}
+
+// urlFlag is --url: each one, a URL or a comma list, adds brokers of one
+// cluster; the first replaces $QUEEN_URL.
+type urlFlag struct{ c *cli }
+
+func (f urlFlag) String() string {
+	if f.c == nil {
+		return ""
+	}
+	return strings.Join(f.c.urls, ",")
+}
+
+func (f urlFlag) Set(v string) error {
+	if !f.c.urlSet {
+		f.c.urls, f.c.urlSet = nil, true
+	}
+	f.c.urls = append(f.c.urls, splitURLs(v)...)
+	return nil
+}
+
+// splitURLs splits a comma list of URLs, dropping empty items.
+func splitURLs(v string) []string {
+	var out []string
+	for _, u := range strings.Split(v, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // parse parses flags and positional arguments in any order; everything
@@ -174,15 +206,15 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 // With neither --url nor $QUEEN_URL it says on stderr which broker it
 // talks to.
 func (c *cli) connect() (*queen.Client, error) {
-	if c.url == "" {
-		c.url = defaultURL
+	if len(c.urls) == 0 {
+		c.urls = []string{defaultURL}
 		fmt.Fprintf(c.stderr, "queen: no --url or QUEEN_URL given; using %s\n", defaultURL)
 	}
-	var opts []queen.Option
+	opts := []queen.Option{queen.WithURLs(c.urls[1:]...)}
 	if c.token != "" {
 		opts = append(opts, queen.WithBearerToken(c.token))
 	}
-	cl, err := queen.New(c.url, opts...)
+	cl, err := queen.New(c.urls[0], opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@
 //
 //	go run .                                     # in examples/otel-worker: in-process broker (queentest)
 //	QUEEN_URL=http://localhost:6632 go run .
+//	QUEEN_URL=http://h1:6632,http://h2:6632 go run . # a cluster
 //
 // It is a module of its own, so that the root module of queen-go does not
 // require OpenTelemetry.
@@ -19,6 +20,7 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,12 +48,14 @@ var (
 )
 
 // run pushes orders and consumes them with tracing and metrics on, against
-// the broker at url (an in-process queentest broker when url is empty),
+// the broker at url, one URL or a comma list of a cluster's (an in-process
+// queentest broker when url is empty),
 // and writes the spans, then the metrics, to out.
 func run(ctx context.Context, url string, orders int, out io.Writer) error {
 	if orders < 3 {
 		return fmt.Errorf("orders must be at least 3 (got %d)", orders)
 	}
+	url, opts := brokers(url)
 	if url == "" {
 		srv := queentest.NewServer()
 		defer srv.Close()
@@ -70,8 +74,8 @@ func run(ctx context.Context, url string, orders int, out io.Writer) error {
 		return err
 	}
 
-	client, err := queen.New(url, queen.WithHooks(queenotel.New(
-		queenotel.WithTracerProvider(tp), queenotel.WithMeterProvider(mp))))
+	client, err := queen.New(url, append(opts, queen.WithHooks(queenotel.New(
+		queenotel.WithTracerProvider(tp), queenotel.WithMeterProvider(mp))))...)
 	if err != nil {
 		return err
 	}
@@ -146,4 +150,19 @@ func run(ctx context.Context, url string, orders int, out io.Writer) error {
 	}
 	fmt.Fprintln(out, "handled "+strconv.Itoa(orders)+" orders: order 2 failed once and came back, order 3 was dead-lettered")
 	return mp.Shutdown(ctx)
+}
+
+// brokers splits QUEEN_URL, one URL or a comma list of the brokers of a
+// cluster, into the first URL and the options naming the others.
+func brokers(list string) (string, []queen.Option) {
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	if len(urls) == 0 {
+		return "", nil
+	}
+	return urls[0], []queen.Option{queen.WithURLs(urls[1:]...)}
 }

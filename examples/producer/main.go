@@ -8,6 +8,7 @@
 //	curl -d '{"page":"/home"}' 'localhost:8080/events?user=u-42'
 //	go run ./examples/producer -demo 5000             # sends itself 5000 requests, prints a summary, exits
 //	QUEEN_URL=http://localhost:6632 go run ./examples/producer
+//	QUEEN_URL=http://h1:6632,http://h2:6632 go run ./examples/producer # a cluster
 //
 // With QUEEN_URL unset it starts the in-memory broker of the queentest
 // package in the same process, so it runs on a fresh machine. Ctrl-C or
@@ -104,14 +105,14 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // run serves until ctx ends (or, with cfg.demo, until the demo is done).
 func run(ctx context.Context, cfg config, out io.Writer) error {
-	url := os.Getenv("QUEEN_URL")
+	url, opts := brokers(os.Getenv("QUEEN_URL"))
 	if url == "" {
 		srv := queentest.NewServer()
 		defer srv.Close()
 		url = srv.URL
 		fmt.Fprintln(out, "QUEEN_URL not set: using an in-process queentest broker at", url)
 	}
-	client, err := queen.New(url)
+	client, err := queen.New(url, opts...)
 	if err != nil {
 		return err
 	}
@@ -201,4 +202,19 @@ func demo(ctx context.Context, url string, n int, out io.Writer) error {
 	fmt.Fprintf(out, "demo: %d of %d events stored in %v (%.0f requests/s)\n",
 		created.Load(), n, d.Round(time.Millisecond), float64(created.Load())/d.Seconds())
 	return firstErr
+}
+
+// brokers splits QUEEN_URL, one URL or a comma list of the brokers of a
+// cluster, into the first URL and the options naming the others.
+func brokers(list string) (string, []queen.Option) {
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	if len(urls) == 0 {
+		return "", nil
+	}
+	return urls[0], []queen.Option{queen.WithURLs(urls[1:]...)}
 }

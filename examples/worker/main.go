@@ -8,6 +8,7 @@
 //	go run ./examples/worker                          # in-process broker (queentest)
 //	go run ./examples/worker -orders 100000 -work 2ms # long enough to press Ctrl-C
 //	QUEEN_URL=http://localhost:6632 go run ./examples/worker
+//	QUEEN_URL=http://h1:6632,http://h2:6632 go run ./examples/worker # a cluster
 //
 // With QUEEN_URL unset it starts the in-memory broker of the queentest
 // package in the same process, so it runs on a fresh machine.
@@ -22,6 +23,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -89,7 +91,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 	if cfg.orders < 1 || cfg.partitions < 1 || cfg.concurrency < 1 {
 		return sum, fmt.Errorf("orders, partitions and concurrency must be positive")
 	}
-	url := os.Getenv("QUEEN_URL")
+	url, opts := brokers(os.Getenv("QUEEN_URL"))
 	var srv *queentest.Server
 	if url == "" {
 		srv = queentest.NewServer()
@@ -97,7 +99,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 		url = srv.URL
 		fmt.Fprintln(out, "QUEEN_URL not set: using an in-process queentest broker at", url)
 	}
-	client, err := queen.New(url)
+	client, err := queen.New(url, opts...)
 	if err != nil {
 		return sum, err
 	}
@@ -328,4 +330,19 @@ func progress(out io.Writer, processed, inFlight *atomic.Int64, total int) (stop
 		close(quit)
 		<-exited
 	}
+}
+
+// brokers splits QUEEN_URL, one URL or a comma list of the brokers of a
+// cluster, into the first URL and the options naming the others.
+func brokers(list string) (string, []queen.Option) {
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	if len(urls) == 0 {
+		return "", nil
+	}
+	return urls[0], []queen.Option{queen.WithURLs(urls[1:]...)}
 }

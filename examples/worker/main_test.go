@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/queen-go/queen/queentest"
 )
 
 // The worker, on the in-process broker, processes every order and returns
@@ -102,4 +104,29 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// QUEEN_URL may list the brokers of a cluster: the worker uses them all
+// (its queue's pushes spread by partition, over every broker here).
+func TestRunOnACluster(t *testing.T) {
+	c := queentest.StartCluster(t, 3)
+	t.Setenv("QUEEN_URL", strings.Join(c.URLs(), ","))
+	sum, err := run(context.Background(), config{orders: 300, partitions: 24, concurrency: 3}, &syncBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.processed != 300 || sum.duplicates != 0 {
+		t.Fatalf("summary %+v", sum)
+	}
+	// One push per partition, 24 over 3 brokers: all on one broker with
+	// p = 3·(1/3)^24 ≈ 1e-11.
+	pushedTo := 0
+	for _, s := range c.Nodes() {
+		if s.Requests(queentest.RoutePush) > 0 {
+			pushedTo++
+		}
+	}
+	if pushedTo < 2 {
+		t.Errorf("the pushes went to %d broker(s) of 3", pushedTo)
+	}
 }

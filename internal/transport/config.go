@@ -27,8 +27,8 @@ const (
 // Config configures a Transport. The zero value of every field except URLs
 // selects a default.
 type Config struct {
-	// URLs are the broker base URLs in failover order (the first healthy
-	// one is preferred): http or https, a host, maybe a path prefix (a
+	// URLs are the broker base URLs, in failover order under the Failover
+	// balance: http or https, a host, maybe a path prefix (a
 	// proxy's), no query, fragment or user info. At least one.
 	URLs []string
 	// HTTPClient is the user's own client, used for every attempt (its
@@ -45,6 +45,8 @@ type Config struct {
 	// Timeout bounds one attempt, from dialling to the last byte of the
 	// answer, redirects included. Default DefaultTimeout.
 	Timeout time.Duration
+	// Balance is how calls spread over URLs. Default Failover.
+	Balance Balance
 	// Retry is the retry and failover policy.
 	Retry RetryPolicy
 	// Logger receives retry and failover events (Debug, Warn); nil: none.
@@ -88,6 +90,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	switch {
 	case len(cfg.URLs) == 0:
 		return cfg, errors.New("transport: no broker URL")
+	case cfg.Balance < Failover || cfg.Balance > Affinity:
+		return cfg, fmt.Errorf("transport: unknown balance %d", cfg.Balance)
 	case cfg.IdleConns < 0 || cfg.Timeout < 0 || p.MaxAttempts < 0 || p.MinBackoff < 0 || p.MaxBackoff < 0 || p.FailoverPause < 0:
 		return cfg, fmt.Errorf("transport: negative IdleConns (%d), Timeout (%s) or value in retry policy %+v", cfg.IdleConns, cfg.Timeout, *p)
 	}

@@ -195,6 +195,10 @@ func TestNoRetryAfterSendStatuses(t *testing.T) {
 		{http.StatusServiceUnavailable, envelope("no_leader"), true},
 		{http.StatusServiceUnavailable, `not json`, true},
 		{http.StatusServiceUnavailable, envelope("outcome_unknown"), false},
+		// A 2.x follower whose forward to the leader failed (handlers/raft.rs
+		// forward_to_leader): the leader may have applied the request.
+		{http.StatusServiceUnavailable, `{"error":"the leader at 10.0.0.2:6632 is unreachable: connection reset","code":"retry"}`, false},
+		{http.StatusServiceUnavailable, `{"error":"the leader at 10.0.0.2:6632 did not answer in time","code":"retry"}`, false},
 		{http.StatusInternalServerError, envelope("internal"), false},
 		{http.StatusBadGateway, ``, false},
 		{http.StatusGatewayTimeout, ``, false},

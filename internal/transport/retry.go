@@ -139,22 +139,32 @@ func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 
 // MayHaveApplied, the client's one rule for it (PROTOCOL.md §1.1), reports
 // whether the broker may have applied a request it answered with status
-// and body: yes for a 2xx, the code "outcome_unknown" (a 2.x 503) and every
-// 5xx but 501 (no such route), 503 (no leader, leader changed, timeout) and
-// 507 (storage full), refused before applying; no for 3xx and 4xx. The
-// transport resends a NoRetryAfterSend call only after a 429 or 503 it
-// says no to; the client reports a refusal it says yes to as ErrOutcomeUnknown.
+// and body: yes for a 2xx, the code "outcome_unknown" (a 2.x 503), a 2.x
+// follower's 503 "retry" after its forward to the leader failed (see
+// forwardFailed) and every 5xx but 501 (no such route), 503 (no leader,
+// leader changed, timeout) and 507 (storage full), refused before
+// applying; no for 3xx and 4xx. The transport resends a NoRetryAfterSend
+// call only after a 429 or 503 it says no to; the client reports a
+// refusal it says yes to as ErrOutcomeUnknown.
 func MayHaveApplied(status int, body []byte) bool {
 	var eb wire.ErrorBody
 	switch {
 	case status >= 200 && status <= 299:
 		return true
-	case json.Unmarshal(body, &eb) == nil && eb.Code == wire.CodeOutcomeUnknown:
+	case json.Unmarshal(body, &eb) == nil && (eb.Code == wire.CodeOutcomeUnknown || forwardFailed(status, eb)):
 		return true
 	case status == http.StatusNotImplemented, status == http.StatusServiceUnavailable, status == http.StatusInsufficientStorage:
 		return false
 	}
 	return status >= 500
+}
+
+// forwardFailed reports whether a 503 is a 2.x follower's answer after
+// the request it forwarded to the leader got no answer (the leader
+// unreachable or too slow): code "retry", the error naming "the leader at
+// <address>". The leader may have applied the request.
+func forwardFailed(status int, eb wire.ErrorBody) bool {
+	return status == http.StatusServiceUnavailable && eb.Code == "retry" && strings.HasPrefix(eb.Error, "the leader at ")
 }
 
 // mayHaveSent, the probe, reports whether the current attempt of a

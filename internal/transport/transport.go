@@ -53,6 +53,10 @@ type Request struct {
 	// answer received as the ctx ends is returned. net/http's own resend
 	// of a GET is stopped too (see noResend).
 	NoRetryAfterSend bool
+	// Key is the call's routing key under the Affinity balance: calls
+	// with the same key go to the same URL while it is not resting. Empty:
+	// any URL.
+	Key string
 }
 
 // ErrOutcomeUnknown is matched (errors.Is) by the error of a
@@ -79,7 +83,8 @@ type Response struct {
 }
 
 // Transport sends requests to the broker with retries, Retry-After, bearer
-// auth and failover across URLs. It is safe for concurrent use.
+// auth, and its calls spread over several URLs by Config.Balance, with
+// failover. It is safe for concurrent use.
 type Transport struct {
 	cfg    Config
 	eps    *endpoints
@@ -104,7 +109,7 @@ func New(cfg Config) (*Transport, error) {
 		}
 	}
 	t := &Transport{cfg: cfg, now: time.Now}
-	t.eps = newEndpoints(bases, cfg.Retry.FailoverPause, func() time.Time { return t.now() })
+	t.eps = newEndpoints(bases, cfg.Retry.FailoverPause, func() time.Time { return t.now() }, cfg.Balance)
 	if cfg.HTTPClient != nil { // as it is, but its pool (see keepIdle)
 		t.client = *cfg.HTTPClient
 		t.client.Transport = keepIdle{cmp.Or[http.RoundTripper](t.client.Transport, http.DefaultTransport)}
@@ -238,7 +243,7 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	}
 	c.rc.RetryMax = c.max - 1
 	c.hc.Timeout = cmp.Or(r.Timeout, c.t.cfg.Timeout)
-	c.ep, c.base = c.t.eps.pick()
+	c.ep, c.base = c.t.eps.pick(r.Key)
 	if err := ctx.Err(); err != nil {
 		return nil, c.failure(err) // nothing sent
 	}
@@ -308,7 +313,7 @@ func (c *call) prepareRetry(req *http.Request) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
 	}
-	ep, base := c.t.eps.pick()
+	ep, base := c.t.eps.pick(c.req.Key)
 	u, err := url.Parse(c.url(base))
 	if err != nil {
 		return err

@@ -982,7 +982,7 @@ func TestNewValidates(t *testing.T) {
 		assert.Equal(t, RetryPolicy{MaxAttempts: DefaultMaxAttempts, MinBackoff: DefaultMinBackoff,
 			MaxBackoff: DefaultMaxBackoff, FailoverPause: DefaultFailoverPause}, tr.cfg.Retry)
 		assert.NotNil(t, tr.cfg.Logger)
-		_, base := tr.eps.pick()
+		_, base := tr.eps.pick("")
 		assert.Equal(t, "https://broker.example:6632", base)
 	})
 

@@ -1,0 +1,151 @@
+package queen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/queen-go/queen/queentest"
+)
+
+// clusterClient returns a client of every node of c, with opts.
+func clusterClient(t *testing.T, c *queentest.Cluster, opts ...Option) *Client {
+	t.Helper()
+	urls := c.URLs()
+	cl, err := New(urls[0], append([]Option{WithURLs(urls[1:]...)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close(context.Background()) })
+	return cl
+}
+
+// servedBy returns, for each node, how many requests of route r it
+// received since the last reset.
+func servedBy(c *queentest.Cluster, r queentest.Route) []int {
+	out := make([]int, len(c.Nodes()))
+	for i, s := range c.Nodes() {
+		out[i] = s.Requests(r)
+	}
+	return out
+}
+
+func resetCounters(c *queentest.Cluster) {
+	for _, s := range c.Nodes() {
+		s.ResetCounters()
+	}
+}
+
+// only returns the one node with a nonzero count, or -1.
+func only(counts []int) int {
+	at := -1
+	for i, n := range counts {
+		if n > 0 {
+			if at >= 0 {
+				return -1
+			}
+			at = i
+		}
+	}
+	return at
+}
+
+// roundTrip pushes 3 messages to queue, pops them as group g and acks
+// them in one batch, and returns the node that served the pops and acks
+// (-1 when they did not meet on one node).
+func roundTrip(t *testing.T, cl *Client, c *queentest.Cluster, queue string) int {
+	t.Helper()
+	ctx := context.Background()
+	_, err := cl.Queue(queue).Push(1, 2, 3).Execute(ctx)
+	require.NoError(t, err)
+	resetCounters(c)
+	msgs, err := cl.Queue(queue).Group("g").SubscriptionMode(SubscriptionModeAll).Batch(10).Wait(false).Pop(ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 3, "nothing lost")
+	acks := make([]Settlement, len(msgs))
+	for i, m := range msgs {
+		acks[i] = Settlement{Message: m, Status: StatusCompleted}
+	}
+	_, err = cl.SettleBatch(ctx, acks, AckOptions{})
+	require.NoError(t, err)
+	pop, ack := only(servedBy(c, queentest.RoutePop)), only(servedBy(c, queentest.RouteAckBatch))
+	if pop != ack {
+		return -1
+	}
+	return pop
+}
+
+// Affinity, the default: one queue and group's pops and acks meet on one
+// node, the queues spread over every node, and a stopped node's queues
+// alone move (to a node that serves both their pops and acks).
+func TestAffinityMeetsAndSpreads(t *testing.T) {
+	c := queentest.StartCluster(t, 3)
+	cl := clusterClient(t, c)
+	const queues = 40 // all on fewer than 3 nodes: p < 3·(2/3)^40 ≈ 3e-7
+	owner := make([]int, queues)
+	perNode := make([]int, 3)
+	for q := range queues {
+		owner[q] = roundTrip(t, cl, c, fmt.Sprintf("q%d", q))
+		require.GreaterOrEqual(t, owner[q], 0, "queue q%d: pops and acks on one node", q)
+		perNode[owner[q]]++
+	}
+	for i, n := range perNode {
+		assert.Positive(t, n, "node %d serves a share: %v", i, perNode)
+	}
+	for q := range 5 { // the same node again
+		assert.Equal(t, owner[q], roundTrip(t, cl, c, fmt.Sprintf("q%d", q)))
+	}
+
+	c.Node(1).Stop()
+	for q := range queues {
+		got := roundTrip(t, cl, c, fmt.Sprintf("q%d", q))
+		require.GreaterOrEqual(t, got, 0, "queue q%d: pops and acks on one node", q)
+		if owner[q] != 1 {
+			assert.Equal(t, owner[q], got, "queue q%d of a running node stays", q)
+		} else {
+			assert.NotEqual(t, 1, got, "queue q%d moved off the stopped node", q)
+		}
+	}
+}
+
+func TestOtherBalancing(t *testing.T) {
+	c := queentest.StartCluster(t, 3)
+	ctx := context.Background()
+
+	inOrder := clusterClient(t, c, WithLoadBalancing(InOrder))
+	for q := range 6 {
+		assert.Equal(t, 0, roundTrip(t, inOrder, c, fmt.Sprintf("o%d", q)), "in order: the first URL")
+	}
+
+	rr := clusterClient(t, c, WithLoadBalancing(RoundRobin))
+	_, err := rr.Queue("rr").Push(1, 2, 3, 4, 5, 6).Execute(ctx)
+	require.NoError(t, err)
+	resetCounters(c)
+	for range 6 {
+		_, err := rr.Queue("rr").Group("g").SubscriptionMode(SubscriptionModeAll).Batch(1).Wait(false).Pop(ctx)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []int{2, 2, 2}, servedBy(c, queentest.RoutePop), "round robin: each URL in turn")
+
+	for _, b := range []LoadBalancing{0, InOrder + 1} {
+		_, err := New(c.URLs()[0], WithLoadBalancing(b))
+		assert.True(t, errors.Is(err, ErrInvalidOption), "%s: %v", b, err)
+	}
+	assert.Equal(t, "affinity round-robin in-order", fmt.Sprint(Affinity, RoundRobin, InOrder))
+}
+
+// The keys: a pop's acks and renewals carry its key; a message the
+// client did not pop, that of a queue-wide pop of its queue and group.
+func TestRoutingKeys(t *testing.T) {
+	assert.Equal(t, "orders:*:billing", popKey("orders", "", "billing"))
+	assert.Equal(t, "orders:p1:__QUEUE_MODE__", popKey("orders", "p1", ""))
+	pinned := &Message{Queue: "orders", Partition: "p1", ConsumerGroup: "billing", route: "orders:p1:billing"}
+	assert.Equal(t, "orders:p1:billing", ackKey(pinned, ""))
+	assert.Equal(t, "orders:p1:billing", ackKey(pinned, "billing"))
+	assert.Equal(t, "orders:*:audit", ackKey(pinned, "audit"), "another group: its own key")
+	built := &Message{Queue: "orders", Partition: "p1", ConsumerGroup: "__QUEUE_MODE__"}
+	assert.Equal(t, "orders:*:__QUEUE_MODE__", ackKey(built, ""))
+	assert.Equal(t, "orders:p1", pushKey("orders", "p1"))
+}
