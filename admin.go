@@ -1,32 +1,7 @@
 package queen
 
-// Wire sources for the admin calls (facts checked in the upstream broker,
-// queen-mq/queen, 2.x: server/src/rsm/facade/real/phase2.rs,
-// phase2/reads.rs and phase2/admin.rs):
-//
-//   - GET /api/v1/resources/queues answers {"queues":[row...], "kvRows":...};
-//     each row has name, namespace, task, partitions (a count), messages
-//     {total,pending,processing,completed,deadLetter}, retainedBytes,
-//     options and createdAt.
-//   - GET /api/v1/resources/queues/{queue} answers one object with
-//     partitions as an array of {id,name,createdAt,messages,lastActivity,
-//     oldestMessage,newestMessage} and the counters under totals; 404
-//     {"error":"Queue not found"} when there is no such queue.
-//   - GET /api/v1/dlq answers {"messages":[...],"total":N,"pagination":
-//     {"limit","offset"}}; at that version the broker filters by queue and
-//     consumerGroup only (limit default 100, at most 1000), sorted newest
-//     failure first. The partition and time filters are sent for brokers
-//     that honour them and also applied here to the page received.
-//   - POST /api/v1/dlq/{id}/replay (and the older address form POST
-//     /api/v1/messages/{partitionId}/{transactionId}/retry) answers
-//     {"success","result":"moved"|"duplicate","queue","partition",
-//     "consumerGroup","dlqId","originalTransactionId","replayedAs":{...},
-//     "dlqRowRemoved"}; 404 {"result":"gone"} when the row is not there.
-//
-// The 0.15.1 broker's views (server/src/routes/{resources,consumer_groups,
-// dlq}.cpp; get_queues_v2, get_queue_v2, get_consumer_groups_v4,
-// get_consumer_group_details_v1, get_dlq_messages_v1) differ: see each
-// call's doc, PROTOCOL.md §17 and queentest's Broker015.
+// The wire shapes of both broker generations, with their upstream sources:
+// docs/ADMIN.md and PROTOCOL.md §17.
 
 import (
 	"bytes"
@@ -45,50 +20,34 @@ import (
 	"github.com/queen-go/queen/internal/wire"
 )
 
-// Admin groups the broker's administrative calls: consumer-group seek,
-// inspection and deletion, queues, health, and the dead-letter queue. Get
-// it with Client.Admin; it is safe for concurrent use.
+// Admin holds the broker's administrative calls: seeks, consumer groups,
+// queues, health and dead letters. It is safe for concurrent use. What
+// differs between broker generations: docs/ADMIN.md.
 type Admin struct{ c *Client }
 
 // Admin returns the administrative calls of the client.
 func (c *Client) Admin() *Admin { return &Admin{c: c} }
 
-// ---------------------------------------------------------------- seek
-
 // SeekConsumerGroupOptions says where a seek moves a consumer group. Set
 // exactly one field.
 type SeekConsumerGroupOptions struct {
-	// Timestamp (RFC 3339, e.g. "2026-10-22T00:00:00Z") moves the group to
-	// just before the first message stored at or after that time, so it
-	// reads again everything from then on. An early time reads everything
-	// still kept. (A 0.15.1 broker places the cursor on the last message at
-	// or before the time; the client asks the broker's generation once, GET
-	// /health, and sends a time one microsecond earlier there, so that the
-	// messages stored at exactly that time are read again too.)
+	// Timestamp (RFC 3339) makes the group read again every message stored
+	// at or after that time, on both generations.
 	Timestamp string
-	// ToEnd moves the group past every message stored so far, so it reads
-	// only what is pushed later.
+	// ToEnd moves the group past every message stored so far.
 	ToEnd bool
-	// CreateIfMissing seeks even a group that has no position on the queue
-	// yet. By default the seek first looks the group up in the broker's
-	// list of groups (GET /api/v1/consumer-groups) and fails with
-	// ErrGroupNotFound when it has none there, so that a mistyped name creates nothing. A 2.x
-	// broker then creates the group's positions; a 0.15.1 broker moves only
-	// the positions a group already has, so there it still updates nothing
-	// (PartitionsUpdated 0).
+	// CreateIfMissing seeks a group that has no position on the queue
+	// instead of failing with ErrGroupNotFound (0.15.1 then moves nothing).
 	CreateIfMissing bool
 }
 
-// ErrGroupNotFound: the consumer group has no position on the queue (or,
-// for GetConsumerGroup, anywhere). It is returned by SeekConsumerGroup and
-// SeekPartition before the seek is sent (unless
-// SeekConsumerGroupOptions.CreateIfMissing), and by GetConsumerGroup; when
-// the broker answered 404, errors.As finds its *BrokerError too.
+// ErrGroupNotFound: the consumer group has no position on the queue (for
+// GetConsumerGroup, anywhere). A seek returns it before sending anything;
+// after a 404, errors.As finds the *BrokerError too.
 var ErrGroupNotFound = errors.New("queen: consumer group not found")
 
-// ErrQueueNotFound: GetQueue asked for a queue the broker does not have.
-// When the broker answered 404 (2.x), errors.As finds its *BrokerError too;
-// a 0.15.1 broker answers 200 {"error":"Queue not found"}.
+// ErrQueueNotFound: GetQueue asked for a queue the broker does not have;
+// after a 404, errors.As finds the *BrokerError too.
 var ErrQueueNotFound = errors.New("queen: queue not found")
 
 // unknownQueue says whether be is a broker's answer to a queue view that
@@ -100,50 +59,31 @@ func unknownQueue(be *BrokerError) bool {
 
 // SeekResult is the broker's report of a seek.
 type SeekResult struct {
-	// ConsumerGroup and Queue echo the request.
 	ConsumerGroup string `json:"consumerGroup"`
 	Queue         string `json:"queue"`
-	// Partition is the partition of a per-partition seek, "" for a seek of
-	// the whole queue.
-	Partition string `json:"partition,omitempty"`
-	// ToEnd is true when the group was moved to the end.
-	ToEnd bool `json:"toEnd"`
-	// Timestamp is the time the group was moved to (zero for ToEnd).
-	Timestamp time.Time `json:"timestamp,omitzero"`
-	// PartitionsUpdated is how many partition cursors moved. 0 on a 0.15.1
-	// broker means the group or the queue does not exist there.
+	// Partition is "" for a seek of the whole queue.
+	Partition string    `json:"partition,omitempty"`
+	ToEnd     bool      `json:"toEnd"`
+	Timestamp time.Time `json:"timestamp,omitzero"` // zero for ToEnd
+	// PartitionsUpdated is how many partition cursors moved.
 	PartitionsUpdated int `json:"partitionsUpdated"`
 }
 
-// SeekConsumerGroup moves the consumer group's position on every partition
-// of queue, to a time or to the end (POST
-// /api/v1/consumer-groups/{group}/queues/{queue}/seek). Leases the group
-// holds there are dropped. Neither or both of Timestamp and ToEnd, or a
-// Timestamp that is not RFC 3339, fails with ErrInvalidSeek before any
-// request (an empty group or queue name with ErrEmptyGroup or
-// ErrEmptyQueue). The group's later pops read from the new position; its
-// subscription mode is not used again.
-//
-// Unless opts.CreateIfMissing is set, the group is looked up first and a
-// group with no position on queue fails with ErrGroupNotFound, sending no
-// seek. The check accepts a group that the broker's list of groups (as
-// ListConsumerGroups returns it) has on that queue: on 2.x, one with a cursor there (one of its pops or seeks
-// created it); on 0.15.1, one of whose pops claimed a partition of the
-// queue. A 0.15.1 group whose pops have all found the queue empty has no
-// position yet and is refused (it has nothing to move: its next pop starts
-// where its subscription says).
+// SeekConsumerGroup moves the group's position on every partition of queue
+// to a time or to the end (POST
+// /api/v1/consumer-groups/{group}/queues/{queue}/seek), dropping its leases
+// there. Neither or both of Timestamp and ToEnd, or a bad Timestamp, fails
+// with ErrInvalidSeek before any request. Unless opts.CreateIfMissing, a
+// group that ListConsumerGroups does not show on queue fails with
+// ErrGroupNotFound and nothing is sent. See docs/ADMIN.md#seeks.
 func (a *Admin) SeekConsumerGroup(ctx context.Context, group, queue string, opts SeekConsumerGroupOptions) (SeekResult, error) {
 	return a.seek(ctx, group, queue, "", opts)
 }
 
-// SeekPartition is SeekConsumerGroup for one partition of the queue (POST
-// .../queues/{queue}/partitions/{partition}/seek). A 0.15.1 broker ignores
-// the options and always seeks such a partition to its end, so a Timestamp
-// seek of one partition on it fails with an error matching ErrNotSupported
-// before anything is sent (the broker's generation is asked once per
-// Client, GET /health); should a broker still answer such a seek with a
-// move to the end, the result is returned with that error. An empty
-// partition name fails with ErrEmptyPartition.
+// SeekPartition is SeekConsumerGroup for one partition (POST
+// .../partitions/{partition}/seek). On 0.15.1, which seeks a partition only
+// to its end, a Timestamp seek fails with ErrNotSupported before anything
+// is sent.
 func (a *Admin) SeekPartition(ctx context.Context, group, queue, partition string, opts SeekConsumerGroupOptions) (SeekResult, error) {
 	if err := checkName(partitionName, partition); err != nil {
 		return SeekResult{}, err
@@ -174,8 +114,6 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 			return SeekResult{}, err
 		}
 		if partition != "" && !g.PartitionSeekBody {
-			// A broker that seeks one partition only to its end would
-			// skip the partition's backlog: refused before it is sent.
 			return SeekResult{}, fmt.Errorf("%w: a %s broker seeks one partition only to its end, not to %s (nothing sent; seek the whole group to the time, or the partition with ToEnd)",
 				ErrNotSupported, g.Name, asked)
 		}
@@ -185,10 +123,8 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 	if partition != "" {
 		path = wire.RouteSeekPartition.Path(group, queue, partition)
 	}
-	// A 0.15.1 per-partition seek answers {consumerGroup, queueName,
-	// partitionName, success, updated (a bool: whether the group had a
-	// cursor there), cursorMovedTo} with no seekToEnd or partitionsUpdated:
-	// it always moves to the end.
+	// 0.15.1 per-partition answer: cursorMovedTo and updated (bool), no
+	// seekToEnd or partitionsUpdated; it always moves to the end.
 	var out struct {
 		wire.SeekResponse
 		CursorMovedTo json.RawMessage `json:"cursorMovedTo"`
@@ -212,8 +148,6 @@ func (a *Admin) seek(ctx context.Context, group, queue, partition string, opts S
 		res.Partition = *out.PartitionName
 	}
 	if partition != "" && out.CursorMovedTo != nil {
-		// The 0.15.1 shape: moved to the end; updated says whether the
-		// group's one cursor there moved.
 		res.ToEnd, out.SeekToEnd = true, true
 		if res.PartitionsUpdated == 0 && out.Updated != nil && *out.Updated {
 			res.PartitionsUpdated = 1
@@ -246,8 +180,7 @@ func (a *Admin) groupOnQueue(ctx context.Context, group, queue string) error {
 	return nil
 }
 
-// seekBody validates the options and returns the body to send. A timestamp
-// in UTC ("Z") is sent as given; any other offset is sent converted to UTC.
+// seekBody validates opts; a timestamp not in UTC is sent converted to UTC.
 func seekBody(opts SeekConsumerGroupOptions) (wire.SeekRequest, error) {
 	switch {
 	case opts.ToEnd && opts.Timestamp != "":
@@ -268,65 +201,41 @@ func seekBody(opts SeekConsumerGroupOptions) (wire.SeekRequest, error) {
 	return wire.SeekRequest{Timestamp: s}, nil
 }
 
-// ---------------------------------------------------------------- consumer groups
-
 // ConsumerGroupState is the broker's summary of a group on a queue.
 type ConsumerGroupState string
 
 const (
-	// GroupLagging: the oldest unread message is more than five minutes old.
-	GroupLagging ConsumerGroupState = "Lagging"
-	// GroupStable: the group has consumed and keeps up.
-	GroupStable ConsumerGroupState = "Stable"
-	// GroupDead: the group has never consumed anything there.
-	GroupDead ConsumerGroupState = "Dead"
+	GroupLagging ConsumerGroupState = "Lagging" // oldest unread message older than five minutes
+	GroupStable  ConsumerGroupState = "Stable"  // consumed and keeping up
+	GroupDead    ConsumerGroupState = "Dead"    // never consumed there
 )
 
 // ConsumerGroup is one consumer group on one queue, as listed by
-// ListConsumerGroups. Fields one broker generation never sends are said so;
-// they keep their zero value (or -1, as said) there.
+// ListConsumerGroups. A field a broker generation does not send keeps its
+// zero value (TotalLag: -1); which ones, and how 0.15.1 counts the others:
+// docs/ADMIN.md#consumer-groups.
 type ConsumerGroup struct {
-	// Name is the group ("__QUEUE_MODE__" for the queue-mode cursor).
-	Name string `json:"name"`
-	// Queue is the queue the row is about.
-	Queue string `json:"queue"`
-	// PartitionCursors is how many partitions the group has a position on
-	// (0.15.1: how many partitions one of its pops claimed).
-	PartitionCursors int `json:"partitionCursors"`
-	// PartitionsWithLag is how many of them have unread messages.
-	PartitionsWithLag int `json:"partitionsWithLag"`
-	// TotalLag is the number of unread messages over all partitions; -1
-	// from a 0.15.1 broker, which does not count them (it sends null; the
-	// group detail, GetConsumerGroup, has each partition's count).
-	TotalLag int64 `json:"totalLag"`
-	// MaxTimeLag is the age of the oldest unread message (2.x). A 0.15.1
-	// broker reports the age of the newest unread message of the most
-	// lagging partition instead, a lower bound, in whole seconds.
-	MaxTimeLag time.Duration `json:"maxTimeLag"`
-	// State is Lagging, Stable or Dead.
-	State ConsumerGroupState `json:"state"`
-	// SubscriptionMode is how the group started ("new", "all",
-	// "timestamp"); empty for queue mode, and on 0.15.1 for a group that
-	// started with mode all or none (0.15.1 records only new and
-	// timestamp subscriptions).
-	SubscriptionMode string `json:"subscriptionMode,omitempty"`
-	// SubscriptionTimestamp is the time the group started from (mode
-	// timestamp; the epoch for mode all on 2.x; zero when the broker sends
-	// none).
+	Name              string `json:"name"` // "__QUEUE_MODE__" for queue mode
+	Queue             string `json:"queue"`
+	PartitionCursors  int    `json:"partitionCursors"`  // partitions the group has a position on
+	PartitionsWithLag int    `json:"partitionsWithLag"` // of those, the ones with unread messages
+	TotalLag          int64  `json:"totalLag"`          // unread messages; -1 when not counted
+	// MaxTimeLag is the age of the oldest unread message.
+	MaxTimeLag time.Duration      `json:"maxTimeLag"`
+	State      ConsumerGroupState `json:"state"`
+	// SubscriptionMode ("new", "all", "timestamp") and
+	// SubscriptionTimestamp are where the group started.
+	SubscriptionMode      string    `json:"subscriptionMode,omitempty"`
 	SubscriptionTimestamp time.Time `json:"subscriptionTimestamp,omitzero"`
-	// SubscriptionCreatedAt is when the group registered on the queue.
 	SubscriptionCreatedAt time.Time `json:"subscriptionCreatedAt,omitzero"`
-	// Conflation is true for a group that gets only the newest message of
-	// each partition. A 0.15.1 broker has no conflation and never sends it.
-	Conflation bool `json:"conflation"`
-	// Storage and Kind are the 2.x broker's words for the group's storage
-	// ("segments") and kind ("queen"); a 0.15.1 broker never sends them.
+	Conflation            bool      `json:"conflation"`
+	// Storage ("segments") and Kind ("queen") are 2.x only.
 	Storage string `json:"storage,omitempty"`
 	Kind    string `json:"kind,omitempty"`
 }
 
 // ListConsumerGroups lists every consumer group on every queue, one row
-// per (group, queue), with its lag and state (GET /api/v1/consumer-groups).
+// per (group, queue) (GET /api/v1/consumer-groups).
 func (a *Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroup, error) {
 	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteGroups.Path()}, nil)
 	if err != nil {
@@ -363,49 +272,32 @@ func (a *Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroup, error)
 
 // ConsumerGroupDetail is a group's position on every queue it reads.
 type ConsumerGroupDetail struct {
-	// Name is the group.
-	Name string `json:"name"`
-	// Queues maps each queue the group reads to its state there.
-	Queues map[string]GroupQueueState `json:"queues"`
+	Name   string                     `json:"name"`
+	Queues map[string]GroupQueueState `json:"queues"` // by queue
 }
 
-// GroupQueueState is a group's state on one queue.
+// GroupQueueState is a group's state on one queue. Conflation and Kind are
+// 2.x only.
 type GroupQueueState struct {
-	// Conflation is true when the group conflates on this queue; a 0.15.1
-	// broker never sends it.
-	Conflation bool `json:"conflation"`
-	// Kind is the 2.x broker's word for the group's kind ("queen"); a
-	// 0.15.1 broker never sends it.
-	Kind string `json:"kind,omitempty"`
-	// Partitions holds the group's cursor on each partition, by name.
+	Conflation bool                  `json:"conflation"`
+	Kind       string                `json:"kind,omitempty"`
 	Partitions []GroupPartitionState `json:"partitions"`
 }
 
 // GroupPartitionState is a group's cursor on one partition.
 type GroupPartitionState struct {
-	// Partition is the partition's name.
-	Partition string `json:"partition"`
-	// WorkerID is the last worker that leased it, when known.
-	WorkerID string `json:"workerId,omitempty"`
-	// LastConsumedAt is when the group last consumed there (zero when the
-	// broker does not say).
-	LastConsumedAt time.Time `json:"lastConsumedAt,omitzero"`
-	// TotalConsumed counts the messages the group consumed there.
-	TotalConsumed int64 `json:"totalConsumed"`
-	// OffsetLag is how many messages are still unread.
-	OffsetLag int64 `json:"offsetLag"`
-	// TimeLag is the age of the oldest unread message (whole seconds).
-	TimeLag time.Duration `json:"timeLag"`
-	// LeaseActive is true while a worker holds the partition.
-	LeaseActive bool `json:"leaseActive"`
+	Partition      string        `json:"partition"`
+	WorkerID       string        `json:"workerId,omitempty"`      // the last worker that leased it, when known
+	LastConsumedAt time.Time     `json:"lastConsumedAt,omitzero"` // zero when not sent
+	TotalConsumed  int64         `json:"totalConsumed"`
+	OffsetLag      int64         `json:"offsetLag"`   // unread messages
+	TimeLag        time.Duration `json:"timeLag"`     // age of the oldest unread one (whole seconds)
+	LeaseActive    bool          `json:"leaseActive"` // a worker holds the partition
 }
 
 // GetConsumerGroup returns the group's cursor on each partition of each
 // queue it reads (GET /api/v1/consumer-groups/{group}). A group with no
-// position anywhere fails with an error matching ErrGroupNotFound (a 2.x
-// broker answers 404, and errors.As finds that *BrokerError; a 0.15.1
-// broker answers {}, as it does for a group whose pops all found nothing).
-// An empty name fails with ErrEmptyGroup before any request.
+// position anywhere fails with an error matching ErrGroupNotFound.
 func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGroupDetail, error) {
 	if err := checkName(groupName, group); err != nil {
 		return ConsumerGroupDetail{}, err
@@ -440,39 +332,27 @@ func (a *Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGro
 
 // DeleteConsumerGroupOptions narrow a consumer-group deletion.
 type DeleteConsumerGroupOptions struct {
-	// Queue limits the deletion to one queue; empty deletes the group on
-	// every queue.
+	// Queue limits the deletion to one queue; "" means every queue.
 	Queue string
-	// KeepMetadata keeps the group's registration (subscription mode and
-	// time, conflation policy) and deletes only its positions. By default
-	// both go, and the group's next pop registers it anew.
+	// KeepMetadata keeps the group's registration (subscription, conflation)
+	// and deletes only its positions.
 	KeepMetadata bool
 }
 
 // DeleteGroupResult says what a consumer-group deletion did.
 type DeleteGroupResult struct {
-	// ConsumerGroup is the deleted group.
-	ConsumerGroup string `json:"consumerGroup"`
-	// Queue is the queue of a one-queue deletion, "" for all queues.
-	Queue string `json:"queue,omitempty"`
-	// DeletedPartitions counts the partition cursors removed (0 for a
-	// group or queue the broker does not know).
-	DeletedPartitions int `json:"deletedPartitions"`
-	// MetadataDeleted is true when the registration went too.
-	MetadataDeleted bool `json:"metadataDeleted"`
-	// Queues lists the queues the broker looked at. A 2.x broker sends it;
-	// a 0.15.1 broker never does (nil there).
-	Queues []string `json:"queues,omitempty"`
+	ConsumerGroup     string   `json:"consumerGroup"`
+	Queue             string   `json:"queue,omitempty"` // "" for all queues
+	DeletedPartitions int      `json:"deletedPartitions"`
+	MetadataDeleted   bool     `json:"metadataDeleted"`
+	Queues            []string `json:"queues,omitempty"` // the queues looked at (2.x only)
 }
 
-// DeleteConsumerGroup removes the group's positions (and by default its
-// registration) on one queue or on all of them (DELETE
-// /api/v1/consumer-groups/{group}[/queues/{queue}]?deleteMetadata=). A
-// group (or queue) that does not exist is not an error: DeletedPartitions
-// is 0. Both generations' answers are read: 2.x sends queueName (null for
-// all queues) and queues; 0.15.1 sends queueName only for a one-queue
-// deletion and never queues (Queue is then opts.Queue, Queues nil). An
-// empty name fails with ErrEmptyGroup before any request.
+// DeleteConsumerGroup removes the group's positions, and unless
+// KeepMetadata its registration, on one queue or all (DELETE
+// /api/v1/consumer-groups/{group}[/queues/{queue}]). An unknown group or
+// queue is no error (DeletedPartitions 0). The group's next pop from this
+// Client registers it anew.
 func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts DeleteConsumerGroupOptions) (DeleteGroupResult, error) {
 	if err := checkName(groupName, group); err != nil {
 		return DeleteGroupResult{}, err
@@ -485,8 +365,6 @@ func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts Dele
 		path = wire.RouteGroupQueue.Path(group, opts.Queue)
 	}
 	q := url.Values{"deleteMetadata": {strconv.FormatBool(!opts.KeepMetadata)}}
-	// Whatever the answer, the group's next pop asks again whether it is
-	// registered (subscription.go).
 	defer a.c.mem.forget(group, opts.Queue)
 	var out struct {
 		wire.DeleteGroupResponse
@@ -508,86 +386,54 @@ func (a *Admin) DeleteConsumerGroup(ctx context.Context, group string, opts Dele
 	return res, nil
 }
 
-// ---------------------------------------------------------------- queues
-
-// MessageCounts are the message counters of a queue or a partition. A
-// 0.15.1 broker reads them from a statistics table it refreshes in the
-// background, so they may lag a little behind.
+// MessageCounts are the message counters of a queue or a partition. Pending
+// counts what the slowest group has not consumed, leased messages included,
+// on both generations. What 0.15.1 leaves out: docs/ADMIN.md#queues.
 type MessageCounts struct {
-	// Total counts the messages kept.
-	Total int64 `json:"total"`
-	// Pending counts those not yet consumed (by the slowest group), the
-	// ones being processed included, on both generations.
-	Pending int64 `json:"pending"`
-	// Processing counts those leased right now.
-	Processing int64 `json:"processing"`
-	// Completed counts those consumed; a 0.15.1 broker does not send it in
-	// the queue list (ListQueues), only per queue (GetQueue).
-	Completed int64 `json:"completed"`
-	// Failed is a counter only 0.15.1's queue detail sends, and always 0.
-	Failed int64 `json:"failed,omitempty"`
-	// DeadLetter counts those in the dead-letter queue; a 0.15.1 broker
-	// does not send it in the queue list, only per queue.
+	Total      int64 `json:"total"`
+	Pending    int64 `json:"pending"`
+	Processing int64 `json:"processing"` // leased right now
+	Completed  int64 `json:"completed"`
+	Failed     int64 `json:"failed,omitempty"` // 0.15.1's queue detail only, always 0
 	DeadLetter int64 `json:"deadLetter"`
 }
 
-// QueueSummary is one queue of ListQueues. Fields one broker generation
-// never sends are said so; they keep their zero value there.
+// QueueSummary is one queue of ListQueues. A 0.15.1 broker sends no Config
+// (only Namespace and Task) and no RetainedBytes.
 type QueueSummary struct {
-	// Name is the queue.
 	Name string `json:"name"`
-	// ID is the broker's id of the queue (a UUID on 0.15.1).
-	ID string `json:"id,omitempty"`
+	ID   string `json:"id,omitempty"`
 	// Namespace and Task tag the queue for discovery pops.
-	Namespace string `json:"namespace,omitempty"`
-	Task      string `json:"task,omitempty"`
-	// Partitions is how many partitions the queue has.
-	Partitions int `json:"partitions"`
-	// Messages are the queue's counters.
-	Messages MessageCounts `json:"messages"`
-	// RetainedBytes is the size of the messages kept; a 0.15.1 broker
-	// never sends it.
-	RetainedBytes int64 `json:"retainedBytes,omitempty"`
-	// Config is the queue's configuration; a 0.15.1 broker sends none in
-	// its queue views (only Namespace and Task are set there).
-	Config QueueConfig `json:"config"`
-	// CreatedAt is when the queue was created.
-	CreatedAt time.Time `json:"createdAt,omitzero"`
+	Namespace     string        `json:"namespace,omitempty"`
+	Task          string        `json:"task,omitempty"`
+	Partitions    int           `json:"partitions"` // how many
+	Messages      MessageCounts `json:"messages"`
+	RetainedBytes int64         `json:"retainedBytes,omitempty"`
+	Config        QueueConfig   `json:"config"`
+	CreatedAt     time.Time     `json:"createdAt,omitzero"`
 }
 
 // QueueDetail is one queue with its partitions, from GetQueue.
 type QueueDetail struct {
 	QueueSummary
-	// PartitionList holds each partition, by name.
 	PartitionList []QueuePartition `json:"partitionList"`
 }
 
-// QueuePartition is one partition of a queue.
+// QueuePartition is one partition of a queue. Times the broker does not
+// send are zero (LastActivity is 2.x only).
 type QueuePartition struct {
-	// Name is the partition's name; ID the broker's opaque id (the
-	// partitionId of its messages).
 	Name string `json:"name"`
-	ID   string `json:"id,omitempty"`
-	// Messages are the partition's counters.
-	Messages MessageCounts `json:"messages"`
-	// CreatedAt is when the partition was created.
-	CreatedAt time.Time `json:"createdAt,omitzero"`
-	// LastActivity is the partition's last lease; a 0.15.1 broker never
-	// sends it (zero there).
-	LastActivity time.Time `json:"lastActivity,omitzero"`
-	// OldestMessage is the creation time of the oldest message kept (2.x)
-	// or of the oldest pending one (0.15.1); zero when there is none.
-	OldestMessage time.Time `json:"oldestMessage,omitzero"`
-	// NewestMessage is the creation time of the newest message; zero when
-	// there is none.
-	NewestMessage time.Time `json:"newestMessage,omitzero"`
+	// ID is the broker's opaque id (the partitionId of its messages).
+	ID            string        `json:"id,omitempty"`
+	Messages      MessageCounts `json:"messages"`
+	CreatedAt     time.Time     `json:"createdAt,omitzero"`
+	LastActivity  time.Time     `json:"lastActivity,omitzero"`  // the last lease
+	OldestMessage time.Time     `json:"oldestMessage,omitzero"` // creation time (0.15.1: of the oldest pending one)
+	NewestMessage time.Time     `json:"newestMessage,omitzero"`
 }
 
 // ListQueues lists the broker's queues with their counters and
-// configuration (GET /api/v1/resources/queues). A 0.15.1 broker lists the
-// newest queue first and sends no configuration, completed, dead-letter or
-// size figures; its pending count, which leaves out the messages being
-// processed, is returned with them added, as a 2.x broker counts.
+// configuration (GET /api/v1/resources/queues).
 func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 	resp, err := a.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueues.Path()}, nil)
 	if err != nil {
@@ -597,8 +443,7 @@ func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 	if err := decodeList(resp.body, &rows, "queues", "data"); err != nil {
 		return nil, resp.refusal(http.MethodGet, wire.RouteQueues.Path(), "undecodable queue list: "+err.Error())
 	}
-	// Which rows count pending the 0.15.1 way: their counters lack
-	// "completed".
+	// 0.15.1 rows lack "completed" and count pending without processing.
 	var shapes []struct {
 		Messages map[string]json.RawMessage `json:"messages"`
 	}
@@ -617,10 +462,8 @@ func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 }
 
 // GetQueue returns one queue with its partitions (GET
-// /api/v1/resources/queues/{queue}). A queue that does not exist fails
-// with an error matching ErrQueueNotFound (a 2.x broker answers 404, and
-// errors.As finds that *BrokerError). A 0.15.1 broker sends no
-// configuration here either.
+// /api/v1/resources/queues/{queue}). An unknown queue fails with an error
+// matching ErrQueueNotFound.
 func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) {
 	if err := checkName(queueName, name); err != nil {
 		return QueueDetail{}, err
@@ -656,8 +499,8 @@ func (a *Admin) GetQueue(ctx context.Context, name string) (QueueDetail, error) 
 	return d, nil
 }
 
-// queueFromWire reads a queue row of the list or the detail. The list
-// reports partitions as a count, the detail as an array (returned).
+// queueFromWire reads a row of the list (partitions a count) or the detail
+// (partitions an array, returned).
 func queueFromWire(r *wire.QueueRow) (QueueSummary, []wire.QueuePartitionRow) {
 	s := QueueSummary{Name: r.Name, ID: r.ID, RetainedBytes: r.RetainedBytes, CreatedAt: parseBrokerTime(r.CreatedAt)}
 	if s.Name == "" {
@@ -693,10 +536,8 @@ func countsFromWire(m *wire.MessageCounts) MessageCounts {
 	return c
 }
 
-// ConfigureQueue creates the queue or updates its options (POST
-// /api/v1/configure). Options left nil in cfg keep their current value (a
-// merge; 0.15.1 brokers always replace). It is Queue(name).Config(cfg).
-// Create().Execute(ctx).
+// ConfigureQueue is Queue(name).Config(cfg).Create().Execute(ctx): options
+// left nil keep their value (0.15.1 always replaces).
 func (a *Admin) ConfigureQueue(ctx context.Context, name string, cfg QueueConfig) (QueueInfo, error) {
 	return a.c.Queue(name).Config(cfg).Create().Execute(ctx)
 }
@@ -707,67 +548,43 @@ func (a *Admin) ReplaceQueueConfig(ctx context.Context, name string, cfg QueueCo
 	return a.c.Queue(name).Config(cfg).Create().Replace().Execute(ctx)
 }
 
-// DeleteQueue deletes the queue with its messages, partitions and
-// consumer-group positions (DELETE /api/v1/resources/queues/{queue}). A
-// queue that did not exist gives Existed false, not an error.
+// DeleteQueue is Queue(name).Delete().Execute(ctx).
 func (a *Admin) DeleteQueue(ctx context.Context, name string) (DeleteResult, error) {
 	return a.c.Queue(name).Delete().Execute(ctx)
 }
 
-// ---------------------------------------------------------------- health
-
-// Health is the broker's report on itself.
+// Health is the broker's report on itself. Engine and Raft are 2.x only;
+// Database, Server, WorkerID, WorkerStatus and SharedState 0.15.1 only.
 type Health struct {
 	// Healthy is true when the broker answered 200 with status "healthy".
-	Healthy bool `json:"healthy"`
-	// Status is the broker's word ("healthy", "settling" while a 2.x
-	// broker starts, ...).
-	Status string `json:"status"`
-	// HTTPStatus is the status code of the answer (200 or 503).
-	HTTPStatus int `json:"httpStatus"`
-	// Engine is "raft" on 2.x brokers, empty on older ones.
-	Engine string `json:"engine,omitempty"`
-	// Version is the broker's version (0.15.1 always says "1.0.0").
-	Version string `json:"version,omitempty"`
-	// Database is the database state ("connected") of a 0.15.1 broker; a
-	// 2.x broker never sends it.
-	Database string `json:"database,omitempty"`
-	// Server names a 0.15.1 broker's server ("C++ Queen Server
-	// (libqueen)"); a 2.x broker never sends it.
-	Server string `json:"server,omitempty"`
-	// WorkerID is the 0.15.1 broker's worker that answered; WorkerStatus
-	// that worker's state ("active"); a 2.x broker sends neither.
-	WorkerID     int    `json:"workerId,omitempty"`
-	WorkerStatus string `json:"workerStatus,omitempty"`
-	// SharedState is a 0.15.1 broker's report on the state it shares
-	// between servers, as sent ({"enabled":false} when it shares none); a
-	// 2.x broker never sends it.
-	SharedState json.RawMessage `json:"sharedState,omitempty"`
-	// Raft is a 2.x broker's report on its node; nil from a 0.15.1 broker.
-	Raft *RaftStatus `json:"raft,omitempty"`
+	Healthy    bool   `json:"healthy"`
+	Status     string `json:"status"`     // "healthy", "settling" while a 2.x broker starts, ...
+	HTTPStatus int    `json:"httpStatus"` // 200 or 503
+	Engine     string `json:"engine,omitempty"`
+	Version    string `json:"version,omitempty"` // 0.15.1 always says "1.0.0"
+	Database   string `json:"database,omitempty"`
+	Server     string `json:"server,omitempty"`
+	// WorkerID is the worker that answered; WorkerStatus its state.
+	WorkerID     int             `json:"workerId,omitempty"`
+	WorkerStatus string          `json:"workerStatus,omitempty"`
+	SharedState  json.RawMessage `json:"sharedState,omitempty"` // as sent
+	Raft         *RaftStatus     `json:"raft,omitempty"`
 }
 
 // RaftStatus is a 2.x broker's node in its replication group.
 type RaftStatus struct {
-	// Role is the node's role ("leader", "follower", ...) and Leader true
-	// when it leads.
-	Role   string `json:"role"`
-	Leader bool   `json:"leader"`
-	// Term is the current election term.
-	Term uint64 `json:"term"`
-	// Applied and Commit are the log indexes applied and committed; Lag is
-	// how far the node is behind.
-	Applied uint64 `json:"applied"`
-	Commit  uint64 `json:"commit"`
-	Lag     uint64 `json:"lag"`
-	// StorageReady is true once the node's storage is open.
-	StorageReady bool `json:"storageReady"`
+	Role         string `json:"role"` // "leader", "follower", ...
+	Leader       bool   `json:"leader"`
+	Term         uint64 `json:"term"`
+	Applied      uint64 `json:"applied"` // log index
+	Commit       uint64 `json:"commit"`  // log index
+	Lag          uint64 `json:"lag"`
+	StorageReady bool   `json:"storageReady"`
 }
 
-// Health asks the broker how it is (GET /health, no auth needed). An
-// unhealthy broker that answers 503 with its report is not an error: the
-// report says Healthy false. Errors are for no answer, or an answer that
-// is not a health report.
+// Health asks the broker how it is (GET /health, no auth needed). A 503
+// with a report is no error: Healthy is false. Errors are for no answer or
+// one that is not a health report.
 func (a *Admin) Health(ctx context.Context) (Health, error) {
 	resp, err := a.c.do(ctx, call{method: http.MethodGet, path: wire.RouteHealth.Path()})
 	var be *BrokerError
@@ -795,91 +612,57 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 	return out, nil
 }
 
-// ---------------------------------------------------------------- DLQ
-
 // DLQListOptions filter and page ListDLQ.
 type DLQListOptions struct {
-	// ConsumerGroup keeps the messages dead-lettered by that group.
 	ConsumerGroup string
-	// Partition keeps the messages of that partition.
-	Partition string
-	// From and To keep the messages that failed in [From, To); zero means
-	// unbounded. With either set, an entry whose failure time the broker
-	// did not send (or sent unreadable) is left out.
+	Partition     string
+	// From and To keep the messages that failed in [From, To); zero is
+	// unbounded. With either set, an entry without a failure time is left
+	// out.
 	From, To time.Time
-	// Limit is the page size; 0 means 100.
-	Limit int
-	// Offset skips that many matching messages (newest failure first).
-	Offset int
+	Limit    int // page size; 0 means 100
+	Offset   int // matching messages to skip, newest failure first
 }
 
-// DeadLetter is one message in a dead-letter queue. Fields one broker
-// generation never sends are said so; they keep their zero value (or -1,
-// as said) there.
+// DeadLetter is one message in a dead-letter queue. Fields a broker
+// generation does not send keep their zero value (Offset: -1); which ones:
+// docs/ADMIN.md#dead-letters.
 type DeadLetter struct {
-	// ID is the dead-letter row's id (what ReplayDLQ needs). A 0.15.1
-	// broker has no such id: ID is empty there, and the message's id is in
-	// MessageID.
-	ID string `json:"id"`
-	// Queue and Partition are where the message lived.
-	Queue     string `json:"queue"`
-	Partition string `json:"partition,omitempty"`
-	// PartitionID is the broker's opaque partition id.
-	PartitionID string `json:"partitionId,omitempty"`
-	// ConsumerGroup is the group that dead-lettered it ("__QUEUE_MODE__"
-	// for queue mode).
-	ConsumerGroup string `json:"consumerGroup,omitempty"`
-	// Offset is the message's position in its partition; -1 when unknown
-	// (a 0.15.1 broker has no offsets).
-	Offset int64 `json:"offset"`
+	// ID is the dead-letter row's id, which ReplayDLQ needs (empty on
+	// 0.15.1, where MessageID holds the message's id).
+	ID            string `json:"id"`
+	Queue         string `json:"queue"`
+	Partition     string `json:"partition,omitempty"`
+	PartitionID   string `json:"partitionId,omitempty"`
+	ConsumerGroup string `json:"consumerGroup,omitempty"` // "__QUEUE_MODE__" for queue mode
+	Offset        int64  `json:"offset"`
 	// MessageID and TransactionID identify the original message.
-	MessageID     string `json:"messageId,omitempty"`
-	TransactionID string `json:"transactionId"`
-	// Payload is the message as pushed (JSON).
-	Payload json.RawMessage `json:"payload"`
-	// Error is the failure reason stored with it.
-	Error string `json:"error,omitempty"`
-	// RetryCount is how many retries it had spent. (A broker that counts
-	// retries per partition and group, as 0.15.1 does, stores that counter:
-	// the retries of the batch at that position, not of this message.)
-	RetryCount int `json:"retryCount"`
-	// FailedAt is when it was dead-lettered.
-	FailedAt time.Time `json:"failedAt,omitzero"`
-	// MessageCreatedAt is when the message was pushed (to the millisecond);
-	// a 2.x broker does not send it (zero there).
-	MessageCreatedAt time.Time `json:"messageCreatedAt,omitzero"`
-	// ProducerSub is the authenticated subject that pushed the message,
-	// when a 0.15.1 broker recorded one; a 2.x broker never sends it.
-	ProducerSub string `json:"producerSub,omitempty"`
+	MessageID     string          `json:"messageId,omitempty"`
+	TransactionID string          `json:"transactionId"`
+	Payload       json.RawMessage `json:"payload"` // as pushed
+	Error         string          `json:"error,omitempty"`
+	// RetryCount is the broker's retry counter at the failure (per
+	// partition and group, not per message: docs/RETRIES.md).
+	RetryCount       int       `json:"retryCount"`
+	FailedAt         time.Time `json:"failedAt,omitzero"`
+	MessageCreatedAt time.Time `json:"messageCreatedAt,omitzero"` // 0.15.1 only
+	ProducerSub      string    `json:"producerSub,omitempty"`     // 0.15.1 only
 }
 
 // DLQPage is one page of ListDLQ.
 type DLQPage struct {
-	// Messages is the page, newest failure first.
-	Messages []DeadLetter `json:"messages"`
-	// Total is how many messages matched, before paging. From a 2.x broker
-	// it is the broker's count, which does not account for the filters it
-	// ignores (partition, time); from a 0.15.1 broker, which sends no
-	// count, it is counted here and accounts for every filter.
-	Total int `json:"total"`
-	// Limit and Offset echo the paging applied.
+	Messages []DeadLetter `json:"messages"` // newest failure first
+	// Total is how many messages matched before paging (a 2.x broker's
+	// count ignores the partition and time filters).
+	Total  int `json:"total"`
 	Limit  int `json:"limit"`
 	Offset int `json:"offset"`
 }
 
-// ListDLQ lists the dead-lettered messages of queue (GET /api/v1/dlq). The
-// filters are sent to the broker; since a 2.x broker honours only the
-// queue and group filters, the partition and time filters are also applied
-// to the page received, so a returned message always matches them.
-//
-// A 0.15.1 broker pages wrongly (it sends every matching message whatever
-// the limit, and nothing for any offset) and counts nothing: there the
-// client learns the generation once (GET /health), asks once for the
-// queue's whole list (with neither limit nor offset), and applies every
-// filter, the offset and the limit itself, and counts Total. Each call then
-// transfers the whole list. Its entries have no ID (MessageID holds the
-// message's id) and cannot be replayed (ReplayDLQ fails with
-// ErrNotSupported). DeadLetters iterates over every page.
+// ListDLQ lists the dead-lettered messages of queue (GET /api/v1/dlq). Every
+// returned message matches opts: filters the broker ignores are applied to
+// the page received. On 0.15.1, which does not page, each call transfers
+// the queue's whole list and pages it here (docs/ADMIN.md#dead-letters).
 func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) (DLQPage, error) {
 	out, _, paged, err := a.listDLQ(ctx, queue, opts)
 	if err != nil || paged {
@@ -894,14 +677,9 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 }
 
 // DeadLetters yields the dead letters of queue that match opts, newest
-// failure first, one ListDLQ page after another: opts.Limit is the page
-// size (0 means 100; a 2.x broker caps it at 1,000), opts.Offset where to
-// start. It ends at the broker's last page: when the rows read reach the
-// broker's Total, or, without a Total, on a page shorter than asked. Pages
-// are counted in the rows the broker sent, so a page that the client's own
-// partition and time filters shortened does not end it early. An error (bad
-// options, before any request; a page that failed) is yielded once and
-// ends the sequence. Stop early by breaking out of the loop.
+// failure first, one ListDLQ page of opts.Limit after another from
+// opts.Offset, to the broker's last page. An error is yielded once and
+// ends the sequence.
 //
 //	for dl, err := range client.Admin().DeadLetters(ctx, "emails", queen.DLQListOptions{}) {
 //		if err != nil {
@@ -910,16 +688,9 @@ func (a *Admin) ListDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 //		fmt.Println(dl.Error, string(dl.Payload))
 //	}
 //
-// Pages are read by offset from a list that may change meanwhile. A row
-// dead-lettered meanwhile comes first and moves the rest down a place: a
-// row may then be yielded twice (compare ID). A row replayed or purged
-// meanwhile moves the rest up a place: a row may then be missed. To
-// replay every dead letter, replay what one pass yields and run again
-// until a pass yields nothing.
-//
-// A 0.15.1 broker does not page: one request brings its whole list
-// (filtered here, as ListDLQ does), and DeadLetters yields all of it from
-// opts.Offset; opts.Limit is no page size there.
+// Pages are read by offset from a list that may change: a row may be
+// yielded twice (compare ID) or missed. To replay every dead letter, run
+// passes until one yields nothing (docs/ADMIN.md#dead-letters).
 func (a *Admin) DeadLetters(ctx context.Context, queue string, opts DLQListOptions) iter.Seq2[DeadLetter, error] {
 	return func(yield func(DeadLetter, error) bool) {
 		if opts.Limit == 0 {
@@ -968,10 +739,9 @@ func checkDLQOptions(queue string, opts DLQListOptions) error {
 	return nil
 }
 
-// listDLQ asks the broker for one page. raw is how many rows the broker
-// sent, before the client's own filters. On a broker that pages (paged)
-// out is that page; on one that does not (0.15.1), out.Messages is the
-// whole filtered list, neither offset nor limit applied.
+// listDLQ asks for one page. raw counts the rows sent, before the client's
+// filters. Unless paged (0.15.1), out.Messages is the whole filtered list,
+// neither offset nor limit applied.
 func (a *Admin) listDLQ(ctx context.Context, queue string, opts DLQListOptions) (out DLQPage, raw int, paged bool, err error) {
 	if err := checkDLQOptions(queue, opts); err != nil {
 		return DLQPage{}, 0, false, err
@@ -1041,14 +811,13 @@ func (a *Admin) listDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 	return out, len(page.Messages), g.DLQPaging, nil
 }
 
-// inWindow reports whether t is known (not zero) and in [from, to), a zero
-// bound being open.
+// inWindow: t is not zero and in [from, to), a zero bound being open.
 func inWindow(t, from, to time.Time) bool {
 	return !t.IsZero() && (from.IsZero() || !t.Before(from)) && (to.IsZero() || t.Before(to))
 }
 
-// deadLetterFromWire reads one entry; legacy says it is a 0.15.1 one, whose
-// id is the message's and whose createdAt is the message's creation.
+// deadLetterFromWire reads one entry; on 0.15.1 (legacy) id and createdAt
+// are the message's.
 func deadLetterFromWire(m *wire.DLQMessage, legacy bool) DeadLetter {
 	d := DeadLetter{ID: m.ID, Queue: m.Queue, Partition: m.Partition, PartitionID: m.PartitionID, Offset: -1,
 		MessageID: m.MessageID, TransactionID: m.TransactionID, RetryCount: m.RetryCount, FailedAt: parseBrokerTime(m.FailedAt)}
@@ -1082,52 +851,29 @@ func deadLetterFromWire(m *wire.DLQMessage, legacy bool) DeadLetter {
 
 // ReplayResult says what a DLQ replay did.
 type ReplayResult struct {
-	// Moved is true when a new copy was pushed to the queue's tail and the
-	// dead-letter row removed; false for a duplicate (the destination
-	// already holds that transaction id and nothing changed).
-	Moved bool `json:"moved"`
-	// Result is the broker's word: "moved" or "duplicate".
-	Result string `json:"result"`
+	// Moved: a copy was pushed to the tail and the row removed. False for
+	// a duplicate (the copy was already there; nothing changed).
+	Moved  bool   `json:"moved"`
+	Result string `json:"result"` // "moved" or "duplicate"
 	// Queue and Partition are where the copy went.
 	Queue     string `json:"queue,omitempty"`
 	Partition string `json:"partition,omitempty"`
-	// TransactionID is the copy's transaction id (2.x: "dlq:<row id>", so a
-	// repeated replay cannot store two copies); MessageID its new id.
-	TransactionID string `json:"transactionId,omitempty"`
-	MessageID     string `json:"messageId,omitempty"`
-	// Offset is the copy's position in its partition; -1 when unknown.
-	Offset int64 `json:"offset"`
-	// OriginalTransactionID is the dead-lettered message's transaction id.
+	// TransactionID is the copy's ("dlq:<row id>" on 2.x); MessageID its id.
+	TransactionID         string `json:"transactionId,omitempty"`
+	MessageID             string `json:"messageId,omitempty"`
+	Offset                int64  `json:"offset"` // -1 when unknown
 	OriginalTransactionID string `json:"originalTransactionId,omitempty"`
 }
 
-// ReplayDLQ pushes a dead-lettered message back to the tail of its queue
-// and partition and removes it from the dead-letter queue, in one step.
-// It needs dl.ID (POST /api/v1/dlq/{id}/replay) or, for brokers without
-// that route, dl.PartitionID and dl.TransactionID (POST
-// /api/v1/messages/{partitionId}/{transactionId}/retry); with neither it
-// fails with ErrNotReplayable before any request. A message no longer in
-// the dead-letter queue is a *BrokerError with Status 404.
-//
-// A 0.15.1 broker has no replay route: when the client already knows the
-// broker is one (a ListDLQ, or a seek to a time, asked its generation),
-// ReplayDLQ fails with ErrNotSupported before any request; otherwise it
-// fails with ErrNotSupported when the broker answers that it has no such
-// route (a 404 that is not JSON, 2.x's no_such_route, a 405). There, a
-// dead letter can be pushed again by hand (its Payload, to its Queue and
-// Partition) and the original left in the dead-letter queue.
-//
-// A replay is not safe to send twice (the second finds the row gone and
-// answers 404), so ReplayDLQ sends it again only when the broker surely
-// did not apply it: a failure to connect, and the answers 429 and 503 (the
-// broker's "not applied, retry"). When the outcome is open, the error
-// matches ErrOutcomeUnknown: the connection failed or the ctx ended after
-// the request may have reached the broker, or the broker answered a 5xx
-// that may follow applying it (500, 502, 504, a 503 with code
-// outcome_unknown; errors.As finds the *BrokerError). The message may
-// have been moved: list the dead-letter queue, and look for the copy in
-// the queue (a 2.x broker gives it the transaction id "dlq:" + dl.ID),
-// before replaying it again.
+// ReplayDLQ moves a dead letter back to the tail of its partition in one
+// step (POST /api/v1/dlq/{id}/replay, or the older
+// /api/v1/messages/{partitionId}/{transactionId}/retry). Without dl.ID or
+// that address it fails with ErrNotReplayable before any request; a row no
+// longer there is a *BrokerError with Status 404; 0.15.1, which has no
+// replay route, gives ErrNotSupported. It is sent again only when the
+// broker surely did not apply it; an open outcome matches
+// ErrOutcomeUnknown: look for the copy before replaying again
+// (docs/ADMIN.md#replay).
 func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, error) {
 	byAddress := dl.PartitionID != "" && dl.TransactionID != ""
 	if dl.ID == "" && !byAddress {
@@ -1183,8 +929,8 @@ func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, err
 	return r, nil
 }
 
-// routeMissing reports whether a broker error says the route does not
-// exist: 2.x no_such_route, a 405, or a 404 whose body is not JSON.
+// routeMissing: 2.x no_such_route, a 405, or a 404 that is not JSON (a
+// JSON 404 is about the row, 2.x {"result":"gone"}).
 func routeMissing(be *BrokerError) bool {
 	if be.Status == http.StatusMethodNotAllowed || be.Code == "no_such_route" {
 		return true
@@ -1192,16 +938,11 @@ func routeMissing(be *BrokerError) bool {
 	if be.Status != http.StatusNotFound {
 		return false
 	}
-	// A JSON 404 is about the row (2.x {"result":"gone"}); an HTML or empty
-	// one (0.15.1) means the route is unknown.
 	return !json.Valid(be.Body)
 }
 
-// ---------------------------------------------------------------- helpers
-
-// refused reads a 2xx answer's verdict: a failure when success is false
-// or, with no success field, when there is an error text (0.15.1 answers
-// 200 to failures).
+// refused reads a 2xx answer's verdict: success false, or without success
+// an error text (0.15.1 answers 200 to failures).
 func refused(success *bool, errText string) bool {
 	if success != nil {
 		return !*success
@@ -1209,8 +950,7 @@ func refused(success *bool, errText string) bool {
 	return errText != ""
 }
 
-// decodeList decodes a list answer that is either a bare array or an
-// object holding the array under one of keys.
+// decodeList decodes a bare array or an object holding it under one of keys.
 func decodeList(body []byte, out any, keys ...string) error {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {

@@ -57,7 +57,7 @@ func docLeft(t *testing.T, ctx context.Context, qb *queen.QueueBuilder) []*queen
 	return msgs
 }
 
-// doc.go, "Queues": an explicit create with options.
+// An explicit create with options.
 func TestDocCreateQueue(t *testing.T) {
 	_, _, client, ctx := docBroker(t)
 
@@ -92,7 +92,7 @@ type Order struct {
 	Total float64 `json:"total"`
 }
 
-// doc.go and message.go, Decode.
+// message.go, Decode.
 func TestDocDecode(t *testing.T) {
 	_, _, client, ctx := docBroker(t)
 	docPush(t, ctx, client.Queue("orders"), map[string]any{"id": 7, "total": 12.5})
@@ -109,7 +109,7 @@ func TestDocDecode(t *testing.T) {
 	}
 }
 
-// doc.go, "Consuming": the workers group reads the tasks pushed before it
+// doc.go, "Quick start": the workers group reads the tasks pushed before it
 // started, four handlers at once.
 func TestDocConsume(t *testing.T) {
 	srv, _, client, tctx := docBroker(t)
@@ -142,7 +142,7 @@ func TestDocConsume(t *testing.T) {
 	}
 }
 
-// doc.go, "Errors": bad input is told from a broker's refusal.
+// Bad input is told from a broker's refusal (ErrInvalidArgument).
 func TestDocInvalidArgument(t *testing.T) {
 	_, _, client, ctx := docBroker(t)
 	classify := func(err error) error {

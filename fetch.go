@@ -14,38 +14,29 @@ import (
 	"github.com/queen-go/queen/internal/wire"
 )
 
-// Per-partition fetch errors, matched (errors.Is) by the *FetchError in
-// PartitionRead.Err.
+// Per-partition fetch errors, matched (errors.Is) by PartitionRead.Err.
 var (
-	// ErrUnknownPartition: the broker has no such queue (2.x answers an
-	// unknown partition of an existing queue as an empty one).
+	// ErrUnknownPartition: no such queue (2.x reads an unknown partition of
+	// a queue as an empty one).
 	ErrUnknownPartition = errors.New("queen: unknown queue or partition")
-	// ErrOffsetOutOfRange: the offset is below the oldest kept record or
-	// above the next one to be written.
+	// ErrOffsetOutOfRange: below the oldest kept record or past the next.
 	ErrOffsetOutOfRange = errors.New("queen: offset out of range")
 )
 
 // Limits of the fetch options, as the broker applies them.
 const (
-	// MaxFetchBytes is the largest byte budget of one partition per fetch.
-	MaxFetchBytes = 8 << 20
-	// MaxFetchWait is the longest a fetch waits for records.
-	MaxFetchWait = 30 * time.Second
-	// MaxFetchPartitions is the most partitions one fetch may read.
-	MaxFetchPartitions = 1024
+	MaxFetchBytes      = 8 << 20          // byte budget of one partition per fetch
+	MaxFetchWait       = 30 * time.Second // longest wait for records
+	MaxFetchPartitions = 1024             // partitions one fetch may read
 )
 
 // FetchError is a broker's refusal to read one partition.
 type FetchError struct {
-	// Queue and Partition name what was read.
 	Queue, Partition string
-	// Offset is the offset asked for.
-	Offset int64
-	// Code is the broker's code ("UNKNOWN_TOPIC_OR_PARTITION",
-	// "OFFSET_OUT_OF_RANGE", ...).
-	Code string
-	// HighWatermark and LogStartOffset are the partition's bounds, when the
-	// broker reports them.
+	Offset           int64  // asked for
+	Code             string // "UNKNOWN_TOPIC_OR_PARTITION", "OFFSET_OUT_OF_RANGE", ...
+	// HighWatermark and LogStartOffset are the partition's bounds, when
+	// reported.
 	HighWatermark, LogStartOffset int64
 }
 
@@ -74,33 +65,22 @@ func (e *FetchError) Is(target error) bool {
 
 // FetchedRecord is one record read by offset.
 type FetchedRecord struct {
-	// Partition is the partition the record was read from.
-	Partition string `json:"partition"`
-	// Offset is the record's position in its partition.
-	Offset int64 `json:"offset"`
-	// TransactionID is the record's transaction id.
-	TransactionID string `json:"transactionId"`
-	// Payload is the record as pushed: any JSON value ("null" when empty).
-	Payload json.RawMessage `json:"payload"`
-	// Timestamp is when the broker stored the record.
-	Timestamp time.Time `json:"timestamp,omitzero"`
+	Partition     string          `json:"partition"`
+	Offset        int64           `json:"offset"`
+	TransactionID string          `json:"transactionId"`
+	Payload       json.RawMessage `json:"payload"` // as pushed ("null" when empty)
+	Timestamp     time.Time       `json:"timestamp,omitzero"`
 }
 
 // PartitionRead is what a fetch read from one partition.
 type PartitionRead struct {
-	// Partition is the partition's name.
-	Partition string `json:"partition"`
-	// From is the offset the read started at.
-	From int64 `json:"from"`
-	// Records are the records read, in offset order.
-	Records []FetchedRecord `json:"records"`
-	// HighWatermark is the offset the next pushed record will get (the last
-	// record's offset plus one).
-	HighWatermark int64 `json:"highWatermark"`
-	// LogStartOffset is the offset of the oldest record still kept.
-	LogStartOffset int64 `json:"logStartOffset"`
-	// Err is the broker's refusal for this partition (a *FetchError
-	// matching ErrUnknownPartition or ErrOffsetOutOfRange); nil when read.
+	Partition      string          `json:"partition"`
+	From           int64           `json:"from"`           // the offset the read started at
+	Records        []FetchedRecord `json:"records"`        // in offset order
+	HighWatermark  int64           `json:"highWatermark"`  // the next record's offset
+	LogStartOffset int64           `json:"logStartOffset"` // the oldest kept record's
+	// Err is the broker's refusal for this partition (a *FetchError); nil
+	// when read.
 	Err error `json:"-"`
 }
 
@@ -199,17 +179,14 @@ func FetchWait(d time.Duration) FetchOption {
 }
 
 // Fetch reads partitions of the queue by offset (POST /api/v1/fetch): no
-// consumer group, no lease, no ack, and nothing moves; two callers read
-// the same records. The result maps each partition to its records and
-// bounds; keep your own position with PartitionRead.NextOffset. A partition
-// the broker refused has its Err set (FetchResult.Err joins them); the
+// group, lease or ack, and nothing moves. Keep your position with
+// PartitionRead.NextOffset. A refused partition has its Err set; the
 // returned error is for the request as a whole.
 //
-// With no start offset the read begins at the oldest record still kept. A
-// nil or empty partitions reads the builder's Partition, if set (with
-// neither, Fetch fails with ErrEmptyPartition before any request). The empty
-// name means the broker's "Default" partition, and is keyed so. A broker
-// without the fetch route (0.15.1) gives an error matching ErrNotSupported.
+// Without a start offset the read begins at the oldest kept record. Empty
+// partitions reads the builder's Partition (with neither,
+// ErrEmptyPartition); "" is keyed as "Default". On 0.15.1, which has no
+// fetch, the error matches ErrNotSupported.
 func (b *QueueBuilder) Fetch(ctx context.Context, partitions []string, opts ...FetchOption) (FetchResult, error) {
 	var cfg fetchConfig
 	for _, o := range opts {
@@ -266,9 +243,8 @@ func (b *QueueBuilder) Fetch(ctx context.Context, partitions []string, opts ...F
 	if err != nil {
 		return nil, err
 	}
-	// A read "from the oldest kept record" starts at 0 (the broker has no
-	// such sentinel); when retention has moved the log start past 0, read
-	// those partitions again from the start the broker reported.
+	// "The oldest kept record" is sent as 0 (the broker has no sentinel):
+	// after retention moved the log start, read again from it.
 	var again []wire.FetchEntry
 	var againAt []int
 	for i, r := range out {
@@ -307,7 +283,6 @@ func (c *Client) fetch(ctx context.Context, req wire.FetchRequest) ([]wire.Fetch
 	if err != nil {
 		var be *BrokerError
 		if errors.As(err, &be) && (be.Status == http.StatusNotFound || be.Status == http.StatusMethodNotAllowed) {
-			// A generation without the route (wire.Generation.Serves: 0.15.1).
 			return nil, fmt.Errorf("%w: fetch by offset (POST %s answered %d; the broker predates it): %w",
 				ErrNotSupported, wire.RouteFetch.Path(), be.Status, err)
 		}
@@ -350,11 +325,9 @@ func partitionReadFromWire(queue, name string, from int64, r *wire.FetchEntryRes
 	return pr
 }
 
-// ReadPartition reads one partition of the queue from fromOffset to the
-// end it had when the read started, one fetch per page, for audits and
-// rebuilds: no group, lease or ack. Records come in offset order; an error
-// (a refused partition, a broker without fetch) is yielded once and ends
-// the sequence. Stop early by breaking out of the loop.
+// ReadPartition yields one partition's records in offset order, from
+// fromOffset to the end it had when the read started, one Fetch per page:
+// no group, lease or ack. An error is yielded once and ends the sequence.
 //
 //	for rec, err := range client.Queue("orders").ReadPartition(ctx, "customer-42", 0) {
 //		if err != nil {
@@ -363,8 +336,8 @@ func partitionReadFromWire(queue, name string, from int64, r *wire.FetchEntryRes
 //		fmt.Println(rec.Offset, string(rec.Payload))
 //	}
 //
-// An offset below the oldest kept record is an error matching
-// ErrOffsetOutOfRange: read PartitionRead.LogStartOffset from Fetch first.
+// An offset below the oldest kept record gives ErrOffsetOutOfRange (Fetch
+// reports PartitionRead.LogStartOffset).
 func (b *QueueBuilder) ReadPartition(ctx context.Context, partition string, fromOffset int64) iter.Seq2[FetchedRecord, error] {
 	return func(yield func(FetchedRecord, error) bool) {
 		if fromOffset < 0 {

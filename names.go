@@ -10,28 +10,16 @@ import (
 )
 
 // MaxNameBytes is the longest queue, partition or consumer-group name the
-// client sends, in bytes of UTF-8.
-//
-// It comes from the tighter of the two broker generations. A 2.x broker
-// refuses (413 name_too_long) a request whose tenant, queue and the longer
-// of its group and partition names add up to more than 447 bytes; with no
-// tenant (a plain broker), two names of 223 bytes always fit, whatever the
-// other name is. A 0.15.1 broker keeps each name in a VARCHAR(255) column,
-// which 223 bytes never exceed. Behind a proxy that sets a tenant, the 2.x
-// budget shrinks by the tenant's length, which only that broker can check.
+// client sends, in bytes of UTF-8: two such names fit both generations'
+// limits (docs/ARCHITECTURE.md, "Names").
 const MaxNameBytes = 223
 
-// ErrInvalidName is matched (errors.Is) by the error for a queue, partition
-// or consumer-group name the client refuses to send: only white space, a
-// '/', the path segments "." and "..", a control character, bytes that are
-// not UTF-8, or more than MaxNameBytes bytes. The error names the rule and
-// the name. It matches ErrInvalidArgument too. (An empty name where one is
-// required has its own sentinels: ErrEmptyQueue, ErrEmptyPartition,
-// ErrEmptyGroup.)
+// ErrInvalidName is matched by the error for a name the client refuses to
+// send: only white space, a '/', "." or "..", a control character, bytes
+// not UTF-8, or over MaxNameBytes. It matches ErrInvalidArgument too; an
+// empty name has its own sentinel (ErrEmptyQueue, ...).
 var ErrInvalidName = newArgError("invalid name")
 
-// nameKind says which name is checked, for the error and for the sentinel
-// of an empty name.
 type nameKind int
 
 const (
@@ -61,8 +49,7 @@ func (k nameKind) empty() error {
 }
 
 // checkName refuses a name that could mean something else in a URL path, or
-// that no broker stores. An empty name fails with the kind's ErrEmpty...
-// sentinel; use checkOptionalName where "" means "none".
+// that no broker stores; "" fails with the kind's ErrEmpty... sentinel.
 func checkName(kind nameKind, name string) error {
 	if name == "" {
 		return kind.empty()

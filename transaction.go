@@ -16,24 +16,21 @@ import (
 var ErrRolledBack = errors.New("queen: transaction rolled back")
 
 // TransactionBuilder collects acks and pushes that the broker applies all
-// together or not at all. Create it with Client.Transaction, add operations
-// with Ack and Queue(..).Push, and send it with Commit:
+// or nothing, sent with Commit:
 //
 //	_, err := client.Transaction().
 //		Ack(msg, queen.StatusCompleted, queen.AckOptions{ConsumerGroup: "billing"}).
 //		Queue("invoices").Partition(msg.Partition).Push(invoice).
 //		Commit(ctx)
 //
-// Bad input (a message that cannot be acked, an unknown status, a payload
-// that is not JSON) is remembered and returned by Commit before any request
-// is sent. A builder is not safe for concurrent use.
+// The first bad input is returned by Commit before any request. A builder
+// is not safe for concurrent use.
 type TransactionBuilder struct {
 	c   *Client
 	ops []txnOp
 	err error
 }
 
-// txnOp is one operation of the builder, in the order it was added.
 type txnOp struct {
 	ack   *wire.TxnOp     // type "ack", ready to send
 	items []wire.PushItem // type "push"
@@ -45,13 +42,10 @@ func (c *Client) Transaction() *TransactionBuilder {
 	return &TransactionBuilder{c: c}
 }
 
-// Ack adds the settlement of msg with status (completed, failed, retry or
-// dlq; an untyped string constant such as "dlq" converts). At most one
-// AckOptions may be given: its ConsumerGroup (default: the message's own
-// group) and Error (the reason stored with a failed or dead-lettered
-// message). The ack carries the message's lease id, so the broker refuses
-// it, and with it the whole transaction, when that lease has expired or
-// been released.
+// Ack adds the settlement of msg with status. At most one AckOptions:
+// ConsumerGroup (default: the message's) and Error. The ack carries the
+// message's lease id: an expired or released lease rolls back the whole
+// transaction. A message without a lease fails Commit with ErrNotAckable.
 func (t *TransactionBuilder) Ack(msg *Message, status AckStatus, opts ...AckOptions) *TransactionBuilder {
 	n := len(t.ops)
 	switch {
@@ -92,16 +86,15 @@ func (t *TransactionBuilder) Ack(msg *Message, status AckStatus, opts ...AckOpti
 	return t
 }
 
-// Queue names the queue of the next Push. Chain Partition (optional) and
-// Push, which returns the transaction builder:
+// Queue names the queue of the next Push, which returns the builder:
 //
 //	tx.Queue("invoices").Partition("customer-42").Push(a, b)
 func (t *TransactionBuilder) Queue(name string) *TransactionPush {
 	return &TransactionPush{tx: t, queue: name}
 }
 
-// TransactionPush is a push being added to a transaction. Create it with
-// TransactionBuilder.Queue.
+// TransactionPush is a push being added to a transaction
+// (TransactionBuilder.Queue).
 type TransactionPush struct {
 	tx        *TransactionBuilder
 	queue     string
@@ -114,16 +107,12 @@ type TransactionPush struct {
 func (p *TransactionPush) Partition(name string) *TransactionPush { p.partition = name; return p }
 
 // TraceID sets the trace id (a UUID) of the pushed messages that carry none
-// of their own. Both broker generations keep a trace id pushed in a
-// transaction (see Message.TraceID).
+// of their own; both generations keep it.
 func (p *TransactionPush) TraceID(id string) *TransactionPush { p.traceID = id; return p }
 
-// Push adds one message per payload to the transaction and returns the
-// transaction builder. Payloads are what QueueBuilder.Push takes: any value
-// that encodes to JSON, json.RawMessage or []byte holding JSON, or an Item
-// (or *Item) with its own transaction and trace ids. Every message gets a transaction
-// id now (client-made when it has none), so committing the same builder
-// again cannot store a message twice.
+// Push adds one message per payload (what QueueBuilder.Push takes) and
+// returns the builder. Transaction ids are fixed now, so committing the
+// same builder again cannot store a message twice.
 func (p *TransactionPush) Push(payloads ...any) *TransactionBuilder {
 	t := p.tx
 	n := len(t.ops)
@@ -165,8 +154,8 @@ func (t *TransactionBuilder) fail(err error) {
 	}
 }
 
-// request builds the wire body: the operations in order and the distinct
-// lease ids of the acks, in order of first use.
+// request builds the body: the operations in order and the acks' distinct
+// lease ids, in order of first use.
 func (t *TransactionBuilder) request() (wire.TxnRequest, error) {
 	if t.err != nil {
 		return wire.TxnRequest{}, t.err
@@ -202,67 +191,47 @@ func (t *TransactionBuilder) key() string {
 type TransactionOpType string
 
 const (
-	// TransactionPushOp is the result of one pushed message.
-	TransactionPushOp TransactionOpType = "push"
-	// TransactionAckOp is the result of one ack.
-	TransactionAckOp TransactionOpType = "ack"
+	TransactionPushOp TransactionOpType = "push" // one pushed message
+	TransactionAckOp  TransactionOpType = "ack"  // one ack
 )
 
 // TransactionOpResult is the broker's answer for one pushed message or one
 // ack of a transaction. A push of n payloads has n results.
 type TransactionOpResult struct {
-	// Index is the position of the result in the broker's answer.
-	Index int `json:"index"`
-	// Type says whether this is a pushed message or an ack.
-	Type TransactionOpType `json:"type"`
-	// Success is the broker's verdict on this operation.
-	Success bool `json:"success"`
-	// TransactionID is the pushed or acked message's transaction id.
-	TransactionID string `json:"transactionId,omitempty"`
-	// MessageID is the id of a pushed message (the original one for a
-	// duplicate).
-	MessageID string `json:"messageId,omitempty"`
-	// Queue is the queue of a pushed message.
-	Queue string `json:"queue,omitempty"`
-	// PartitionID is the partition of a pushed message, when the broker
-	// reports it (0.15.1).
-	PartitionID string `json:"partitionId,omitempty"`
-	// Duplicate is true when the pushed message was already stored (same
-	// transaction id in that partition); nothing new was stored.
-	Duplicate bool `json:"duplicate,omitempty"`
-	// DLQ is true when the ack dead-lettered its message.
-	DLQ bool `json:"dlq,omitempty"`
-	// Error is the broker's reason for a failed operation.
-	Error string `json:"error,omitempty"`
+	Index         int               `json:"index"` // in the broker's answer
+	Type          TransactionOpType `json:"type"`
+	Success       bool              `json:"success"`
+	TransactionID string            `json:"transactionId,omitempty"`
+	MessageID     string            `json:"messageId,omitempty"` // a push's; the original one for a duplicate
+	Queue         string            `json:"queue,omitempty"`
+	PartitionID   string            `json:"partitionId,omitempty"` // a push's, 0.15.1 only
+	// Duplicate: the pushed message was already stored; nothing new was.
+	Duplicate bool   `json:"duplicate,omitempty"`
+	DLQ       bool   `json:"dlq,omitempty"` // the ack dead-lettered its message
+	Error     string `json:"error,omitempty"`
 }
 
 // TransactionResult is the outcome of Commit.
 type TransactionResult struct {
-	// TransactionID is the broker's id of the transaction.
 	TransactionID string `json:"transactionId,omitempty"`
-	// Committed is true when every operation was applied; false when none
-	// was (rolled back).
-	Committed bool `json:"committed"`
-	// Reason is the broker's code for a rollback ("rejected_ack",
-	// "bad_request", ...); 0.15.1 brokers send none.
-	Reason string `json:"reason,omitempty"`
-	// Error is the broker's message for a rollback.
-	Error string `json:"error,omitempty"`
-	// FailedIndex is the position in Results (or, from a 2.x broker, the
-	// operation) that caused the rollback, when known; -1 otherwise.
+	// Committed: every operation was applied; false: none was.
+	Committed bool   `json:"committed"`
+	Reason    string `json:"reason,omitempty"` // a rollback's code ("rejected_ack", ...); not from 0.15.1
+	Error     string `json:"error,omitempty"`
+	// FailedIndex is the result (2.x: the operation) that caused the
+	// rollback; -1 when unknown.
 	FailedIndex int `json:"failedIndex"`
 	// Results holds one result per pushed message and per ack, in order,
-	// when the broker reports them (a 2.x rollback reports none). In a
-	// rolled back transaction nothing was applied, whatever a result's
-	// Success says: it tells only whether that operation alone passed.
+	// when the broker reports them (a 2.x rollback does not). After a
+	// rollback a result's Success says only whether that operation alone
+	// passed.
 	Results []TransactionOpResult `json:"results"`
 }
 
 // TransactionError is the error of a rolled back transaction: nothing of it
 // was applied. It matches ErrRolledBack.
 type TransactionError struct {
-	// Result is the full answer, also returned by Commit.
-	Result *TransactionResult
+	Result *TransactionResult // also returned by Commit
 }
 
 // Error describes the refusal.
@@ -287,29 +256,18 @@ func (e *TransactionError) Error() string {
 // Is reports whether target is ErrRolledBack.
 func (e *TransactionError) Is(target error) bool { return target == ErrRolledBack }
 
-// Commit sends the transaction (POST /api/v1/transaction). It returns the
-// result with Committed true when every operation was applied. When the
-// broker rolled it back (an ack whose lease is gone, say), nothing was
-// applied and the error is a *TransactionError (errors.As; it also matches
-// ErrRolledBack) carrying the same result with the broker's reason.
+// Commit sends the transaction (POST /api/v1/transaction) and returns the
+// result. A rollback (an ack whose lease is gone, say) applied nothing and
+// is a *TransactionError matching ErrRolledBack, with the same result. An
+// empty transaction (ErrEmptyTransaction) or an invalid operation fails
+// before any request.
 //
-// An empty transaction fails with ErrEmptyTransaction, and any invalid
-// operation with its own error, before any request.
-//
-// A transaction is not safe to send twice (a repeat whose ack's lease was
-// settled by the first is refused), so Commit sends it again only when the
-// broker surely did not apply it: a failure to connect, and the answers
-// 429 and 503 (the broker's "not applied, retry"). When the outcome is
-// open, the error matches ErrOutcomeUnknown and there is no result: the
-// connection failed or the ctx ended after the request may have reached
-// the broker, or the broker answered a 5xx that may follow applying it
-// (500, 502, 504, a 503 with code outcome_unknown; errors.As finds the
-// *BrokerError), or an answer Commit cannot read. The transaction may
-// have committed or not: check the broker's state (the pushed messages, by
-// their transaction ids; the acked messages) before doing its work again.
-// A rollback is reported only when the broker said so. Committing the same
-// builder again never stores its messages twice, but after a first commit
-// that was applied it is refused, which tells nothing about the first.
+// Commit is sent again only when the broker surely did not apply it
+// (connection refused, 429, 503). Otherwise an open outcome (a lost
+// answer, a 5xx that may follow applying it, an unreadable answer) matches
+// ErrOutcomeUnknown with no result: check the pushed and acked messages
+// before doing the work again. Committing the same builder again never
+// stores its messages twice, but is refused after an applied first commit.
 func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, error) {
 	req, err := t.request()
 	if err != nil {
@@ -322,13 +280,11 @@ func (t *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, er
 	return decodeTransaction(resp.body, req)
 }
 
-// decodeTransaction reads the answer of either broker generation: 2.x
-// answers 200 with success false and a reason on rollback; 0.15.1 answers
-// 200 to everything, with success false and an error (or only an error
-// object) on failure.
+// decodeTransaction reads both generations: a rollback is 200 with success
+// false and a reason (2.x) or an error, or an error object alone (0.15.1).
 func decodeTransaction(body []byte, req wire.TxnRequest) (*TransactionResult, error) {
 	body = bytes.TrimSpace(body)
-	// Success shadows the embedded bool, so that an absent verdict shows.
+	// Success shadows the embedded bool so that an absent verdict shows.
 	var out struct {
 		wire.TxnResponse
 		Success *bool `json:"success"`
@@ -338,8 +294,6 @@ func decodeTransaction(body []byte, req wire.TxnRequest) (*TransactionResult, er
 			Body: body, Message: "undecodable transaction answer"})
 	}
 	if out.Success == nil && out.Error == "" {
-		// Neither committed nor refused: claiming a rollback (nothing
-		// applied) would be a guess.
 		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: wire.RouteTransaction.Path(),
 			Body: body, Message: "transaction answer says neither success nor error"})
 	}
@@ -354,9 +308,8 @@ func decodeTransaction(body []byte, req wire.TxnRequest) (*TransactionResult, er
 	if out.FailedIndex != nil {
 		res.FailedIndex = *out.FailedIndex
 	}
-	// The results are flat: one per pushed item and per ack, in request
-	// order. Fill what the broker left out from the request when the counts
-	// agree.
+	// One result per pushed item and per ack, in request order: fill what
+	// the broker left out when the counts agree.
 	type origin struct {
 		typ   TransactionOpType
 		txn   string

@@ -6,31 +6,21 @@ import (
 )
 
 // Bounds of QueueBuilder options that no broker needs and that can only
-// hurt. The others are MaxPartitions and MaxTimeoutMillis.
+// hurt (the others are MaxPartitions and MaxTimeoutMillis).
 const (
-	// MaxBatch is the largest Batch: ten times the most the broker's own
-	// autopilot ever asks for (1,000). The broker does not clamp batch, so
-	// a larger one leases more messages than a handler can finish in a
-	// lease and builds answers of tens of MiB (the broker takes bodies of
-	// 64 MiB at most).
+	// MaxBatch is the largest Batch, ten times the broker's own autopilot
+	// maximum: the broker does not clamp it.
 	MaxBatch = 10000
-	// MinRenewMillis is the shortest RenewLease interval: four renewals
-	// in the shortest lease a queue can have (LeaseTime is whole seconds,
-	// so 1 s), and at most four renewal requests a second for each pop
-	// being handled. A renewal every few milliseconds (RenewLease(true, 5))
-	// only loads the broker. The product page renews every 2 to 10 s.
+	// MinRenewMillis is the shortest RenewLease interval: four renewals in
+	// the shortest lease (1 s).
 	MinRenewMillis = 250
 )
 
-// Each operation of a QueueBuilder checks the options it uses when it
-// runs, and only those: an option that belongs to another operation (a
-// consume option on a Pop, a pop option on a Push) never breaks it. The
-// setters only record their value, so a later call of a setter replaces an
-// earlier one, a bad value included. Every error matches
-// ErrInvalidArgument.
+// Each operation checks only the options it uses, when it runs; setters
+// only record, so a later call replaces an earlier bad value. Every error
+// matches ErrInvalidArgument.
 
-// checkPop checks what a pop uses: the names, the pop options and the
-// subscription.
+// checkPop checks the names, the pop options and the subscription.
 func (b *QueueBuilder) checkPop() error {
 	discover := b.queue == "" && (b.namespace != "" || b.task != "")
 	if !discover {
@@ -75,8 +65,7 @@ func (b *QueueBuilder) checkPop() error {
 		return fmt.Errorf("%w: mode %q", ErrInvalidSubscription, b.subMode)
 	}
 	if b.group == "" && (b.subMode == SubscriptionModeNew || b.subFrom != "") {
-		// Queue mode has one shared cursor that reads everything; a start
-		// point asked for there would be dropped without a word.
+		// Queue mode has no start point: refuse rather than drop it.
 		return fmt.Errorf("%w: SubscriptionMode(new) and SubscriptionFrom apply to a consumer group; set Group", ErrInvalidSubscription)
 	}
 	if b.subFrom != "" && b.subFrom != "now" {
@@ -87,8 +76,7 @@ func (b *QueueBuilder) checkPop() error {
 	return nil
 }
 
-// checkConsume checks what a consume loop uses: everything a pop uses, and
-// the loop's own options.
+// checkConsume checks what a pop uses and the loop's own options.
 func (b *QueueBuilder) checkConsume() error {
 	if b.commitOnDelivery {
 		return ErrCommitOnDeliveryConsume
@@ -108,7 +96,6 @@ func (b *QueueBuilder) checkConsume() error {
 	return b.checkPop()
 }
 
-// checkPush checks what a push uses: the queue and partition names.
 func (b *QueueBuilder) checkPush() error {
 	if err := checkName(queueName, b.queue); err != nil {
 		return err
@@ -116,8 +103,6 @@ func (b *QueueBuilder) checkPush() error {
 	return checkOptionalName(partitionName, b.partition)
 }
 
-// checkCreate checks what a create uses: the queue name and the options
-// the broker refuses rather than clamps.
 func (b *QueueBuilder) checkCreate() error {
 	if err := checkName(queueName, b.queue); err != nil {
 		return err
@@ -128,8 +113,7 @@ func (b *QueueBuilder) checkCreate() error {
 	return nil
 }
 
-// checkFetch checks what a fetch uses: the queue name and the partition
-// names to read ("" is the Default partition).
+// checkFetch: "" is the Default partition.
 func (b *QueueBuilder) checkFetch(partitions []string) error {
 	if err := checkName(queueName, b.queue); err != nil {
 		return err
@@ -142,8 +126,7 @@ func (b *QueueBuilder) checkFetch(partitions []string) error {
 	return nil
 }
 
-// minRenewMillis is MinRenewMillis, or the client's lower bound in the
-// package's own tests.
+// minRenewMillis is MinRenewMillis, or a lower bound the package's tests set.
 func (b *QueueBuilder) minRenewMillis() int {
 	if b.c != nil && b.c.minRenewMs > 0 {
 		return b.c.minRenewMs
