@@ -58,7 +58,8 @@ type config struct {
 // retried only when the broker surely did not get or serve them (see
 // ErrOutcomeUnknown). Zero fields take their defaults.
 //
-// Every call, a waiting pop included, makes at most MaxAttempts attempts;
+// Every call, a waiting pop included, makes at most MaxAttempts attempts
+// (a Producer's batches are sent again until WithDeliveryTimeout instead);
 // the waits between them grow from MinBackoff, doubling, capped at
 // MaxBackoff, jittered by ±20 %, and are at least a Retry-After the broker
 // sent (plus up to 20 %, at most 60 s). With the defaults a call against a
@@ -389,8 +390,11 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 	})
 	if err != nil {
 		err = fmt.Errorf("queen: %w", err) // the transport names the method and URL
-		if errors.Is(err, transport.ErrOutcomeUnknown) {
+		switch {
+		case errors.Is(err, transport.ErrOutcomeUnknown):
 			err = outcomeUnknown(err)
+		case errors.Is(err, transport.ErrNotSent):
+			err = &notSentError{err}
 		}
 		return nil, err
 	}

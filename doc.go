@@ -59,7 +59,10 @@
 //     (ExampleQueueBuilder_Fetch, ExampleQueueBuilder_ReadPartition,
 //     Example_docReadPartition).
 //   - Producer: batched pushes of one message each, for services
-//     (ExampleQueueBuilder_Producer, ExampleClient_Producer).
+//     (ExampleQueueBuilder_Producer, ExampleClient_Producer). It rides out
+//     an outage until WithDeliveryTimeout (ExampleWithDeliveryTimeout); a
+//     batch that fails for good fails only what is buffered behind it
+//     (WithPauseOnFailure pauses: ExampleWithPauseOnFailure).
 //   - Message, Decode (ExampleDecode), and the acks: Client.Ack, Settle,
 //     SettleBatch, Renew (ExampleClient_Settle, ExampleClient_SettleBatch).
 //     Settle a pop with one SettleBatch: a failed or retry ack ends its
@@ -78,7 +81,8 @@
 // errors and temporary answers (BrokerError.Temporary) are retried a
 // bounded number of times (RetryPolicy); a pop, a commit and a replay are
 // sent again only when the broker surely did not apply them, else the
-// error matches ErrOutcomeUnknown.
+// error matches ErrOutcomeUnknown. A call that never reached the broker
+// fails with an error matching ErrNotSent (ExampleErrNotSent).
 //
 // # Broker versions
 //

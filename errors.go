@@ -98,6 +98,14 @@ var (
 	// errors.As finds the *BrokerError of an answer, errors.Is the context
 	// error of a ctx that ended.
 	ErrOutcomeUnknown = errors.New("queen: outcome unknown")
+	// ErrNotSent: the request did not reach the broker, so nothing was
+	// stored or applied. Every attempt of the call failed before it could
+	// be written (the connection refused, a DNS failure, a dial that timed
+	// out, the ctx ended before the request went out); one attempt that
+	// may have been written makes the outcome unknown instead. Doing the
+	// call again is safe. A Producer's message matches it too when it was
+	// not sent (see PartitionFailedError).
+	ErrNotSent = errors.New("queen: not sent")
 )
 
 // notAckable says why msg cannot be acknowledged, for an error wrapping
@@ -151,6 +159,16 @@ func (e *outcomeUnknownError) Error() string {
 }
 func (e *outcomeUnknownError) Unwrap() error        { return e.err }
 func (e *outcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// notSentError is the failure of a request that surely did not reach the
+// broker. It matches ErrNotSent and unwraps to the failure.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string {
+	return "queen: not sent: " + strings.TrimPrefix(e.err.Error(), "queen: ")
+}
+func (e *notSentError) Unwrap() error        { return e.err }
+func (e *notSentError) Is(target error) bool { return target == ErrNotSent }
 
 // BrokerError is a refusal from the broker: a non-success HTTP status, or a
 // success status whose body says it failed (0.15.1 answers 200 to failures).

@@ -41,8 +41,15 @@ type Message struct {
 	TraceID string
 	// ProducerSub is the authenticated producer, when the broker runs with auth.
 	ProducerSub string
-	// DeliveryAttempt is 1 on the first delivery and grows on each
-	// redelivery; 0 when the broker does not report it (0.15.1).
+	// DeliveryAttempt is the broker's count of the pop that delivered the
+	// message, not of the message: on 2.x a pop that starts where the
+	// previous leased pop of its partition and group started counts one
+	// more, any other pop 1, and every message of the pop carries the
+	// count. So a message given back behind a failed neighbour comes back
+	// with 1, and a first delivery can show 2 after a lease expired; 0
+	// when the broker does not report it (0.15.1). Do not count failures
+	// by it: a consume loop counts each message's own (RetryLimit); with
+	// Pop, keep a count keyed by PartitionID and TransactionID.
 	DeliveryAttempt int
 	// Offset is the message's position in its partition; -1 when the broker
 	// does not report it (0.15.1).

@@ -1,12 +1,14 @@
 package queen
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/queen-go/queen/internal/transport"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,15 +40,26 @@ import (
 //   - Order within a partition. A partition's next batch is sent only once
 //     the one before it is settled (answered, or failed for good), and its
 //     messages go in push order.
-//   - A batch that fails for good (the client's retries spent, or a
-//     message of it not stored; a request that fails as a whole fails every
-//     batch in it) pauses its partition: every message of that
-//     partition still buffered fails with a *PartitionPausedError, and so
-//     does every later Push to it, until Resume. The other partitions go on.
+//   - An outage is ridden out. A batch that fails in a way that may pass
+//     (no answer, a refused connection, 429, a retryable 5xx: RetryPolicy's
+//     rule) is sent again with the client's backoff until its delivery
+//     timeout (WithDeliveryTimeout, default a minute from the Push of its
+//     oldest message). Meanwhile its partition waits, the buffer fills, and
+//     Push waits for room (or fails, WithFailWhenFull).
+//   - A batch that fails for good (refused with a 4xx, a message of it not
+//     stored, its delivery timeout over; a request that fails as a whole
+//     fails every batch in it) fails the messages of its partition
+//     buffered behind it, with a *PartitionFailedError (not sent, matching
+//     ErrNotSent, wrapping the batch's failure). A later Push to the
+//     partition goes out as usual, and the other partitions go on. With
+//     WithPauseOnFailure the partition pauses instead: those messages and
+//     every later Push to it fail with a *PartitionPausedError until Resume.
 //   - Nothing silent. Every message's outcome reaches its PendingPush (and
 //     the WithOnResult callback, if set): its PushResult when the broker
 //     stored it (Status queued, or duplicate when a message with its
-//     transaction id was already there), an error otherwise. A message the
+//     transaction id was already there), an error otherwise: matching
+//     ErrNotSent when it surely never reached the broker, ErrOutcomeUnknown
+//     when it may have been stored. A message the
 //     broker answered without storing (2.x "error", 0.15.1 "failed") fails
 //     with a *PushError; a 0.15.1 "buffered" answer (kept by the broker to be
 //     stored later, not stored yet) fails with an error matching both
@@ -54,17 +67,17 @@ import (
 //   - No loss and no double store. Each message gets its transaction id when
 //     it is pushed (the client makes one unless an Item gives it), before its
 //     first send, and keeps it on every resend, so a batch sent again after a
-//     lost answer (the client retries network failures, 429 and 5xx, see
-//     RetryPolicy) is deduplicated by the broker: what was already stored is
+//     lost answer is deduplicated by the broker: what was already stored is
 //     answered duplicate. A message whose outcome stays open fails with an
-//     error matching ErrOutcomeUnknown; push it again, with the same
-//     transaction id (an Item), after Resume. This holds as long as the broker
-//     remembers transaction ids: a 0.15.1 broker keeps them as long as it
-//     keeps the message (a unique index, no window). On a 2.x queue whose
-//     deduplication window (dedupWindowSeconds) is 0, or shorter than the time
-//     a resend may come after the first send, the broker cannot recognise a
-//     resend: a batch whose answer was lost can then be stored twice (at
-//     least once, not exactly once).
+//     error matching ErrOutcomeUnknown; push it again with the same
+//     transaction id (an Item). This holds as long as the broker remembers
+//     transaction ids: a 0.15.1 broker keeps them as long as it keeps the
+//     message (a unique index, no window). A 2.x broker remembers them for
+//     the queue's deduplication window (dedupWindowSeconds, default 3600 s):
+//     keep it at least the delivery timeout (and longer than any push
+//     again of yours). Under 0, or a window shorter than the time between
+//     the first send and a resend, a batch whose answer was lost can be
+//     stored twice (at least once, not exactly once).
 //   - Bounded memory. At most WithBufferLimit messages and bytes are held,
 //     buffered or being sent; at the limit a Push waits for room or for its
 //     ctx (or fails at once with ErrBufferFull under WithFailWhenFull). The
@@ -96,6 +109,8 @@ type producerConfig struct {
 	failFast  bool
 	inflight  int
 	onResult  func(PushResult, error)
+	deliver   time.Duration // WithDeliveryTimeout
+	pause     bool          // WithPauseOnFailure
 	countSet  bool
 	bytesSet  bool
 	limitsSet bool
@@ -114,6 +129,9 @@ const (
 	// DefaultMaxInflight is how many push requests may be on the wire at
 	// once (WithMaxInflight).
 	DefaultMaxInflight = 4
+	// DefaultDeliveryTimeout is how long a batch is sent again after a
+	// failure that may pass (WithDeliveryTimeout).
+	DefaultDeliveryTimeout = time.Minute
 )
 
 // WithBatchCount sets the most messages in one batch (default
@@ -168,6 +186,32 @@ func WithMaxInflight(n int) ProducerOption {
 	return func(c *producerConfig) { c.inflight = n }
 }
 
+// WithDeliveryTimeout bounds how long a message may wait for its outcome,
+// counted from its Push (default DefaultDeliveryTimeout): its batch is sent
+// again after each failure that may pass (no answer, a refused connection,
+// 429, and the 5xx that RetryPolicy retries) while the next send can start
+// within that time of the batch's oldest message. Each send is one
+// attempt; the waits between them are the client's backoff (RetryPolicy's
+// MinBackoff and MaxBackoff, Retry-After honoured), and MaxAttempts does
+// not apply. So an outcome comes within the timeout and one attempt
+// (WithRequestTimeout). When no send may start, the batch fails with an error
+// matching ErrDeliveryTimeout and the last failure's (ErrNotSent when no
+// send may have reached the broker, else ErrOutcomeUnknown or the
+// *BrokerError). On a 2.x broker a resend is deduplicated only within the
+// queue's dedupWindowSeconds: keep it at least this timeout (see Producer).
+func WithDeliveryTimeout(d time.Duration) ProducerOption {
+	return func(c *producerConfig) { c.deliver = d }
+}
+
+// WithPauseOnFailure makes a batch that fails for good pause its
+// partition until Resume: the messages buffered behind it and every later
+// Push to that partition fail with a *PartitionPausedError. Without it,
+// only the messages buffered behind the batch fail (*PartitionFailedError)
+// and a later Push goes out as usual.
+func WithPauseOnFailure() ProducerOption {
+	return func(c *producerConfig) { c.pause = true }
+}
+
 // WithOnResult sets a function called once with the outcome of every
 // message, the same as its PendingPush gives: for fire-and-forget callers
 // that do not keep the PendingPush. It is called on the producer's
@@ -189,22 +233,40 @@ var (
 	ErrBufferFull = errors.New("queen: producer buffer is full")
 	// ErrPartitionPaused is matched by a *PartitionPausedError.
 	ErrPartitionPaused = errors.New("queen: partition paused after a failed batch")
+	// ErrDeliveryTimeout: a batch was still failing in a way that may pass
+	// when its delivery timeout (WithDeliveryTimeout) ended.
+	ErrDeliveryTimeout = errors.New("queen: producer delivery timeout")
 	// ErrMessageTooLarge: a message is larger than the producer's buffer
 	// byte limit (WithBufferLimit).
 	ErrMessageTooLarge = newArgError("message is larger than the producer's buffer limit")
 )
 
-// errProducerClosed is what a closed producer answers; it matches ErrClosed.
+// errProducerClosed is what a closed producer answers for a message it
+// never sent; it matches ErrClosed and ErrNotSent.
 var errProducerClosed = &closedError{}
 
 type closedError struct{}
 
-func (*closedError) Error() string        { return "queen: producer is closed" }
-func (*closedError) Is(target error) bool { return target == ErrClosed }
+func (*closedError) Error() string { return "queen: producer is closed" }
+func (*closedError) Is(target error) bool {
+	return target == ErrClosed || target == ErrNotSent
+}
+
+// closedSending is the failure of a batch that a Close whose ctx ended
+// stopped between two sends: it matches ErrClosed and unwraps to the last
+// send's failure (ErrNotSent when that one did not reach the broker).
+type closedSending struct{ last error }
+
+func (e *closedSending) Error() string {
+	return "queen: producer is closed; last send: " + strings.TrimPrefix(e.last.Error(), "queen: ")
+}
+func (e *closedSending) Unwrap() error        { return e.last }
+func (e *closedSending) Is(target error) bool { return target == ErrClosed }
 
 // PartitionPausedError is the error of a message that was not sent because
-// an earlier batch of its partition failed for good: the message was not
-// stored. Resume the partition (Producer.Resume) to push there again.
+// an earlier batch of its partition failed for good, under
+// WithPauseOnFailure: the message was not stored. Resume the partition
+// (Producer.Resume) to push there again.
 type PartitionPausedError struct {
 	// Queue and Partition name the paused partition ("Default" for the
 	// broker's default one).
@@ -219,9 +281,52 @@ func (e *PartitionPausedError) Error() string {
 		e.Partition, e.Queue, e.Cause)
 }
 
-// Is matches ErrPartitionPaused. The cause is not unwrapped: this message
-// itself was never sent.
-func (e *PartitionPausedError) Is(target error) bool { return target == ErrPartitionPaused }
+// Is matches ErrPartitionPaused and ErrNotSent. The cause is not
+// unwrapped: this message itself was never sent.
+func (e *PartitionPausedError) Is(target error) bool {
+	return target == ErrPartitionPaused || target == ErrNotSent
+}
+
+// PartitionFailedError is the error of a message that was buffered behind
+// a batch of its partition that failed for good: it was not sent (its
+// order was tied to that batch), so it was not stored. It matches
+// ErrNotSent, and errors.Is and errors.As reach Cause, the batch's
+// failure: that may match ErrOutcomeUnknown, which is about the batch,
+// not this message. A later Push to the partition goes out as usual.
+type PartitionFailedError struct {
+	// Queue and Partition name the partition ("Default" for the broker's
+	// default one).
+	Queue, Partition string
+	// Cause is the failure of the batch ahead.
+	Cause error
+}
+
+// Error names the partition and the batch's failure.
+func (e *PartitionFailedError) Error() string {
+	return fmt.Sprintf("queen: message not sent: an earlier batch of partition %q of queue %q failed (%v)",
+		e.Partition, e.Queue, e.Cause)
+}
+
+// Is matches ErrNotSent.
+func (e *PartitionFailedError) Is(target error) bool { return target == ErrNotSent }
+
+// Unwrap returns Cause.
+func (e *PartitionFailedError) Unwrap() error { return e.Cause }
+
+// deliveryTimeoutError is the failure of a batch whose delivery timeout
+// ended; it matches ErrDeliveryTimeout and unwraps to the last failure.
+type deliveryTimeoutError struct {
+	timeout  time.Duration
+	attempts int
+	err      error
+}
+
+func (e *deliveryTimeoutError) Error() string {
+	return fmt.Sprintf("queen: producer: delivery timeout of %v ended after %d attempts: %v", e.timeout, e.attempts,
+		strings.TrimPrefix(e.err.Error(), "queen: "))
+}
+func (e *deliveryTimeoutError) Unwrap() error        { return e.err }
+func (e *deliveryTimeoutError) Is(target error) bool { return target == ErrDeliveryTimeout }
 
 // ProducerError is returned by Producer.Flush and Close when some messages
 // were not stored: NotStored counts those surely not stored (refused by the
@@ -255,7 +360,7 @@ type PendingPush struct {
 	item  wire.PushItem
 	enc   []byte // item encoded as JSON
 	size  int
-	at    time.Time // when it was buffered (with a batch delay)
+	at    time.Time // when it was buffered
 	seq   uint64    // push order among the buffered messages
 	state pushState // guarded by the producer's mu
 }
@@ -341,7 +446,7 @@ type producer struct {
 // of range fail with an error matching ErrInvalidOption.
 func (c *Client) Producer(opts ...ProducerOption) (*Producer, error) {
 	cfg := producerConfig{count: DefaultBatchCount, bytes: DefaultBatchBytes, maxMsgs: DefaultBufferMessages,
-		maxBytes: DefaultBufferBytes, inflight: DefaultMaxInflight}
+		maxBytes: DefaultBufferBytes, inflight: DefaultMaxInflight, deliver: DefaultDeliveryTimeout}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -358,6 +463,8 @@ func (c *Client) Producer(opts ...ProducerOption) (*Producer, error) {
 		return nil, fmt.Errorf("%w: WithBufferLimit(%d, %d) must be positive", ErrInvalidOption, cfg.maxMsgs, cfg.maxBytes)
 	case cfg.inflight < 1:
 		return nil, fmt.Errorf("%w: WithMaxInflight(%d) must be at least 1", ErrInvalidOption, cfg.inflight)
+	case cfg.deliver <= 0:
+		return nil, fmt.Errorf("%w: WithDeliveryTimeout(%v) must be positive", ErrInvalidOption, cfg.deliver)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &producer{c: c, cfg: cfg, ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.inflight),
@@ -480,7 +587,9 @@ func (p *Producer) Flush(ctx context.Context) error {
 // buffered is sent at once. It waits until every message has its outcome
 // and returns nil when all were stored, else a *ProducerError (see Flush).
 // When ctx ends first, the sends on the wire are cut (their messages'
-// outcome is unknown) and the messages not sent yet fail with ErrClosed;
+// outcome is unknown), a batch waiting to be sent again stops (ErrClosed,
+// and ErrNotSent if none of its sends reached the broker), and the
+// messages not sent yet fail with ErrClosed and ErrNotSent;
 // Close then returns once the producer's goroutines have ended, none of
 // which outlives it. Close is safe to call more than once; a later call
 // reports on the messages still held then (none, once an earlier Close
@@ -630,9 +739,7 @@ func (e *producer) admit(ctx context.Context, pp *PendingPush, k partKey) error 
 		ps = &partState{key: k, kick: make(chan struct{}, 1)}
 		e.parts[k] = ps
 	}
-	if e.cfg.delay > 0 {
-		pp.at = time.Now()
-	}
+	pp.at = time.Now()
 	ps.buf = append(ps.buf, pp)
 	ps.bufBytes += pp.size
 	if !ps.running {
@@ -851,8 +958,13 @@ func (e *producer) send(segs []segment) {
 	start := hooks.now()
 	var res []PushResult
 	var buffered []bool
-	resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body,
-		key: pushKey(items[0].Queue, items[0].Partition)})
+	oldest := segs[0].batch[0].at
+	for _, sg := range segs[1:] {
+		if sg.batch[0].at.Before(oldest) {
+			oldest = sg.batch[0].at
+		}
+	}
+	resp, err := e.deliver(body, oldest, pushKey(items[0].Queue, items[0].Partition))
 	if err == nil {
 		res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
 	}
@@ -900,6 +1012,77 @@ func (e *producer) send(segs []segment) {
 	}
 }
 
+// deliver sends one push request, and sends it again after each failure
+// that may pass until the delivery timeout, counted from since (when its
+// oldest message was buffered): the producer's one retry layer
+// for its batches (each send is a single attempt of the transport, which
+// therefore retries nothing of it). The waits are the client's Backoff,
+// with the broker's Retry-After. It returns the answer, or the failure:
+// an error matching ErrOutcomeUnknown when any attempt may have stored the
+// batch, ErrDeliveryTimeout when the time ran out, and ErrClosed when a
+// Close whose ctx ended stopped it.
+func (e *producer) deliver(body []byte, since time.Time, key string) (*response, error) {
+	pol := e.c.cfg.retry
+	lo := cmp.Or(pol.MinBackoff, transport.DefaultMinBackoff)
+	hi := cmp.Or(pol.MaxBackoff, max(transport.DefaultMaxBackoff, lo))
+	deadline := since.Add(e.cfg.deliver)
+	var maybe bool // an attempt before the last one may have stored it
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for attempt := 1; ; attempt++ {
+		resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body, attempts: 1, key: key})
+		if err == nil {
+			return resp, nil
+		}
+		if !e.passing(err) {
+			return nil, sentBefore(err, maybe)
+		}
+		maybe = maybe || classify(err).state == stateUnknown
+		wait := transport.Backoff(lo, hi, attempt-1, retryAfterOf(err))
+		if time.Until(deadline) < wait {
+			return nil, sentBefore(&deliveryTimeoutError{timeout: e.cfg.deliver, attempts: attempt, err: sentBefore(err, maybe)}, false)
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-timer.C:
+		case <-e.ctx.Done():
+			return nil, sentBefore(&closedSending{err}, maybe)
+		}
+	}
+}
+
+// passing reports whether a push that failed with err may pass when sent
+// again: the transport's rule (network failures, 408, 429, most 5xx), while
+// the producer and its client are open.
+func (e *producer) passing(err error) bool {
+	if e.ctx.Err() != nil || errors.Is(err, ErrClosed) {
+		return false
+	}
+	if be, ok := errors.AsType[*BrokerError](err); ok {
+		return be.Temporary()
+	}
+	return transport.RetryableErr(err)
+}
+
+// sentBefore is err, the failure of a batch's last attempt, when no earlier
+// attempt may have stored the batch (maybe false); else an error matching
+// ErrOutcomeUnknown that keeps err's text but not what it matches, as the
+// last attempt's "not sent" or "not applied" is not the batch's.
+func sentBefore(err error, maybe bool) error {
+	if !maybe || classify(err).state == stateUnknown {
+		return err
+	}
+	return outcomeUnknown(fmt.Errorf("queen: an earlier attempt may have reached the broker; the last one failed: %v", err))
+}
+
 // outcome is what a message of a batch is settled with.
 type outcome struct {
 	res   PushResult
@@ -909,15 +1092,18 @@ type outcome struct {
 
 // classify turns the failure of a whole batch into its messages' outcome:
 // not stored when the request surely was not applied (refused with a 4xx,
-// or a 503, 501 or 507 that says it was not applied; the client closed),
-// unknown otherwise (a network failure after the request may have been
-// sent, a 500, 502 or 504, an answer that cannot be read), with an error
-// that then matches ErrOutcomeUnknown.
+// or a 503, 501 or 507 that says it was not applied; never sent; the
+// client closed), unknown otherwise (a network failure after the request
+// may have been sent, a 500, 502 or 504, an answer that cannot be read),
+// with an error that then matches ErrOutcomeUnknown.
 func classify(err error) outcome {
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return outcome{err: err, state: stateUnknown}
+	}
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrNotSent) {
 		return outcome{err: err, state: stateNotStored}
 	}
-	if be, ok := errors.AsType[*BrokerError](err); ok && be.Status >= 400 && !transport.MayHaveApplied(be.Status, be.Body) && !errors.Is(err, ErrOutcomeUnknown) {
+	if be, ok := errors.AsType[*BrokerError](err); ok && be.Status >= 400 && !transport.MayHaveApplied(be.Status, be.Body) {
 		return outcome{err: err, state: stateNotStored}
 	}
 	if !errors.Is(err, ErrOutcomeUnknown) {
@@ -936,9 +1122,11 @@ func (e *producer) settleAll(ps *partState, batch []*PendingPush, o outcome) {
 	e.finish(ps, batch, outs, o.err)
 }
 
-// finish publishes the outcomes of batch, frees their room, and pauses the
-// partition on a failure (cause non-nil). A closed client or producer does
-// not pause: the partition's buffered messages fail with that error.
+// finish publishes the outcomes of batch, frees their room, and on a
+// failure (cause non-nil) fails the partition's buffered messages: with a
+// *PartitionFailedError, or under WithPauseOnFailure a
+// *PartitionPausedError, pausing it. A closed client or producer does not
+// pause: the buffered messages fail with that error.
 func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, cause error) {
 	e.mu.Lock()
 	for i, pp := range batch {
@@ -952,9 +1140,11 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 			ferr = errProducerClosed
 		case errors.Is(cause, ErrClosed): // the client or the producer
 			ferr = cause
-		default:
+		case e.cfg.pause:
 			ps.paused = cause
 			ferr = &PartitionPausedError{Queue: ps.key.queue, Partition: ps.key.partition, Cause: cause}
+		default:
+			ferr = &PartitionFailedError{Queue: ps.key.queue, Partition: ps.key.partition, Cause: cause}
 		}
 		failed = ps.buf
 		ps.buf, ps.bufBytes = nil, 0

@@ -135,7 +135,7 @@ func earliestRound(t *testing.T, round int) {
 	}
 	defer c.Close(context.Background())
 	const parts = 16
-	p, err := c.Queue("earliest"+strconv.Itoa(round)).Producer(queen.WithBatchDelay(time.Hour), queen.WithMaxInflight(parts+1))
+	p, err := c.Queue("earliest"+strconv.Itoa(round)).Producer(queen.WithBatchDelay(time.Hour), queen.WithMaxInflight(parts+1), oneSend)
 	if err != nil {
 		t.Fatal(err)
 	}

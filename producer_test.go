@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/queen-go/queen"
@@ -236,9 +238,14 @@ func TestProducerFaultsNoLossNoDouble(t *testing.T) {
 	}
 }
 
-// A batch that fails for good pauses its partition: the messages waiting
-// there fail, so do later pushes, other partitions go on; after Resume a
-// push again of the failed messages (same transaction ids) stores each once.
+// oneSend is a delivery timeout that lets a batch be sent once: the wait
+// before a second send never fits in it.
+var oneSend = queen.WithDeliveryTimeout(time.Nanosecond)
+
+// Under WithPauseOnFailure a batch that fails for good pauses its
+// partition: the messages waiting there fail, so do later pushes, other
+// partitions go on; after Resume a push again of the failed messages (same
+// transaction ids) stores each once.
 func TestProducerPauseAndResume(t *testing.T) {
 	srv := queentest.Start(t)
 	c, err := queen.New(srv.URL, queen.WithRetryPolicy(queen.RetryPolicy{MaxAttempts: 2, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}))
@@ -246,14 +253,14 @@ func TestProducerPauseAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	p, err := c.Queue("pause").Producer(queen.WithBatchCount(5), queen.WithMaxInflight(1))
+	p, err := c.Queue("pause").Producer(queen.WithBatchCount(5), queen.WithMaxInflight(1), oneSend, queen.WithPauseOnFailure())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// Both attempts of the first batch get their answer dropped after the
+	// The one send of the first batch gets its answer dropped after the
 	// broker stored it: the outcome is unknown.
-	srv.DropNextResponses(queentest.RoutePush, 2)
+	srv.DropNextResponses(queentest.RoutePush, 1)
 	a := p.Partition("a")
 	var first []*queen.PendingPush
 	items := make([]queen.Item, 12)
@@ -273,8 +280,8 @@ func TestProducerPauseAndResume(t *testing.T) {
 			if pe.Queue != "pause" || pe.Partition != "a" || !errors.Is(pe.Cause, queen.ErrOutcomeUnknown) {
 				t.Fatalf("paused error %+v", pe)
 			}
-			if errors.Is(err, queen.ErrOutcomeUnknown) {
-				t.Fatal("a message never sent reports an unknown outcome")
+			if errors.Is(err, queen.ErrOutcomeUnknown) || !errors.Is(err, queen.ErrNotSent) {
+				t.Fatal("a message never sent does not say so")
 			}
 		default:
 			t.Fatalf("unexpected %v", err)
@@ -337,7 +344,7 @@ func TestProducerFlushCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	p, err := c.Producer(queen.WithBatchDelay(time.Hour), queen.WithMaxInflight(1))
+	p, err := c.Producer(queen.WithBatchDelay(time.Hour), queen.WithMaxInflight(1), oneSend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +361,7 @@ func TestProducerFlushCounts(t *testing.T) {
 		t.Fatalf("Flush: %v", err)
 	}
 	var be *queen.BrokerError
-	if !errors.As(err, &be) || be.Status != 503 {
+	if !errors.As(err, &be) || be.Status != 503 || !errors.Is(err, queen.ErrDeliveryTimeout) {
 		t.Fatalf("Flush's cause: %v", err)
 	}
 	p2 := p.Queue("lost")
@@ -499,17 +506,17 @@ func TestProducerPushHookPerBatch(t *testing.T) {
 // noProducerGoroutine fails t if a goroutine of a producer is running (the
 // package's TestMain checks for every other leftover goroutine).
 // A goroutine that has called its WaitGroup's Done (which Close waits for)
-// may still be returning: like goleak, it looks again for a while before
-// it calls one a leak (a hang guard, not a bound on how soon).
+// may still be returning: like goleak, it looks again (yielding, no sleep)
+// before it calls one a leak (a hang guard, not a bound on how soon).
 func noProducerGoroutine(t *testing.T) {
 	t.Helper()
 	buf := make([]byte, 1<<20)
-	for range 200 {
+	for range 10000 {
 		buf = buf[:runtime.Stack(buf[:cap(buf)], true)]
 		if !strings.Contains(string(buf), "queen.(*producer)") {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		runtime.Gosched()
 	}
 	t.Fatalf("a producer goroutine outlived Close:\n%s", buf)
 }
@@ -517,7 +524,7 @@ func noProducerGoroutine(t *testing.T) {
 // A 0.15.1 "buffered" answer (here: a transaction id longer than the
 // broker's column, which it files in its failover buffer) is never a
 // success: the message fails with an error matching ErrOutcomeUnknown and
-// *PushError, counted as unknown, and its partition pauses.
+// *PushError, counted as unknown; a later push to its partition goes out.
 func TestProducerBuffered015(t *testing.T) {
 	srv := queentest.Start(t, queentest.WithProfile(queentest.Profile015))
 	c := newProducerClient(t, srv)
@@ -538,65 +545,78 @@ func TestProducerBuffered015(t *testing.T) {
 	if !errors.Is(err, queen.ErrOutcomeUnknown) || !errors.As(err, &push) || res.Status != queen.PushFailed || res.Stored() {
 		t.Fatalf("buffered answer: %+v %v", res, err)
 	}
-	if err := waitErr(p.Push(ctx, payload(2))); !errors.Is(err, queen.ErrPartitionPaused) {
-		t.Fatalf("after a buffered answer: %v", err)
+	next := p.Push(ctx, payload(2))
+	if err := p.Flush(ctx); err != nil || waitErr(next) != nil {
+		t.Fatalf("after a buffered answer: %v %v", err, waitErr(next))
 	}
 }
 
 // Partitions whose messages come one at a time (each caller waits for its
 // answer) still share push requests: one request carries the ready batches
 // of several partitions, each partition with at most one on the wire and in
-// push order.
+// push order. In a synctest bubble, each push taking 1 ms of its time: a
+// message pushed at a tick goes at that tick or in the request that takes
+// the last free slot at the next one, so each of the 30 rounds takes at
+// most 2 ms and at most 2 requests start per tick: at most 122 requests
+// (without sharing: 480), checked against a third of the messages.
 func TestProducerPartitionsShareRequests(t *testing.T) {
-	srv := queentest.Start(t)
-	h := &countHook{}
-	c := newProducerClient(t, srv, queen.WithHooks(h))
-	p, err := c.Queue("users").Producer(queen.WithMaxInflight(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const users, each = 16, 30
-	var wg sync.WaitGroup
-	for u := range users {
-		wg.Go(func() {
-			part := p.Partition("u" + strconv.Itoa(u))
-			for i := range each {
-				if _, err := part.Push(context.Background(), payload(u*each+i)).Wait(context.Background()); err != nil {
-					t.Error(err)
-					return
+	srv := queentest.NewServer()
+	synctest.Test(t, func(t *testing.T) {
+		defer srv.Close()
+		h := &countHook{}
+		rt := &inProcess{srv: srv, latency: time.Millisecond}
+		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}), queen.WithHooks(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		p, err := c.Queue("users").Producer(queen.WithMaxInflight(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const users, each = 16, 30
+		var wg sync.WaitGroup
+		for u := range users {
+			wg.Go(func() {
+				part := p.Partition("u" + strconv.Itoa(u))
+				for i := range each {
+					if _, err := part.Push(context.Background(), payload(u*each+i)).Wait(context.Background()); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(rt.arrivals()); n > users*each/3 {
+			t.Fatalf("%d push requests for %d messages of %d one-at-a-time partitions", n, users*each, users)
+		}
+		counts, order := stored(t, c, "users")
+		if len(counts) != users*each {
+			t.Fatalf("%d stored", len(counts))
+		}
+		for part, ns := range order {
+			for i := 1; i < len(ns); i++ {
+				if ns[i] != ns[i-1]+1 {
+					t.Fatalf("partition %s out of order: %v", part, ns)
 				}
 			}
-		})
-	}
-	wg.Wait()
-	if err := p.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if n := srv.Requests(queentest.RoutePush); n > users*each/3 {
-		t.Fatalf("%d push requests for %d messages of %d one-at-a-time partitions", n, users*each, users)
-	}
-	counts, order := stored(t, c, "users")
-	if len(counts) != users*each {
-		t.Fatalf("%d stored", len(counts))
-	}
-	for part, ns := range order {
-		for i := 1; i < len(ns); i++ {
-			if ns[i] != ns[i-1]+1 {
-				t.Fatalf("partition %s out of order: %v", part, ns)
+		}
+		// One hook event per partition batch, each of one partition.
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		total := 0
+		for _, e := range h.events {
+			if e.Count != 1 || len(e.Results) != 1 || e.Results[0].Index != 0 || e.Err != nil {
+				t.Fatalf("event %+v: a one-at-a-time partition's batch is one message", e)
 			}
+			total += e.Count
 		}
-	}
-	// One hook event per partition batch, each of one partition.
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	total := 0
-	for _, e := range h.events {
-		if e.Count != 1 || len(e.Results) != 1 || e.Results[0].Index != 0 || e.Err != nil {
-			t.Fatalf("event %+v: a one-at-a-time partition's batch is one message", e)
+		if total != users*each {
+			t.Fatalf("hook saw %d messages", total)
 		}
-		total += e.Count
-	}
-	if total != users*each {
-		t.Fatalf("hook saw %d messages", total)
-	}
+	})
 }

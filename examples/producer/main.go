@@ -4,6 +4,15 @@
 // own message's result (201 with the message id once the broker stored it,
 // 400 for a body that is not JSON, 503 when it could not be stored).
 //
+// During a broker outage (a restart, refused connections, 429 or 5xx) the
+// producer keeps each event and sends it again with backoff: a request
+// waits, and is answered 201 once the broker is back, if that is within the
+// producer's delivery timeout (20 s here) and the client still waits. Past
+// it the answer is 503 with Retry-After, saying whether the event surely
+// was not stored (queen.ErrNotSent) or may have been (queen.ErrOutcomeUnknown).
+// After the outage every user's events go out again: no restart of the
+// service, no Resume.
+//
 //	go run ./examples/producer                        # in-process broker (queentest), serves :8080
 //	curl -d '{"page":"/home"}' 'localhost:8080/events?user=u-42'
 //	go run ./examples/producer -demo 5000             # sends itself 5000 requests, prints a summary, exits
@@ -91,8 +100,15 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, queen.ErrInvalidArgument):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
+	case errors.Is(err, queen.ErrNotSent):
+		// The broker never got it (an outage past the delivery timeout,
+		// or an earlier event of this user failed): nothing stored.
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "not stored, send it again: "+err.Error(), http.StatusServiceUnavailable)
+		return
 	case err != nil:
-		// Not stored (or not known to be): the caller may send it again.
+		// Not stored, or not known to be: the caller may send it again.
+		w.Header().Set("Retry-After", "5")
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
@@ -117,7 +133,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	defer client.Close(context.Background())
-	events, err := client.Queue(cfg.queue).Producer()
+	// An outage is ridden out for up to 20 s per event; a request waits
+	// that long at most (less if its client gives up).
+	events, err := client.Queue(cfg.queue).Producer(queen.WithDeliveryTimeout(20 * time.Second))
 	if err != nil {
 		return err
 	}

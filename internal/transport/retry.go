@@ -45,8 +45,11 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	c.lastErr = err
 	c.observe()
 	once := c.req.NoRetryAfterSend
-	if once && err != nil && c.mayHaveSent(err) {
-		c.unknown = true
+	if resp != nil || err == nil || c.mayHaveSent(err) {
+		c.sent = true
+		if once && err != nil {
+			c.unknown = true
+		}
 	}
 	if ctx.Err() != nil {
 		c.final = ans != nil && once // only such a call takes an answer received as ctx ends
@@ -167,16 +170,19 @@ func forwardFailed(status int, eb wire.ErrorBody) bool {
 	return status == http.StatusServiceUnavailable && eb.Code == "retry" && strings.HasPrefix(eb.Error, "the leader at ")
 }
 
-// mayHaveSent, the probe, reports whether the current attempt of a
-// NoRetryAfterSend call, failed with err, may have written its request:
-// net/http writes only on a connection it got (httptrace GotConn), so an
-// attempt that asked for one (GetConn) and got none did not. Without
-// events (the user's RoundTripper) only a dial error says it did not.
+// mayHaveSent, the probe, reports whether the current attempt, failed
+// with err, may have written its request. net/http writes only on a
+// connection it got (httptrace GotConn), so an attempt that asked for one
+// (GetConn) and got none did not. One that got a connection did, unless
+// no write of it completed (WroteRequest) and it ended in a dial error:
+// net/http dials again itself after a reused connection, closed by the
+// broker, took nothing of the request. Without events (the user's
+// RoundTripper) only a dial error says it did not.
 func (c *call) mayHaveSent(err error) bool {
 	switch {
-	case c.gotConn.Load():
+	case c.wrote.Load():
 		return true
-	case c.getConn.Load():
+	case c.getConn.Load() && !c.gotConn.Load():
 		return false
 	}
 	var op *net.OpError

@@ -64,6 +64,20 @@ type Request struct {
 // broker: the broker may or may not have applied it.
 var ErrOutcomeUnknown = errors.New("transport: outcome unknown")
 
+// ErrNotSent is matched (errors.Is) by the error of a call that got no
+// answer and none of whose attempts may have written its request: each
+// failed before net/http had a connection for it (a refused or timed out
+// dial, a DNS failure), or the ctx ended before any attempt. The broker
+// received nothing, so nothing was applied.
+var ErrNotSent = errors.New("transport: request not sent")
+
+// notSent matches ErrNotSent and unwraps to the failure.
+type notSent struct{ err error }
+
+func (e *notSent) Error() string        { return e.err.Error() }
+func (e *notSent) Unwrap() error        { return e.err }
+func (e *notSent) Is(target error) bool { return target == ErrNotSent }
+
 // outcomeUnknown matches ErrOutcomeUnknown and unwraps to the failure.
 type outcomeUnknown struct{ err error }
 
@@ -173,6 +187,7 @@ type call struct {
 	hc               http.Client
 	rc               retryablehttp.Client
 	getConn, gotConn atomic.Bool
+	wrote            atomic.Bool // httptrace WroteRequest without an error
 	trace            httptrace.ClientTrace
 	callState
 }
@@ -192,6 +207,7 @@ type callState struct {
 	lastErr  error     // the last attempt's failure, nil when it was answered
 	stop     error     // set by backoff: end the loop with the answer in hand
 	unknown  bool      // NoRetryAfterSend: the last attempt failed after it may have been sent
+	sent     bool      // an attempt may have written the request (or was answered)
 }
 
 // errNoTime ends a call whose ctx would end during the wait (see backoff).
@@ -212,6 +228,11 @@ func (t *Transport) newCall() *call {
 	}
 	c.trace.GetConn = func(string) { c.getConn.Store(true) }
 	c.trace.GotConn = func(httptrace.GotConnInfo) { c.gotConn.Store(true) }
+	c.trace.WroteRequest = func(w httptrace.WroteRequestInfo) {
+		if w.Err == nil {
+			c.wrote.Store(true)
+		}
+	}
 	return c
 }
 
@@ -221,7 +242,9 @@ func (t *Transport) newCall() *call {
 // answer when later attempts got none, or when the ctx would end during
 // the wait); an error means no answer: ctx ended (the error wraps
 // ctx.Err()), attempts ran out, or the request cannot be sent (e.g. an
-// untrusted certificate). See Request.NoRetryAfterSend for ErrOutcomeUnknown.
+// untrusted certificate). See Request.NoRetryAfterSend for ErrOutcomeUnknown;
+// an error of a call none of whose attempts may have been sent matches
+// ErrNotSent.
 func (t *Transport) Do(ctx context.Context, r Request) (*Response, error) {
 	if !strings.HasPrefix(r.Path, "/") {
 		return nil, fmt.Errorf("transport: path %q must start with /", r.Path)
@@ -247,14 +270,14 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, c.failure(err) // nothing sent
 	}
-	hctx := ctx
-	if trace := &c.trace; r.NoRetryAfterSend {
-		if httptrace.ContextClientTrace(ctx) != nil {
-			cp := c.trace // WithClientTrace composes the trace of ctx into it
-			trace = &cp
-		}
-		hctx = httptrace.WithClientTrace(ctx, trace)
+	// The probe, on every call: whether an attempt may have been sent
+	// decides ErrNotSent, and for NoRetryAfterSend whether to resend.
+	trace := &c.trace
+	if httptrace.ContextClientTrace(ctx) != nil {
+		cp := c.trace // WithClientTrace composes the trace of ctx into it
+		trace = &cp
 	}
+	hctx := httptrace.WithClientTrace(ctx, trace)
 	req, err := http.NewRequestWithContext(hctx, r.Method, c.url(c.base), nil)
 	if err != nil {
 		return nil, c.failure(err)
@@ -299,6 +322,7 @@ func (c *call) url(base string) string {
 func (c *call) startAttempt(_ retryablehttp.Logger, _ *http.Request, _ int) {
 	c.getConn.Store(false)
 	c.gotConn.Store(false)
+	c.wrote.Store(false)
 	if c.t.cfg.OnAttempt != nil {
 		c.began = time.Now()
 	}
@@ -327,8 +351,16 @@ func (c *call) prepareRetry(req *http.Request) error {
 }
 
 // failure turns the error of a call that got no usable answer into the
-// error Do returns; it names the URL of the last attempt.
+// error Do returns; it names the URL of the last attempt, and matches
+// ErrNotSent when no attempt may have been sent.
 func (c *call) failure(err error) error {
+	if !c.sent && !c.unknown {
+		return &notSent{c.failureText(err)}
+	}
+	return c.failureText(err)
+}
+
+func (c *call) failureText(err error) error {
 	where := c.req.Method + " " + c.base + c.req.Path
 	ctxErr := c.ctx.Err()
 	switch {

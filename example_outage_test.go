@@ -1,0 +1,92 @@
+package queen_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
+)
+
+// A producer rides out a broker that refuses connections for a while: the
+// message is kept and sent again with backoff, within its delivery timeout,
+// and stored once the broker listens again.
+func ExampleWithDeliveryTimeout() {
+	broker := queentest.NewServer()
+	defer broker.Close()
+	ctx := context.Background()
+	client, err := queen.New(broker.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+	events, err := client.Queue("events").Producer(queen.WithDeliveryTimeout(30 * time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer events.Close(ctx)
+
+	broker.RefuseConnections(2 * time.Second) // longer than the client's own 4 attempts
+	res, err := events.Push(ctx, map[string]string{"page": "/home"}).Wait(ctx)
+	switch {
+	case errors.Is(err, queen.ErrNotSent):
+		fmt.Println("not stored, send it again:", err) // the outage outlasted the timeout
+	case err != nil:
+		fmt.Println("maybe stored:", err)
+	default:
+		fmt.Println(res.Status)
+	}
+	// Output: queued
+}
+
+// ErrNotSent says that a call never reached the broker: nothing was
+// stored or applied, so doing it again is safe.
+func ExampleErrNotSent() {
+	ctx := context.Background()
+	broker := queentest.NewServer()
+	defer broker.Close()
+	broker.RefuseConnections(time.Hour)
+	client, err := queen.New(broker.URL, queen.WithRetryPolicy(queen.RetryPolicy{MaxAttempts: 2, MinBackoff: time.Millisecond}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+	_, err = client.Queue("orders").Push(map[string]int{"id": 1}).Execute(ctx)
+	fmt.Println(errors.Is(err, queen.ErrNotSent), errors.Is(err, queen.ErrOutcomeUnknown))
+	// Output: true false
+}
+
+// Under WithPauseOnFailure a batch that fails for good pauses its
+// partition until Resume; by default only the messages buffered behind it
+// fail, and the next push goes out.
+func ExampleWithPauseOnFailure() {
+	broker := queentest.NewServer()
+	defer broker.Close()
+	ctx := context.Background()
+	client, err := queen.New(broker.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+	orders, err := client.Queue("orders").Producer(queen.WithPauseOnFailure())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer orders.Close(ctx)
+
+	broker.FailNext(queentest.RoutePush, 1, 400, 0) // refused for good
+	_, err = orders.Partition("c-1").Push(ctx, map[string]int{"id": 1}).Wait(ctx)
+	fmt.Println(err != nil)
+	_, err = orders.Partition("c-1").Push(ctx, map[string]int{"id": 2}).Wait(ctx)
+	fmt.Println(errors.Is(err, queen.ErrPartitionPaused), errors.Is(err, queen.ErrNotSent))
+	orders.Partition("c-1").Resume()
+	res, err := orders.Partition("c-1").Push(ctx, map[string]int{"id": 2}).Wait(ctx)
+	fmt.Println(res.Status, err)
+	// Output:
+	// true
+	// true true
+	// queued <nil>
+}
