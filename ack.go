@@ -140,7 +140,7 @@ type Settlement struct {
 // wait for the lease to expire (PROTOCOL.md §16). The consume loop does so.
 func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOptions) ([]AckResult, error) {
 	start := c.hooks.now()
-	res, group, sent, err := c.settleBatch(ctx, acks, opts)
+	res, group, sent, err := c.settleBatch(ctx, acks, opts, 0)
 	if sent {
 		c.hooks.settled(ctx, group, nil, acks, res, start, err)
 	}
@@ -149,8 +149,8 @@ func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 
 // settleBatch is SettleBatch without hooks; it also returns the group the
 // acks were sent for, and whether a request was sent (false: refused
-// before the wire).
-func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOptions) (res []AckResult, group string, sent bool, err error) {
+// before the wire). attempts > 0 bounds the transport's attempts.
+func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOptions, attempts int) (res []AckResult, group string, sent bool, err error) {
 	if len(acks) == 0 {
 		return nil, "", false, ErrNoMessages
 	}
@@ -185,7 +185,7 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	}
 	// The single ack route for one message, the batch route otherwise;
 	// the body is written with the hot path's JSON library (see readWire).
-	cl := call{method: http.MethodPost, path: wire.RouteAckBatch.Path(), key: ackKey(acks[0].Message, opts.ConsumerGroup)}
+	cl := call{method: http.MethodPost, path: wire.RouteAckBatch.Path(), key: ackKey(acks[0].Message, opts.ConsumerGroup), attempts: attempts}
 	var raw []byte
 	if len(items) == 1 {
 		cl.path = wire.RouteAck.Path()
@@ -328,7 +328,7 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	var lost []string
 	for _, l := range leases {
 		first := msgs[slices.IndexFunc(msgs, func(m *Message) bool { return m.LeaseID == l })]
-		r, err := c.renewKeyed(ctx, l, secs, first.Queue, messageGroup(first), ackKey(first, ""))
+		r, err := c.renewKeyed(ctx, l, secs, first.Queue, messageGroup(first), ackKey(first, ""), 0)
 		if err != nil {
 			return out, err
 		}
@@ -345,24 +345,24 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 
 // renewLeaseOf extends one lease id, of queue and group, by secs seconds,
 // and tells the hooks (RenewHook, and LeaseLostHook when the lease is
-// lost).
-func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, queue, group string) (RenewResult, error) {
-	return c.renewKeyed(ctx, leaseID, secs, queue, group, popKey(queue, "", group))
+// lost). attempts > 0 bounds the transport's attempts.
+func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, queue, group string, attempts int) (RenewResult, error) {
+	return c.renewKeyed(ctx, leaseID, secs, queue, group, popKey(queue, "", group), attempts)
 }
 
 // renewKeyed is renewLeaseOf with the routing key of the renewal.
-func (c *Client) renewKeyed(ctx context.Context, leaseID string, secs int, queue, group, key string) (RenewResult, error) {
+func (c *Client) renewKeyed(ctx context.Context, leaseID string, secs int, queue, group, key string, attempts int) (RenewResult, error) {
 	start := c.hooks.now()
-	res, err := c.sendRenew(ctx, leaseID, secs, key)
+	res, err := c.sendRenew(ctx, leaseID, secs, key, attempts)
 	c.hooks.renewed(ctx, queue, group, leaseID, time.Duration(secs)*time.Second, start, res, err)
 	return res, err
 }
 
 // sendRenew sends the renewal of one lease id, with the routing key, and
 // reads its answer.
-func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int, key string) (RenewResult, error) {
+func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int, key string, attempts int) (RenewResult, error) {
 	path := wire.RouteLeaseExtend.Path(leaseID)
-	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}, key: key})
+	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}, key: key, attempts: attempts})
 	if err != nil {
 		return RenewResult{LeaseID: leaseID}, err
 	}

@@ -7,18 +7,90 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/queen-go/queen/internal/transport"
 	"github.com/queen-go/queen/internal/wire"
 )
 
-// consumeBroker is all the consume engine asks of a broker: three calls.
-// The engine is written against it alone, so that each of its parts is
-// tested against a fake (consume_fake_test.go), with no HTTP.
+// The loop's retries: one layer for each kind of request, the loop's own.
+// Each call of consumeBroker is one attempt (the transport does not
+// retry it), so that the loop sees and reports (OnLoopError) every failure.
+//
+//   - pop: again after retryBackoff, until the loop stops (the outage,
+//     consume_fetch.go);
+//   - ack: again after retryBackoff while the failure is transient, for
+//     up to settleTimeout (sendAcks, consume_settle.go);
+//   - renew: again at the next tick (consume_lease.go): a renewal extends
+//     the lease by three ticks, so two may fail in a row;
+//   - the queue's settings: maxRuleReads reads (readRule,
+//     consume_failures.go).
+const (
+	brokerDownMin = 50 * time.Millisecond  // the first pause after a failure
+	brokerDownMax = 200 * time.Millisecond // the longest: the loop resumes within about 0.2 s of a broker's restart
+	settleTimeout = 15 * time.Second       // how long a failing ack is sent again
+	renewTimeout  = 10 * time.Second       // one renewal
+	ruleTimeout   = 5 * time.Second        // one read of the queue's settings
+	maxRuleReads  = 2
+)
+
+// retryBackoff is the pause between the failed attempts of one request:
+// brokerDownMin doubling to brokerDownMax, both within the Client's
+// RetryPolicy, jittered and honouring Retry-After (transport.Backoff).
+type retryBackoff struct {
+	lo, hi   time.Duration
+	failures int // in a row
+}
+
+func newRetryBackoff(p RetryPolicy) retryBackoff {
+	b := retryBackoff{lo: brokerDownMin, hi: brokerDownMax}
+	if p.MinBackoff > 0 {
+		b.lo = min(p.MinBackoff, brokerDownMax)
+	}
+	if p.MaxBackoff > 0 {
+		b.hi = min(p.MaxBackoff, brokerDownMax)
+	}
+	b.hi = max(b.hi, b.lo)
+	return b
+}
+
+// failed counts one more failure and returns the pause before the next
+// attempt.
+func (b *retryBackoff) failed(err error) time.Duration {
+	b.failures++
+	return transport.Backoff(b.lo, b.hi, b.failures-1, retryAfterOf(err))
+}
+
+// grew says whether the last failure's step (before jitter) is longer
+// than the one before it: the first failure, and each until the cap.
+func (b *retryBackoff) grew() bool {
+	if b.failures <= 1 {
+		return true
+	}
+	d := b.lo
+	for range b.failures - 2 {
+		if d >= b.hi {
+			return false
+		}
+		d *= 2
+	}
+	return d < b.hi
+}
+
+// reset ends a run of failures and says how many it had.
+func (b *retryBackoff) reset() int {
+	n := b.failures
+	b.failures = 0
+	return n
+}
+
+// consumeBroker is all the consume engine asks of a broker: four calls,
+// each one attempt (the loop's retries, above). The engine is written
+// against it alone, so that each of its parts is tested against a fake
+// (consume_fake_test.go), with no HTTP.
 type consumeBroker interface {
 	// pop sends one pop, its batch capped to max when max > 0, and returns
-	// the messages it leased (none: an empty result, not an error). It is
-	// one attempt: the engine retries, so that it sees (and reports) every
-	// failure. nowait: the broker answers at once, even when the pop is
-	// one that waits for messages (consume_fetch.go says when).
+	// the messages it leased (none: an empty result, not an error).
+	// nowait: the broker answers at once, even when the pop is one that
+	// waits for messages (consume_fetch.go says when).
 	pop(ctx context.Context, max int, nowait bool) (*popResult, error)
 	// settle sends the outcomes of one pop in one ack request and returns
 	// the broker's answer per outcome (nil when it gave none). A broker
@@ -89,7 +161,7 @@ func (b *clientBroker) sendPop(ctx context.Context, max int, nowait bool) (*popR
 // settle sends one ack request; the settler reports the whole settlement
 // (its retries included) to the hooks once.
 func (b *clientBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult, error) {
-	res, _, _, err := b.c.settleBatch(ctx, acks, AckOptions{ConsumerGroup: b.group})
+	res, _, _, err := b.c.settleBatch(ctx, acks, AckOptions{ConsumerGroup: b.group}, 1)
 	return res, err
 }
 
@@ -101,8 +173,6 @@ var errQueueUnknown = errors.New("queen: the broker does not know the queue")
 // (GET /api/v1/messages/{partitionId}/{transactionId}, its queueConfig) is
 // asked instead, when there is a failed message to ask about.
 func (b *clientBroker) retryRule(ctx context.Context, failed *Message) (retryRule, error) {
-	// One attempt each: a loop started in an outage must go on to its pops
-	// (which report the outage), not wait here.
 	var row wire.QueueRow
 	_, err := b.c.doObject(ctx, call{method: http.MethodGet, path: wire.RouteQueue.Path(b.queue), attempts: 1}, &row)
 	// 2.x answers 404; 0.15.1 answers 200 {"error":"Queue not found"}.
@@ -158,7 +228,7 @@ func ruleOf(cfg QueueConfig) (retryRule, error) {
 
 // renew reports each renewal, and a lost lease, to the Client's hooks.
 func (b *clientBroker) renew(ctx context.Context, leaseID string, secs int) (bool, error) {
-	res, err := b.c.renewLeaseOf(ctx, leaseID, secs, b.queue, b.group)
+	res, err := b.c.renewLeaseOf(ctx, leaseID, secs, b.queue, b.group, 1)
 	if err != nil {
 		return false, err
 	}

@@ -334,7 +334,8 @@ func TestConsumeStopGivesBackWaitingPartitions(t *testing.T) {
 // A lost lease cancels only the handlers of its pop: another pop's handler,
 // running at the same time, goes on and is acked.
 func TestConsumeLostLeaseCancelsOnlyItsHandlers(t *testing.T) {
-	e := newEnv(t)
+	renewals := newRenewWatch()
+	e := newEnv(t, withHooks(renewals))
 	e.pushN("q", "a", 1)
 	e.pushN("q", "b", 1)
 	type call struct {
@@ -363,7 +364,9 @@ func TestConsumeLostLeaseCancelsOnlyItsHandlers(t *testing.T) {
 			case <-time.After(30 * time.Second): // a hang guard
 				t.Error("the handler of the lost lease was not cancelled")
 			}
-			time.Sleep(30 * time.Millisecond) // a few more renewals of the other lease
+			if !renewals.await(2) { // a few more renewals of the other lease
+				t.Error("no renewal after the lost lease")
+			}
 			close(release)
 		}()
 		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).

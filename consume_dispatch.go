@@ -122,8 +122,7 @@ func (g *group) conflicts(o *group) bool {
 	return !g.whole && !o.whole && samePartition(g.msgs[0], o.msgs[0])
 }
 
-// scheduler holds the groups of the pops in hand (e.mu held for every
-// method): queued wait for a handler or for their partition, running are
+// scheduler holds the groups of the pops in hand: queued wait for a handler or for their partition, running are
 // being handled. A group starts only when no group of its partition runs,
 // and the groups of a partition start in the order their pops came.
 type scheduler struct {
@@ -139,31 +138,36 @@ func newScheduler() scheduler { return scheduler{wake: newWakeup()} }
 // and handles its first group on this goroutine, if a handler is free for
 // it, so that a pop of one partition is handled with no hand-off; workers
 // take the rest. An answer that comes after a stop is given back whole.
-func (e *engine) dispatch(res *popResult, reserved int) {
+func (e *engine) dispatch(res *popResult, reserved int, s *slot) {
 	b := e.newBatch(res, reserved)
-	e.mu.Lock()
-	e.settler.add()
-	if e.life.phase != running {
-		e.fetcher.landed(false)
-		if e.fetcher.inflight == 0 {
-			e.fetcher.abandon(e.life.pollCancel) // the last pop is back: nothing to wait for
-		}
-		e.settler.hold(b)
-		e.changed()
-		e.mu.Unlock()
-		return
+	l := e.lock()
+	mine, live := l.dispatched(b)
+	if live && e.cfg.renewEvery > 0 && b.leaseID != "" {
+		b.keeper = e.keepLease(b) // before any goroutine can settle b: the loop is held
 	}
-	e.sched.add(b.groups)
-	e.fetcher.landed(e.fetcher.inflight+e.inHand() > e.cfg.slots) // no handler idle: nothing to pace
-	mine := e.sched.take(e.cfg.slots)
-	if e.cfg.renewEvery > 0 && b.leaseID != "" {
-		b.keeper = e.keepLease(b) // before any goroutine can settle b: e.mu is held
-	}
-	e.changed()
-	e.mu.Unlock()
+	l.changed()
+	e.unlock()
 	if mine != nil {
-		e.runGroup(mine)
+		e.runGroup(mine, s)
 	}
+}
+
+// dispatched takes a pop's groups, and gives the first whose partition is
+// free to its fetcher (mine); after a stop (live false) the pop goes
+// back whole.
+func (l *loop) dispatched(b *batch) (mine *group, live bool) {
+	l.settler.add()
+	if l.phase != running {
+		l.fetcher.landed(false)
+		if l.fetcher.inflight == 0 {
+			l.fetcher.abandon(l.life.pollCancel) // the last pop is back: nothing to wait for
+		}
+		l.settler.hold(b)
+		return nil, false
+	}
+	l.sched.add(b.groups)
+	l.fetcher.landed(l.fetcher.inflight+l.inHand() > l.cfg.slots) // no handler idle: nothing to pace
+	return l.sched.take(l.cfg.slots), true
 }
 
 // add queues the groups of a pop.

@@ -9,36 +9,40 @@ import (
 )
 
 // The engine of one Execute composes its parts, each a type whose fields
-// only its own methods write, each in its own file:
+// only its own methods write, each in its own file: fetcher
+// (consume_fetch.go), scheduler (consume_dispatch.go), the handler calls
+// (consume_handle.go), settler (consume_settle.go), failureCounter and
+// ruleReader (consume_failures.go, each with a lock of its own),
+// leaseKeeper (consume_lease.go), lifecycle (consume_stop.go).
 //
-//   - fetcher (consume_fetch.go): when a pop goes, how big, whether it
-//     waits (the pacing), the Limit, the outage, the pops abandoned at a
-//     stop;
-//   - scheduler (consume_dispatch.go): the groups waiting and running, one
-//     group per partition at a time, in order;
-//   - the handler calls (consume_handle.go): a group's messages through
-//     the handler, and each message's outcome;
-//   - settler (consume_settle.go): the pops not yet settled, those whose
-//     failed partitions wait for the queue's retryDelay, and those held
-//     back after a stop until no pop of the loop is parked;
-//   - failureCounter (consume_failures.go): each message's failures
-//     against the queue's RetryLimit;
-//   - leaseKeeper (consume_lease.go): one per pop under RenewLease;
-//   - lifecycle (consume_stop.go): the phases of the stop path, the
-//     contexts, the goroutines.
+// The fetcher, scheduler and settler, and the loop's phase, are the state
+// its goroutines share: the loop type below. Only engine.lock gives a
+// *loop, and unlock ends its use, so every method of loop runs under the
+// engine's mutex and calls the parts' methods; nothing else reaches them.
+// Who writes what:
 //
-// The parts share e.mu: a method documented "(e.mu held)" is called with
-// it held. Concurrency fetchers send pops when a handler is free for one,
-// Concurrency workers handle the groups whose partition is free, and the
-// goroutine that ends a pop's last group settles the pop; a pop whose
-// failed partitions wait for the queue's retryDelay waits on a goroutine
-// of its own (holdFailed), so that the wait occupies no handler. A fetcher
-// handles the first group of its own pop itself: a pop of one partition
-// goes from answer to ack on one goroutine (fetch, dispatch, handle,
-// settle). Each goroutine takes its next task with next; who has nothing
-// to do waits on its wakeup, which changed kicks when the state may have
-// work for it. Execute's own goroutine (run, consume_stop.go) turns the
-// contexts and the timers into the steps of the stop path.
+//   - loop.phase, loop.fatal: loop.stop, loop.changed (done);
+//   - fetcher: the pops in flight, the pacing, the Limit, the outage
+//     (loop.start, loop.takePop, loop.answered, loop.dispatched,
+//     loop.settled, loop.stop, loop.abandon);
+//   - scheduler: the groups waiting and running (loop.dispatched,
+//     loop.takeWork, loop.groupDone, loop.stop);
+//   - settler: the pops not yet settled (loop.dispatched, loop.groupDone,
+//     loop.holdEnd, loop.settled, loop.stop);
+//   - the wakeups of the fetcher and scheduler: next (a goroutine goes to
+//     sleep and wakes) and loop.changed (kick).
+//
+// A pop goes fetch, dispatch, handle, settle: a fetcher goroutine sends
+// it (engine.fetch), turns its answer into groups (engine.dispatch) and
+// handles the first itself (engine.runGroup), and the goroutine that ends
+// the pop's last group settles it (engine.settle); workers handle the
+// other groups. A pop whose failed partitions wait for the queue's
+// retryDelay waits on a goroutine of its own (holdFailed), so that the
+// wait occupies no handler. Each goroutine takes its next task with next;
+// who has nothing to do waits on its wakeup, which loop.changed kicks
+// when the state may have work for it. Execute's own goroutine (run,
+// consume_stop.go) turns the contexts and the timers into the steps of
+// the stop path.
 
 // engineConfig is what the parts read of the options.
 type engineConfig struct {
@@ -72,14 +76,35 @@ type engine struct {
 	hooks *hookSet // the Client's (nil: none)
 	on    handlers
 
-	mu       sync.Mutex // the parts' state below (but failures and rules, which lock themselves)
-	life     lifecycle
-	fetcher  fetcher
-	sched    scheduler
-	settler  settler
+	life     lifecycle       // set up by init, then only read
 	failures *failureCounter // each message's failures
 	rules    ruleReader      // the queue's retryLimit and retryDelay, read once
+
+	mu sync.Mutex
+	st loop // through lock only
 }
+
+// loop is the state the loop's goroutines share (the top of this file).
+type loop struct {
+	cfg  *engineConfig // read only
+	log  *slog.Logger
+	life *lifecycle // read only: its contexts and channels
+	// The phase: running until the stop, draining until done.
+	phase phase
+	fatal error // what Execute returns
+	// The parts.
+	fetcher fetcher
+	sched   scheduler
+	settler settler
+}
+
+// lock gives the loop's shared state; unlock gives it back.
+func (e *engine) lock() *loop {
+	e.mu.Lock()
+	return &e.st
+}
+
+func (e *engine) unlock() { e.mu.Unlock() }
 
 func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 	qb := &cb.qb
@@ -117,8 +142,8 @@ func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 		cfg.renewEvery = time.Duration(qb.renewMs) * time.Millisecond
 		cfg.renewSecs = renewSeconds(qb.renewMs)
 	}
-	e := newEngine(ctx, cb.ctx, b, cfg, qb.limit)
-	e.log, e.hooks = qb.c.log, qb.c.hooks
+	e := newEngine(ctx, cb.ctx, b, cfg, qb.limit, qb.c.log)
+	e.hooks = qb.c.hooks
 	e.on = handlers{handle: cb.handle, handleBatch: cb.handleBatch,
 		onSuccess: cb.onSuccess, onError: cb.onError, onLoopError: cb.onLoopError}
 	return e, nil
@@ -126,14 +151,10 @@ func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 
 // newEngine is an engine over any broker (tests give a fake); the caller
 // sets the handlers. consumeCtx is Consume's (nil: none).
-func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineConfig, limit int) *engine {
-	e := &engine{
-		b: b, log: slog.New(slog.DiscardHandler), cfg: cfg,
-		fetcher:  newFetcher(limit),
-		sched:    newScheduler(),
-		failures: newFailureCounter(maxCountedFailures),
-	}
+func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineConfig, limit int, log *slog.Logger) *engine {
+	e := &engine{b: b, log: log, cfg: cfg, failures: newFailureCounter(maxCountedFailures)}
 	e.life.init(execCtx, consumeCtx)
+	e.st = loop{cfg: &e.cfg, log: log, life: &e.life, fetcher: newFetcher(limit), sched: newScheduler()}
 	return e
 }
 
@@ -152,6 +173,8 @@ type task struct {
 // of each) or one worker (it handles groups and settles pops).
 func (e *engine) startSlot(fetcher bool) {
 	e.life.spawn(func() {
+		var s slot
+		defer e.slotEnded(&s)
 		for {
 			t, ok := e.next(fetcher)
 			if !ok {
@@ -159,15 +182,29 @@ func (e *engine) startSlot(fetcher bool) {
 			}
 			switch {
 			case t.pop:
-				e.fetch(t)
+				e.fetch(t, &s)
 			case t.g != nil:
-				e.runGroup(t.g)
+				e.runGroup(t.g, &s)
 			default:
 				e.settle(t.settle)
 				e.settledLate(t.settle)
 			}
 		}
 	})
+}
+
+// slot is one goroutine of the loop: the group it is handling, if any.
+type slot struct{ g *group }
+
+// slotEnded ends a slot's goroutine. Should a handler have ended it
+// (runtime.Goexit, as t.FailNow does), its group goes on all the same,
+// marked, its running message and the rest without an outcome (given
+// back), and the loop stops.
+func (e *engine) slotEnded(s *slot) {
+	if s.g != nil {
+		s.g.goexit = true
+		e.groupDone(s.g)
+	}
 }
 
 // next waits for the next task of a fetcher or a worker; false: it is done
@@ -180,32 +217,32 @@ func (e *engine) next(fetcher bool) (task, bool) {
 		}
 	}()
 	for {
-		e.mu.Lock()
-		if e.life.phase == running && e.stopping() {
-			e.stopLocked(nil) // a ctx that ended: no pop or message starts after it
+		l := e.lock()
+		if l.phase == running && e.stopping() {
+			l.stop(nil) // a ctx that ended: no pop or message starts after it
 		}
 		var t task
 		ok := false
 		if fetcher {
-			t, ok = e.takePop()
+			t, ok = l.takePop()
 		} else {
-			t, ok = e.takeWork()
+			t, ok = l.takeWork()
 		}
 		if ok {
-			e.mu.Unlock()
+			e.unlock()
 			return t, true
 		}
-		if (fetcher && e.life.phase != running) || e.life.phase == done {
-			e.mu.Unlock()
+		if (fetcher && l.phase != running) || l.phase == done {
+			e.unlock()
 			return task{}, false
 		}
-		w := &e.sched.wake
+		w := &l.sched.wake
 		if fetcher {
-			w = &e.fetcher.wake
+			w = &l.fetcher.wake
 		}
 		kick := w.sleep()
 		var wake <-chan time.Time
-		if wait := time.Until(e.fetcher.wakeAt()); fetcher && wait > 0 {
+		if wait := time.Until(l.fetcher.wakeAt()); fetcher && wait > 0 {
 			if pause == nil {
 				pause = time.NewTimer(wait)
 			} else {
@@ -213,58 +250,83 @@ func (e *engine) next(fetcher bool) (task, bool) {
 			}
 			wake = pause.C
 		}
-		e.mu.Unlock()
+		e.unlock()
 		select {
 		case <-kick:
 		case <-wake:
 		}
-		e.mu.Lock()
+		e.lock()
 		w.woke()
-		e.mu.Unlock()
+		e.unlock()
 	}
 }
 
 // takeWork gives a worker a group whose partition is free, or, after a
-// stop and once quiet, a pop to settle (e.mu held).
-func (e *engine) takeWork() (task, bool) {
-	if e.life.phase == running {
-		if g := e.sched.take(e.cfg.slots); g != nil {
+// stop and once quiet, a pop to settle.
+func (l *loop) takeWork() (task, bool) {
+	if l.phase == running {
+		if g := l.sched.take(l.cfg.slots); g != nil {
 			return task{g: g}, true
 		}
 		return task{}, false
 	}
-	if b := e.settler.take(e.fetcher.quiet(e.life.pollCtx)); b != nil {
+	if b := l.settler.take(l.fetcher.quiet(l.life.pollCtx)); b != nil {
 		return task{settle: b}, true
 	}
 	return task{}, false
 }
 
-// inHand is what the loop holds past the pops' answers (e.mu held):
-// groups waiting or running, pops being settled. With the pops in flight,
-// it is held below Concurrency. The pops held for retryDelay are not in it
-// (they occupy no handler); takePop bounds them.
-func (e *engine) inHand() int { return e.sched.held() + e.settler.settling }
+// inHand is what the loop holds past the pops' answers: groups waiting or
+// running, pops being settled. With the pops in flight, it is held below
+// Concurrency. The pops held for retryDelay are not in it (they occupy no
+// handler); takePop bounds them.
+func (l *loop) inHand() int { return l.sched.held() + l.settler.settling }
 
-// changed wakes who waits for a task and may now have one (e.mu held),
-// and ends the stop path when nothing is left to do. (Waking only those
-// spares a fetcher that handles its own pop a wake-up of every idle
-// worker at each step.)
-func (e *engine) changed() {
-	if e.life.phase == draining && e.fetcher.inflight == 0 && len(e.sched.running) == 0 && e.settler.idle() {
-		e.life.finish()
+// changed wakes who waits for a task and may now have one, and ends the
+// stop path when nothing is left to do. (Waking only those spares a
+// fetcher that handles its own pop a wake-up of every idle worker at each
+// step.)
+func (l *loop) changed() {
+	if l.phase == draining && l.fetcher.inflight == 0 && len(l.sched.running) == 0 && l.settler.idle() {
+		l.phase = done
+		l.life.finish()
 	}
-	stopped := e.life.phase != running
-	if stopped || len(e.sched.queued) > 0 {
-		e.sched.wake.kick()
+	stopped := l.phase != running
+	if stopped || len(l.sched.queued) > 0 {
+		l.sched.wake.kick()
 	}
-	if stopped || e.fetcher.inflight+e.inHand() < e.cfg.slots {
-		e.fetcher.wake.kick()
+	if stopped || l.fetcher.inflight+l.inHand() < l.cfg.slots {
+		l.fetcher.wake.kick()
 	}
+}
+
+// stop is the one way from running to draining; err is what Execute
+// returns (nil: a ctx, Limit or idle stop; a later stop's error does not
+// replace an earlier one). run arms the drain and grace timers when it
+// sees the stop.
+func (l *loop) stop(err error) {
+	if l.fatal == nil {
+		l.fatal = err
+	}
+	if l.phase != running {
+		return
+	}
+	l.phase = draining
+	l.life.announceStop()
+	if l.fetcher.inflight == 0 {
+		l.fetcher.abandon(l.life.pollCancel)
+	}
+	// Groups that never started: given back (their pops settle when
+	// their last group is done).
+	for _, b := range l.sched.drop() {
+		l.settler.hold(b)
+	}
+	l.changed()
 }
 
 // wakeup is where the loop's goroutines with nothing to do wait (one for
 // the fetchers, one for the workers): a channel closed and replaced by
-// kick (e.mu held for all three).
+// kick.
 type wakeup struct {
 	ch   chan struct{}
 	idle int // goroutines waiting on ch

@@ -188,11 +188,6 @@ type ruleReader struct {
 	warnedBroker  bool // failures are counted by the broker: said once
 }
 
-const (
-	ruleTimeout  = 5 * time.Second // one read of the queue's settings
-	maxRuleReads = 2
-)
-
 // readRule returns the queue's retry settings, reading them while unknown
 // (at most maxRuleReads times in all); failed is a message that failed
 // (nil at the start). A queue the broker does not know is logged at Warn
@@ -208,10 +203,11 @@ func (e *engine) readRule(failed *Message) retryRule {
 		return r.rule
 	}
 	r.reads++
-	ctx, cancel := context.WithTimeout(e.life.reqCtx, ruleTimeout)
+	parent := e.life.reqCtx // a settle's read: never a cancelled ctx
 	if failed == nil {
-		ctx, cancel = context.WithTimeout(e.life.ctx, ruleTimeout)
+		parent = e.life.ctx // the read at the start: a stop ends it
 	}
+	ctx, cancel := context.WithTimeout(parent, ruleTimeout)
 	defer cancel()
 	rule, err := e.b.retryRule(ctx, failed)
 	if err == nil {

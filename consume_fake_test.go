@@ -272,9 +272,8 @@ func testEngine(t testing.TB, ctx context.Context, f *fakeBroker, cfg engineConf
 		cfg.want = f.batch
 	}
 	cfg.queue = "q"
-	e := newEngine(ctx, nil, f, cfg, limit)
 	logs := &syncBuf{}
-	e.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newEngine(ctx, nil, f, cfg, limit, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	e.cfg.retry = RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
 	e.on.handle = h
 	return e, logs

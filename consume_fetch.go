@@ -8,41 +8,15 @@ import (
 	"github.com/queen-go/queen/internal/transport"
 )
 
-// The fetcher: what decides when a pop goes, how big it is, and whether
-// it waits. A fetcher goroutine of the loop (consume_engine.go) sends a pop
-// when a handler is free for it (fewer pops in flight, groups waiting or
-// running and pops being settled than slots), while fewer pops are in
-// flight or not yet settled than twice the slots (which bounds the pops
-// held for retryDelay, which occupy no handler: takePop), when no pause
-// runs (after an empty answer or a failure), and when the Limit has some
-// left; answered
-// takes the answer (a popDone) for the pacing, and an answer with messages
-// goes on to the scheduler (dispatch, consume_dispatch.go).
-//
-// A pop waits for messages (a long poll, unless Wait(false)) when the loop
-// holds nothing else (a pop held for retryDelay does not count: its ack is
-// that delay away). While it holds other pops (being handled or settled,
-// or in flight while pops bring messages), a pop does not wait: the
-// partitions it finds leased may be the loop's own, freed by its next ack
-// (or by the ack of a pop still on its way), and a broker re-checks a
-// waiting pop only now and then (0.15.1: after 100 ms, backing off to 1 s),
-// so a waiting pop could sit out an ack that came milliseconds later.
-//
-// The first pops of a loop of several handlers do not wait either, until
-// one is answered: handlers that all long-polled a queue with fewer free
-// partitions than handlers would leave the losers parked at the broker,
-// each holding its share of the Limit until the broker's next look. An
-// empty queue costs each handler one pop more before its long poll.
-//
-// When such a pop finds nothing, the loop is contended (more handlers than
-// partitions it can get): from then on each settle of the loop lets one
-// pop go (a settle frees at most the partitions of one pop), not one per
-// free handler, so that a loop with more handlers than partitions does not
-// send a pop per idle handler at every ack. A handler with no settle to
-// use waits; if no settle comes within the usual pause after an empty
-// answer (the loop's handlers may be slow), its pop waits at the broker
-// (one long poll, not a pop every pause). The loop is no longer contended once an
-// answer leaves no handler idle, or a long poll answers.
+// The fetcher decides when a pop goes, how big it is and whether it
+// waits: only for a free handler, within the Limit, after any pause. A pop
+// long-polls only when the loop holds nothing else; beside the loop's own
+// pops it does not wait (the partitions it finds leased may be freed by
+// the loop's next ack, which a waiting pop would notice late), and the
+// first pops of several handlers do not wait either. Once such a pop
+// finds nothing the loop is contended: each settle then lets one pop go,
+// and a handler with none to use long-polls after brokerRecheck.
+// docs/ARCHITECTURE.md (Fetch) tells why each rule is there.
 
 // The pacing: each constant answers a behaviour of the broker.
 const (
@@ -53,11 +27,6 @@ const (
 	// advises one (autopilot waitMs), and how long a contended loop waits
 	// for a settle before it long-polls.
 	brokerRecheck = 100 * time.Millisecond
-	// A broker that fails or restarts: the first pause after a failed pop,
-	// and the longest, so that a loop resumes within about 0.2 s of a
-	// broker restart.
-	brokerDownMin = 50 * time.Millisecond
-	brokerDownMax = 200 * time.Millisecond
 	// An answer the broker has sent arrives within this (a local HTTP
 	// answer, with margin): what a stop gives the pops in flight before it
 	// abandons them, so that the messages of an answer on its way are
@@ -71,13 +40,12 @@ const (
 )
 
 // fetcher is the pops' state: in flight, paced, within the Limit, through
-// an outage, abandoned at a stop (e.mu held for every method once the
-// loop runs).
+// an outage, abandoned at a stop.
 type fetcher struct {
-	wake      wakeup  // fetchers waiting for a pop to go
-	inflight  int     // pops in flight
-	limit     limiter // the Limit
-	outage    outage
+	wake      wakeup    // fetchers waiting for a pop to go
+	inflight  int       // pops in flight
+	limit     limiter   // the Limit
+	outage    outage    // failed pops in a row
 	pauseTill time.Time // no pop before (after an empty answer or a failure)
 	// The pacing of pops that do not wait (the top of this file).
 	settled    uint64    // pops settled so far
@@ -98,7 +66,7 @@ func newFetcher(limit int) fetcher {
 
 // start readies the fetcher at the loop's start: the outage's backoff
 // within the Client's retry policy.
-func (f *fetcher) start(p RetryPolicy) { f.outage = newOutage(p) }
+func (f *fetcher) start(p RetryPolicy) { f.outage = outage{backoff: newRetryBackoff(p)} }
 
 // popDone is a pop that came back: its reservation from the Limit, and
 // what it brought.
@@ -114,11 +82,11 @@ type popDone struct {
 // fetch sends the pop of t, for at most t.n messages (0: the builder's
 // batch), and hands an answer with messages to the scheduler, which
 // handles its first group on this goroutine.
-func (e *engine) fetch(t task) {
+func (e *engine) fetch(t task, s *slot) {
 	began := time.Now()
 	res, err := e.b.pop(e.life.pollCtx, t.n, t.nowait)
 	if e.answered(popDone{reserved: t.n, nowait: t.nowait, settledAt: t.settledAt, res: res, err: err, took: time.Since(began)}) {
-		e.dispatch(res, t.n)
+		e.dispatch(res, t.n, s)
 	}
 }
 
@@ -130,32 +98,37 @@ func (e *engine) answered(d popDone) (messages bool) {
 	if d.res != nil {
 		got = len(d.res.messages)
 	}
-	e.mu.Lock()
-	f := &e.fetcher
-	stopped := e.life.phase != running
+	stopped := e.lock().answered(d, got)
+	e.unlock()
+	if d.err != nil && !stopped {
+		e.loopError(&LoopError{Op: LoopOpPop, Err: d.err})
+	}
+	return got > 0
+}
+
+// answered is engine.answered's part under the loop; stopped: the answer
+// came after the stop.
+func (l *loop) answered(d popDone, got int) (stopped bool) {
+	f := &l.fetcher
+	stopped = l.phase != running
 	if n, since := f.answer(d, got, stopped); n > 0 {
 		// The outage's end, at the level of its start, so that a logger
 		// that shows the outage shows its end.
-		e.log.Warn("queen: pops succeed again", "queue", e.cfg.queue, "group", e.cfg.group,
+		l.log.Warn("queen: pops succeed again", "queue", l.cfg.queue, "group", l.cfg.group,
 			"failures", n, "after", time.Since(since).Round(time.Millisecond))
 	}
 	switch {
 	case got > 0:
-		e.mu.Unlock()
-		return true
+		return stopped // dispatched's turn
 	case stopped:
 		if f.inflight == 0 {
-			f.abandon(e.life.pollCancel) // the last pop is back: nothing to wait for
+			f.abandon(l.life.pollCancel) // the last pop is back: nothing to wait for
 		}
 	case d.err != nil:
-		e.popFailed(d.err)
+		l.popFailed(d.err)
 	}
-	e.changed()
-	e.mu.Unlock()
-	if d.err != nil && !stopped {
-		e.loopError(&LoopError{Op: LoopOpPop, Err: d.err})
-	}
-	return false
+	l.changed()
+	return stopped
 }
 
 // answer records a pop's answer (got messages), and ends the outage, if
@@ -200,7 +173,7 @@ func (f *fetcher) landed(full bool) {
 	}
 }
 
-// takePop gives a fetcher a pop to send, if one may go (e.mu held): only
+// takePop gives a fetcher a pop to send, if one may go: only
 // for a free handler (pops in flight, groups waiting and running and pops
 // being settled stay below Concurrency, which bounds what the loop holds
 // to Concurrency pops), and while the pops in flight and not yet settled,
@@ -209,11 +182,11 @@ func (f *fetcher) landed(full bool) {
 // so the loop holds at most 2×Concurrency pops however many of them wait
 // for retryDelay (without a hold, the first bound is the one that binds);
 // after any pause, within the Limit.
-func (e *engine) takePop() (task, bool) {
-	if e.life.phase != running || e.fetcher.inflight+e.settler.busy >= 2*e.cfg.slots {
+func (l *loop) takePop() (task, bool) {
+	if l.phase != running || l.fetcher.inflight+l.settler.busy >= 2*l.cfg.slots {
 		return task{}, false
 	}
-	return e.fetcher.take(time.Now(), e.inHand(), e.cfg.slots, e.cfg.want)
+	return l.fetcher.take(time.Now(), l.inHand(), l.cfg.slots, l.cfg.want)
 }
 
 // take is takePop's pacing and Limit (inHand: what the loop holds past the
@@ -394,43 +367,24 @@ func fatalPopError(err error) bool {
 // if the request is sent again: the client's one rule, transport.Retryable.
 func retryableStatus(status int) bool { return transport.Retryable(status) }
 
-// outage follows a run of failed pops: the backoff before the next one,
-// and what to say about it. Loud but bounded: a Warn at the first failure,
-// then a line only when the backoff grows or outageLogEvery passed, and a
-// Warn when a pop succeeds again.
+// outage follows a run of failed pops: the pause before the next one
+// (retryBackoff), and what to say about it. Loud but bounded: a Warn at
+// the first failure, then a line only when the backoff grows or
+// outageLogEvery passed, and a Warn when a pop succeeds again.
 type outage struct {
-	lo, hi   time.Duration // backoff bounds
-	failures int
-	since    time.Time
-	backoff  time.Duration
-	logged   time.Time // last line
-}
-
-func newOutage(p RetryPolicy) outage {
-	o := outage{lo: brokerDownMin, hi: brokerDownMax}
-	if p.MinBackoff > 0 {
-		o.lo = min(p.MinBackoff, brokerDownMax)
-	}
-	if p.MaxBackoff > 0 {
-		o.hi = min(p.MaxBackoff, brokerDownMax)
-	}
-	o.hi = max(o.hi, o.lo)
-	return o
+	backoff retryBackoff
+	since   time.Time
+	logged  time.Time // last line
 }
 
 // failed records a failed pop at now and returns the pause before the next
 // one, and whether to log this failure.
 func (o *outage) failed(err error, now time.Time) (time.Duration, bool) {
-	prev := o.backoff
-	o.failures++
-	if o.failures == 1 {
+	d := o.backoff.failed(err)
+	if o.backoff.failures == 1 {
 		o.since = now
-		o.backoff = o.lo
-	} else {
-		o.backoff = min(o.backoff*2, o.hi)
 	}
-	d := transport.Backoff(o.lo, o.hi, o.failures-1, retryAfterOf(err)) // the client's one backoff
-	say := o.failures == 1 || o.backoff != prev || now.Sub(o.logged) >= outageLogEvery
+	say := o.backoff.grew() || now.Sub(o.logged) >= outageLogEvery
 	if say {
 		o.logged = now
 	}
@@ -439,24 +393,20 @@ func (o *outage) failed(err error, now time.Time) (time.Duration, bool) {
 
 // recovered ends an outage; it returns how many pops failed and since when
 // (0: there was none).
-func (o *outage) recovered() (int, time.Time) {
-	n, since := o.failures, o.since
-	o.failures, o.backoff = 0, 0
-	return n, since
-}
+func (o *outage) recovered() (int, time.Time) { return o.backoff.reset(), o.since }
 
-// popFailed handles a failed pop (e.mu held): a refusal for good stops
-// the loop with it; anything else pauses the pops for a backoff, loudly.
-func (e *engine) popFailed(err error) {
+// popFailed handles a failed pop: a refusal for good stops the loop with
+// it; anything else pauses the pops for a backoff, loudly.
+func (l *loop) popFailed(err error) {
 	if !fatalPopError(err) {
-		if d, say := e.fetcher.failed(err); say {
-			e.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", e.cfg.queue, "group", e.cfg.group,
-				"err", err, "failures", e.fetcher.outage.failures, "backoff", d)
+		if d, say := l.fetcher.failed(err); say {
+			l.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", l.cfg.queue, "group", l.cfg.group,
+				"err", err, "failures", l.fetcher.outage.backoff.failures, "backoff", d)
 		}
 		return
 	}
-	e.log.Error("queen: consume loop stopped by the broker's refusal", "queue", e.cfg.queue, "group", e.cfg.group, "err", err)
-	e.stopLocked(err)
+	l.log.Error("queen: consume loop stopped by the broker's refusal", "queue", l.cfg.queue, "group", l.cfg.group, "err", err)
+	l.stop(err)
 }
 
 // loopError hands err to the OnLoopError hook, if any; a panic in the hook

@@ -13,23 +13,18 @@ import (
 // OnError callbacks, a stop, a lost lease), a panic recovered. What a
 // group records (group.acks, group.next) is what the settler sends.
 
-// runGroup handles g and hands it to the settler (groupDone), which
-// settles its pop when g was the pop's last group. Should the handler end
-// the goroutine (runtime.Goexit, as t.FailNow does), g goes on all the
-// same, marked, with its running message and the rest without an outcome
-// (given back), and the goroutine is gone: the loop stops.
-func (e *engine) runGroup(g *group) {
-	returned := false
-	defer func() {
-		g.goexit = !returned
-		e.groupDone(g)
-	}()
+// runGroup handles g on slot s and hands it to the settler (groupDone),
+// which settles its pop when g was the pop's last group. s holds g while
+// the handler runs: should it end the goroutine, slotEnded hands g on.
+func (e *engine) runGroup(g *group, s *slot) {
+	s.g = g
 	if e.cfg.each {
 		e.handleEach(g)
 	} else {
 		e.handleWhole(g)
 	}
-	returned = true
+	s.g = nil
+	e.groupDone(g)
 }
 
 // handleEach calls the handler once per message, in order. After a

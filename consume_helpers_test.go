@@ -285,3 +285,59 @@ func (s *spy) ackRequests() []spiedAck {
 	defer s.mu.Unlock()
 	return append([]spiedAck(nil), s.acks...)
 }
+
+// renewWatch counts the client's lease renewals that succeeded (a
+// RenewHook), so that a test waits for renewals, not for a time.
+type renewWatch struct {
+	mu   sync.Mutex
+	n    int
+	more chan struct{} // closed and replaced at each renewal
+}
+
+func newRenewWatch() *renewWatch { return &renewWatch{more: make(chan struct{})} }
+
+func (w *renewWatch) OnRenew(_ context.Context, e queen.RenewEvent) {
+	if e.Err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n++
+	close(w.more)
+	w.more = make(chan struct{})
+}
+
+// await waits for n renewals more than had happened when it was called
+// (false after 30 s: a hang guard, no measurement).
+func (w *renewWatch) await(n int) bool {
+	w.mu.Lock()
+	want := w.n + n
+	w.mu.Unlock()
+	guard := time.NewTimer(30 * time.Second)
+	defer guard.Stop()
+	for {
+		w.mu.Lock()
+		got, more := w.n, w.more
+		w.mu.Unlock()
+		if got >= want {
+			return true
+		}
+		select {
+		case <-more:
+		case <-guard.C:
+			return false
+		}
+	}
+}
+
+// awaitRequests waits until srv has received n requests of route r (false
+// after 30 s: a hang guard, no measurement; it may run on a handler's
+// goroutine, so it reports with Errorf).
+func awaitRequests(t testing.TB, srv *queentest.Server, r queentest.Route, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.AwaitRequests(ctx, r, n); err != nil {
+		t.Errorf("waiting for %d %s requests: %v", n, r, err)
+	}
+}

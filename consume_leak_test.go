@@ -55,12 +55,15 @@ func TestConsumeLeavesNoGoroutine(t *testing.T) {
 // unstarted ones are given back, and no renewer is left behind.
 func TestConsumeHandlerGoexit(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }))
+	renewals := newRenewWatch()
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }), withHooks(renewals))
 	e.pushN("q", "p", 3)
 	err := execute(t, context.Background(), func(ctx context.Context) error {
 		return e.c.Queue("q").Batch(3).RenewLease(true, 5).Each().
 			Consume(ctx, func(context.Context, *queen.Message) error {
-				time.Sleep(20 * time.Millisecond) // a few renewals
+				if !renewals.await(2) { // a renewer runs when the goroutine ends
+					t.Error("no renewal")
+				}
 				runtime.Goexit()
 				return nil
 			}).Execute(ctx)
@@ -85,7 +88,8 @@ func TestConsumeHandlerGoexit(t *testing.T) {
 // acked, everything else is given back; no renewer, slot or poller is left.
 func TestConsumeHandlerGoexitSideBySide(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }))
+	renewals := newRenewWatch()
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }), withHooks(renewals))
 	for p := range 4 {
 		e.pushN("q", fmt.Sprint("p", p), 2)
 	}
@@ -101,7 +105,9 @@ func TestConsumeHandlerGoexitSideBySide(t *testing.T) {
 					case <-time.After(30 * time.Second): // a hang guard
 						return errors.New("no second handler ran at once")
 					}
-					time.Sleep(20 * time.Millisecond)
+					if !renewals.await(2) { // the loop stops meanwhile; its renewals go on
+						t.Error("no renewal")
+					}
 					return nil
 				}
 				close(second)

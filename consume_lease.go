@@ -12,8 +12,6 @@ import (
 // broker answers "lost" cancels the handlers of that pop (their ctx's
 // cause matches ErrLeaseLost), and their outcomes are not acked.
 
-const renewTimeout = 10 * time.Second // one renewal request at most
-
 // renewSeconds is how far each renewal extends a lease: about three
 // renewal intervals (rounded up to whole seconds, the broker's unit, by
 // the one rounding rule, ceilUnits). Two

@@ -119,7 +119,7 @@ func TestConsumeLoopErrorsTyped(t *testing.T) {
 		err := execute(t, context.Background(), func(ctx context.Context) error {
 			return e.c.Queue("q").Batch(3).Limit(3).RenewLease(true, 5).
 				Consume(ctx, func(context.Context, *queen.Message) error {
-					waitFor(t, "a renewal", func() bool { return e.srv.Requests(queentest.RouteRenew) >= 2 })
+					awaitRequests(t, e.srv, queentest.RouteRenew, 2)
 					handled.Add(1)
 					return nil
 				}).OnLoopError(h.add).Execute(ctx)
@@ -203,7 +203,7 @@ func TestConsumePanicNamesTheMessage(t *testing.T) {
 // broker's clock is a FakeClock: the test advances it in steps shorter
 // than the renewal's extension (3 s) after each renewal.
 func TestConsumeRenewLeaseCrashedWorker(t *testing.T) {
-	renewed := &renewCount{}
+	renewed := newRenewWatch()
 	e := newEnv(t, withFakeClock(), withQueueConfig(func(q *queentest.QueueConfig) { q.LeaseTime = 3 }), withHooks(renewed))
 	e.pushN("q", "p", 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -226,8 +226,9 @@ func TestConsumeRenewLeaseCrashedWorker(t *testing.T) {
 	for range 5 {
 		// The renewal's answer (RenewHook), not its arrival at the broker:
 		// the clock moves only after the broker applied it.
-		n := renewed.n.Load()
-		waitFor(t, "a renewal", func() bool { return renewed.n.Load() > n })
+		if !renewed.await(1) {
+			t.Fatal("no renewal")
+		}
 		e.clock.Advance(2 * time.Second)
 		if e.srv.LeasedCount("q", "g") != 1 {
 			t.Fatal("the live handler lost its lease")
@@ -253,10 +254,3 @@ func TestConsumeRenewLeaseCrashedWorker(t *testing.T) {
 }
 
 // renewCount counts the renewals the broker answered.
-type renewCount struct{ n atomic.Int64 }
-
-func (r *renewCount) OnRenew(_ context.Context, e queen.RenewEvent) {
-	if e.Err == nil {
-		r.n.Add(1)
-	}
-}

@@ -26,7 +26,7 @@ func TestConsumeRenewTransientFailureKeepsHandler(t *testing.T) {
 	err := execute(t, context.Background(), func(ctx context.Context) error {
 		return e.c.Queue("q").RenewLease(true, 5).Each().Limit(1).
 			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
-				waitFor(t, "failed renewals, then a good one", func() bool { return e.srv.Requests(queentest.RouteRenew) >= 5 })
+				awaitRequests(t, e.srv, queentest.RouteRenew, 5)
 				cancelled.Store(hctx.Err() != nil)
 				return nil
 			}).Execute(ctx)
@@ -64,7 +64,7 @@ func TestConsumeRenewalsGoOnDuringGrace(t *testing.T) {
 	cancel()
 	for range 10 { // 8 s of broker time after the stop, lease 2 s; each renewal extends it by 1 s
 		n := e.srv.Requests(queentest.RouteRenew)
-		waitFor(t, "two renewals after the stop", func() bool { return e.srv.Requests(queentest.RouteRenew) >= n+2 })
+		awaitRequests(t, e.srv, queentest.RouteRenew, n+2)
 		e.clock.Advance(800 * time.Millisecond)
 	}
 	close(finish)

@@ -9,27 +9,15 @@ import (
 	"github.com/queen-go/queen/internal/transport"
 )
 
-// The settler: when the last group of a pop is done, the pop's outcomes go
-// to the broker in ONE batch ack, partition after partition, each in
-// order. It settles the whole lease: every message of the pop is in it,
-// the ones with no outcome (never started because of a stop, or after a
-// failed message of their partition) as retry, which gives them back at
-// once and spends no retry. The partition of a failed message is so
-// released whatever the broker decides about it (PROTOCOL.md §15, §16: a
-// 0.15.1 broker that dead-letters it keeps the lease otherwise). The only
-// messages left out are those a handler acked itself (AutoAck(false)),
-// and a pop whose lease is lost sends nothing: the broker refuses acks of
-// a lost lease, and its messages are already someone else's.
+// The settler: when the last group of a pop is done, its outcomes go to
+// the broker in ONE batch ack for the whole lease, the messages without an
+// outcome as retry (given back at once, no retry spent), which also frees
+// the partition of a failed message (PROTOCOL.md §15, §16). Left out: the
+// messages a handler acked itself, and every message of a lost lease.
 
-const settleTimeout = 15 * time.Second // how long a failing ack is sent again
-
-// settler holds the pops not yet settled (e.mu held for every method):
-// busy counts them from their answer until their ack; a pop whose failed
-// partitions wait for the queue's retryDelay is held (holding) on a
-// goroutine of its own, not a handler's (holdFailed); after a stop, a pop
-// whose groups are all done (or whose hold the stop ended) waits in
-// pending until no pop of the loop is parked at the broker (quiet), and is
-// then settled by the next free worker (settling).
+// settler counts the pops not yet settled: busy from answer to ack,
+// holding while held for retryDelay (holdFailed), pending after a stop
+// until quiet, settling once taken from pending.
 type settler struct {
 	busy     int      // pops not yet settled
 	holding  int      // pops held for retryDelay (holdFailed)
@@ -39,6 +27,17 @@ type settler struct {
 
 // add counts one more pop in hand.
 func (s *settler) add() { s.busy++ }
+
+// holdStart counts a pop held for retryDelay; holdEnd ends that hold, and
+// keeps the pop for take when a stop ended it (stopped).
+func (s *settler) holdStart() { s.holding++ }
+
+func (s *settler) holdEnd(b *batch, stopped bool) {
+	s.holding--
+	if stopped {
+		s.hold(b)
+	}
+}
 
 // hold keeps a pop whose groups are all done and that its goroutine did
 // not settle (after a stop) for take.
@@ -67,61 +66,68 @@ func (s *settler) done(late bool) {
 // being settled after a stop.
 func (s *settler) idle() bool { return s.settling == 0 && len(s.pending) == 0 && s.holding == 0 }
 
-// groupDone takes a group back from its goroutine. The goroutine that
-// ends a pop's last group settles the pop at once (while the loop runs;
-// after a stop, the pop waits for quiet: consume_stop.go), before the
-// group's partition is free again. A pop that settle holds for retryDelay
-// goes on on a goroutine of its own (holdFailed), and this one is free for
-// the next task.
+// groupDone takes a group back from its goroutine; the goroutine that
+// ends a pop's last group settles it (after a stop, the pop waits for
+// quiet), and a pop held for retryDelay goes on on a goroutine of its own.
 func (e *engine) groupDone(g *group) {
 	b := g.b
 	last := b.left.Add(-1) == 0
 	now := last && !g.goexit && !e.stopping()
-	held := false
-	if now {
-		held = e.settle(b)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.sched.done(g)
+	held := now && e.settle(b)
 	if g.goexit {
 		e.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
 			"queue", e.cfg.queue, "group", e.cfg.group)
-		e.stopLocked(errHandlerGoexit)
+	}
+	l := e.lock()
+	defer e.unlock()
+	if g.goexit {
 		e.startSlot(false) // in the place of the worker that ended: the stop path needs workers
+	}
+	if held {
+		e.life.spawn(func() { e.holdFailed(b) })
+	}
+	l.groupDone(g, last, now, held)
+}
+
+// groupDone is engine.groupDone's part under the loop: the group's place,
+// and its pop's when it was the last (settled now, held for retryDelay,
+// or kept for the settle after a stop).
+func (l *loop) groupDone(g *group, last, now, held bool) {
+	l.sched.done(g)
+	if g.goexit {
+		l.stop(errHandlerGoexit)
 	}
 	switch {
 	case held:
-		e.settler.holding++
-		e.life.spawn(func() { e.holdFailed(b) })
+		l.settler.holdStart()
 	case now:
-		e.settledLocked(b, false)
+		l.settled(g.b, false)
 	case last:
-		e.settler.hold(b)
+		l.settler.hold(g.b)
 	}
-	e.changed()
+	l.changed()
 }
 
 // settledLate takes back a pop settled after a stop.
 func (e *engine) settledLate(b *batch) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.settledLocked(b, true)
-	e.changed()
+	l := e.lock()
+	l.settled(b, true)
+	l.changed()
+	e.unlock()
 }
 
-// settledLocked ends the hold of a settled pop (e.mu held); the Limit,
-// once all handled and settled, stops the loop.
-func (e *engine) settledLocked(b *batch, late bool) {
-	e.settler.done(late)
+// settled ends the hold of a settled pop; the Limit, once all handled and
+// settled, stops the loop.
+func (l *loop) settled(b *batch, late bool) {
+	l.settler.done(late)
 	handled := 0
 	for _, g := range b.groups {
 		handled += g.handled
 	}
-	reached := e.fetcher.onSettle(len(b.msgs), handled, e.cfg.slots)
+	reached := l.fetcher.onSettle(len(b.msgs), handled, l.cfg.slots)
 	b.cancel(nil)
 	if reached {
-		e.stopLocked(nil)
+		l.stop(nil)
 	}
 }
 
@@ -163,16 +169,11 @@ type heldAcks struct {
 	d            time.Duration // how long the hold lasts
 }
 
-// settle ends a pop: its outcomes become the statuses sent (the loop's
-// own failure count, consume_failures.go), the renewals stop, and its
-// batch ack goes out on a ctx of its own (never a cancelled one). While
-// the loop runs, a partition with a failure given back waits for the
-// queue's retryDelay: settle then acks the pop's other partitions at once
-// (one request more), keeps the rest in b.held and says held, and the pop
-// is not settled yet: holdFailed waits out the delay on a goroutine of
-// its own and calls settle again for the rest. settle runs on the
-// goroutine that ended the pop's last group, on the hold's, or after a
-// stop on the next free worker.
+// settle ends a pop: its outcomes become the statuses sent (the failure
+// count), the renewals stop, and its batch ack goes out. While the loop
+// runs, a partition with a failure given back waits for retryDelay: the
+// other partitions are acked now, the rest kept in b.held, and settle
+// says held (holdFailed calls it again after the wait).
 func (e *engine) settle(b *batch) (held bool) {
 	var chosen, sent []Settlement
 	switch {
@@ -215,22 +216,11 @@ func (e *engine) settle(b *batch) (held bool) {
 	return false
 }
 
-// holdFailed keeps a pop whose failed message goes back with retry (which
-// the broker gives out again at once) for the queue's retryDelay, so that
-// the message, and its partition behind it, comes back no earlier than a
-// failed ack would have it, and then sends the held partitions' ack
-// (settle). It runs on a goroutine of its own, which groupDone starts
-// with lifecycle.spawn (run waits for it), so the hold occupies no
-// handler: other partitions are handled meanwhile. The pop counts as not settled until
-// its ack (settler.busy: the fetcher's bound, the Limit, IdleMillis). Its
-// lease is held meanwhile, so no other consumer gets the partition
-// (renewed under RenewLease; without it, the hold ends by half the lease
-// time after the pop: the shorter of the pops' LeaseTime and the
-// queue's). A stop ends the hold at once: the pop then waits for quiet
-// with the other acks of the stop (settler.hold) and a worker sends its
-// ack. A lease lost during the hold (which only a renewal can tell) sends
-// nothing: the held partition's messages come again, those handled
-// before its failure included.
+// holdFailed holds a pop's failed partitions for the queue's retryDelay
+// (holdFor), on a goroutine of its own so that no handler waits, then acks
+// them. The lease is held meanwhile. A stop ends the hold at once (the pop
+// is then settled with the stop's acks); a lost lease sends nothing.
+// docs/RETRIES.md tells why.
 func (e *engine) holdFailed(b *batch) {
 	t := time.NewTimer(b.held.d)
 	select {
@@ -239,24 +229,29 @@ func (e *engine) holdFailed(b *batch) {
 	case <-b.ctx.Done(): // the lease is lost
 	}
 	t.Stop()
-	e.mu.Lock()
+	l := e.lock()
 	if e.stopping() {
-		if e.life.phase == running {
-			e.stopLocked(nil) // a ctx that ended: as next does
-		}
-		e.settler.holding--
-		e.settler.hold(b)
-		e.changed()
-		e.mu.Unlock()
+		l.holdEnd(b, true)
+		e.unlock()
 		return
 	}
-	e.mu.Unlock()
+	e.unlock()
 	e.settle(b)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.settler.holding--
-	e.settledLocked(b, false)
-	e.changed()
+	e.lock().holdEnd(b, false)
+	e.unlock()
+}
+
+// holdEnd ends the hold of b: settled (its ack went), or after a stop
+// kept for the settle with the stop's other acks.
+func (l *loop) holdEnd(b *batch, stopped bool) {
+	if stopped && l.phase == running {
+		l.stop(nil) // a ctx that ended: as next does
+	}
+	l.settler.holdEnd(b, stopped)
+	if !stopped {
+		l.settled(b, false)
+	}
+	l.changed()
 }
 
 // holdFor is how long holdFailed holds b (0 or less: not at all).
@@ -293,15 +288,13 @@ func splitHeld(chosen, sent []Settlement) (heldC, heldS, nowC, nowS []Settlement
 	return heldC, heldS, nowC, nowS
 }
 
-// sendAcks sends acks (the statuses sent for the outcomes chosen), and
-// again with a backoff after a failure that asking again may cure (the
-// network, 5xx, 408, 429), for up to settleTimeout: a blip, at a stop
-// above all, must not leave the messages leased until their lease runs
-// out.
+// sendAcks sends a pop's acks, and again after retryBackoff while the
+// failure is transient, for up to settleTimeout (the loop's one retry
+// layer for acks, consume_broker.go).
 func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
 	ctx, end := context.WithTimeout(e.life.reqCtx, settleTimeout)
 	defer end()
-	backoff := newOutage(e.cfg.retry)
+	backoff := newRetryBackoff(e.cfg.retry)
 	start := e.hooks.now()
 	var err error
 	var res []AckResult
@@ -324,7 +317,7 @@ func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
 			return
 		}
 		if transientSettleError(err) && ctx.Err() == nil {
-			d, _ := backoff.failed(err, time.Now())
+			d := backoff.failed(err)
 			e.log.Warn("queen: batch ack failed; sending it again", "queue", e.cfg.queue, "group", e.cfg.group,
 				"messages", len(acks), "err", err, "backoff", d)
 			t := time.NewTimer(d)

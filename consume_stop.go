@@ -6,36 +6,15 @@ import (
 	"time"
 )
 
-// The lifecycle: the states of a loop, its one stop path, its contexts and
-// its goroutines.
-//
-//   - running: pops go out for free handlers; groups start as workers and
-//     their partitions free up; each pop is settled by the goroutine that
-//     ends its last group, or, when its failed partitions wait for the
-//     queue's retryDelay, by a goroutine of its own after the wait
-//     (holdFailed). A stop (stopLocked: a ctx ended, the Limit is
-//     reached, IdleMillis passed, a pop was refused for good, or a handler
-//     ended its goroutine) leads to draining.
-//   - draining: no pop and no group starts again. Groups waiting for a
-//     handler are given back (never started). Pops in flight get
-//     answerOnItsWay for an answer already on its way (its messages are
-//     then given back, not left leased), and are then abandoned. Handlers
-//     running go on for the grace period; then their ctx is cancelled.
-//     A wait for retryDelay ends at once. Batch acks (a held pop's
-//     included) wait until no pop of the loop is parked at the broker
-//     (quiet): a parked long poll would be handed the messages given back,
-//     and lose them with it. When no pop is in flight, no handler runs and
-//     every pop is settled (none held), done.
-//   - done: the workers end (the fetchers ended at the stop); Execute
-//     returns nil after a ctx, Limit or idle stop, the error after a
-//     refusal or a Goexit. No goroutine is left.
-//
-// The loop has four contexts: ctx, Execute's, which also ends when
-// Consume's does (it stops the loop; its values are Execute's); pollCtx,
-// the pops', cancelled to abandon them (after a stop); hctx, the base of
-// the handlers' (Consume's values), cancelled when the grace period ends;
-// reqCtx, the settles' and renewals' (Execute's values), cancelled only
-// once run's goroutines are done.
+// The lifecycle: a loop is running until a stop (loop.stop: a ctx ended,
+// the Limit, IdleMillis, a refusal for good, a handler's Goexit), then
+// draining: nothing starts, pops in flight get answerOnItsWay and are
+// abandoned, handlers get the grace period, the acks wait until quiet
+// (no pop of the loop parked at the broker). When nothing is left, done:
+// Execute returns, no goroutine left. docs/ARCHITECTURE.md (Stop, Its
+// contexts) tells the four contexts: ctx (Execute's, ended also by
+// Consume's), pollCtx (the pops'), hctx (the handlers'), reqCtx (acks,
+// renewals).
 
 type phase int
 
@@ -45,11 +24,10 @@ const (
 	done
 )
 
-// lifecycle is the stop path's state: each field is written once (phase
-// twice: draining, then done).
+// lifecycle is the loop's contexts, the channels of its stop path and its
+// goroutines: made by init, then only read (the channels closed once
+// each, by loop.stop and loop.changed).
 type lifecycle struct {
-	phase  phase
-	fatal  error         // what Execute returns
 	stopCh chan struct{} // closed when the stop begins
 	doneCh chan struct{} // closed when the stop path is done
 	wg     sync.WaitGroup
@@ -108,26 +86,11 @@ func (l *lifecycle) spawn(f func()) {
 	}()
 }
 
-// stop begins the stop path, once (e.mu held): err is what Execute
-// returns (nil: a ctx, Limit or idle stop); a later stop's error does not
-// replace an earlier one. It says whether the stop began now.
-func (l *lifecycle) stop(err error) bool {
-	if l.fatal == nil {
-		l.fatal = err
-	}
-	if l.phase != running {
-		return false
-	}
-	l.phase = draining
-	close(l.stopCh)
-	return true
-}
+// announceStop says the stop began (once: loop.stop).
+func (l *lifecycle) announceStop() { close(l.stopCh) }
 
-// finish ends the stop path (e.mu held).
-func (l *lifecycle) finish() {
-	l.phase = done
-	close(l.doneCh)
-}
+// finish says the stop path is done (once: loop.changed).
+func (l *lifecycle) finish() { close(l.doneCh) }
 
 // stopped says whether the stop began.
 func (l *lifecycle) stopped() bool {
@@ -156,7 +119,8 @@ func (l *lifecycle) ended() bool {
 // when it is done.
 func (e *engine) run() error {
 	l := &e.life
-	e.fetcher.start(e.cfg.retry)
+	e.lock().start()
+	e.unlock()
 	if e.stopping() {
 		e.beginStop(nil) // a ctx that ended stops the loop before its first pop
 	} else {
@@ -197,11 +161,10 @@ func (e *engine) run() error {
 	// draining: the drain of the pops in flight, the grace period, quiet.
 	var drain, grace, quiet loopTimer
 	defer func() { drain.stop(); grace.stop(); quiet.stop() }()
-	e.mu.Lock()
-	if e.fetcher.inflight > 0 && l.pollCtx.Err() == nil {
+	if st := e.lock(); st.fetcher.inflight > 0 && l.pollCtx.Err() == nil {
 		drain.set(answerOnItsWay)
 	}
-	e.mu.Unlock()
+	e.unlock()
 	if e.cfg.grace > 0 {
 		grace.set(e.cfg.grace)
 	} else {
@@ -210,21 +173,18 @@ func (e *engine) run() error {
 	for {
 		select {
 		case <-l.doneCh:
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			return l.fatal
+			defer e.unlock()
+			return e.lock().fatal
 		case <-drain.c:
 			drain.fired()
-			e.mu.Lock()
-			if e.fetcher.abandon(l.pollCancel) {
+			if e.lock().abandon() {
 				quiet.set(abandonNoticed)
 			}
-			e.mu.Unlock()
+			e.unlock()
 		case <-quiet.c:
 			quiet.fired()
-			e.mu.Lock()
-			e.changed() // quiet now: the acks held back may go
-			e.mu.Unlock()
+			e.lock().changed() // quiet now: the acks held back may go
+			e.unlock()
 		case <-grace.c:
 			grace.fired()
 			l.hcancel(errConsumeStopped)
@@ -232,45 +192,35 @@ func (e *engine) run() error {
 	}
 }
 
+// start readies the loop's parts before its first pop.
+func (l *loop) start() { l.fetcher.start(l.cfg.retry) }
+
+// abandon gives up the pops in flight after a stop (fetcher.abandon).
+func (l *loop) abandon() bool { return l.fetcher.abandon(l.life.pollCancel) }
+
 // idleFor stops the loop after IdleMillis with no pop in hand, or says how
 // long to wait before asking again.
 func (e *engine) idleFor() time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.settler.busy > 0 {
-		return e.cfg.idle
+	defer e.unlock()
+	return e.lock().idleFor()
+}
+
+func (l *loop) idleFor() time.Duration {
+	if l.settler.busy > 0 {
+		return l.cfg.idle
 	}
-	if since := time.Since(e.fetcher.lastBusy); since < e.cfg.idle {
-		return e.cfg.idle - since
+	if since := time.Since(l.fetcher.lastBusy); since < l.cfg.idle {
+		return l.cfg.idle - since
 	}
-	e.log.Debug("queen: consume loop idle, stopping", "queue", e.cfg.queue, "group", e.cfg.group, "idle", e.cfg.idle)
-	e.stopLocked(nil)
+	l.log.Debug("queen: consume loop idle, stopping", "queue", l.cfg.queue, "group", l.cfg.group, "idle", l.cfg.idle)
+	l.stop(nil)
 	return 0
 }
 
-// beginStop is stopLocked for who does not hold e.mu.
+// beginStop is loop.stop for who does not hold the loop.
 func (e *engine) beginStop(err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.stopLocked(err)
-}
-
-// stopLocked is the one way from running to draining (e.mu held); err as
-// lifecycle.stop says. run arms the drain and grace timers when it sees
-// stopCh closed.
-func (e *engine) stopLocked(err error) {
-	if !e.life.stop(err) {
-		return
-	}
-	if e.fetcher.inflight == 0 {
-		e.fetcher.abandon(e.life.pollCancel)
-	}
-	// Groups that never started: given back (their pops settle when
-	// their last group is done).
-	for _, b := range e.sched.drop() {
-		e.settler.hold(b)
-	}
-	e.changed()
+	e.lock().stop(err)
+	e.unlock()
 }
 
 // stopping says whether the loop is stopping, for the handlers too. It

@@ -1,144 +1,188 @@
-package queen_test
+package queen
 
 import (
 	"context"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"strings"
-	"sync"
-	"sync/atomic"
+	"errors"
+	"reflect"
 	"testing"
-
-	"github.com/queen-go/queen"
-	"github.com/queen-go/queen/queentest"
+	"testing/synctest"
+	"time"
 )
 
-// A ctx that has already ended stops the loop before it pops anything.
-func TestConsumeCancelledBeforeExecute(t *testing.T) {
-	for _, which := range []string{"execute", "consume"} {
-		t.Run(which, func(t *testing.T) {
-			e := newEnv(t)
-			e.pushN("q", "p", 3)
-			done := context.Background()
-			ended, cancel := context.WithCancel(context.Background())
-			cancel()
-			cctx, xctx := done, ended
-			if which == "consume" {
-				cctx, xctx = ended, done
-			}
-			for range 20 {
-				var n atomic.Int32
-				err := execute(t, xctx, func(ctx context.Context) error {
-					return e.c.Queue("q").Concurrency(4).Each().
-						Consume(cctx, func(context.Context, *queen.Message) error { n.Add(1); return nil }).Execute(xctx)
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n.Load() != 0 || e.srv.Requests(queentest.RoutePop) != 0 {
-					t.Fatalf("handled %d after %d pops, want none: the ctx had ended", n.Load(), e.srv.Requests(queentest.RoutePop))
-				}
-			}
-		})
-	}
-}
-
-// A handler that fails because the stop cancelled a ctx of its own (the
-// worker's signal ctx, say) has its message given back with retry: a deploy
-// spends no retry and dead-letters nothing.
-func TestConsumeStopCancellationGivenBack(t *testing.T) {
-	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000; q.RetryLimit = 0 }), withSpy())
-	e.pushN("q", "p", 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	err := execute(t, ctx, func(ctx context.Context) error {
-		return e.c.Queue("q").Each().
-			Consume(ctx, func(context.Context, *queen.Message) error {
-				cancel() // the signal
-				<-ctx.Done()
-				return ctx.Err() // the work, done under the outer ctx, gave up
-			}).Execute(ctx)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := e.spy.ackRequests(); len(a) != 1 || a[0].Items[0].Status != "retry" {
-		t.Fatalf("acks %+v, want one retry", a)
-	}
-	if e.srv.DLQCount("q") != 0 {
-		t.Fatal("a handler stopped by the stop was dead-lettered")
-	}
-	if left := e.peek("q", ""); len(left) != 1 {
-		t.Fatalf("the message did not come back at once: %v", keys(left))
-	}
-}
-
-// A pop whose answer is on its way when the loop stops is not dropped: the
-// messages it leased are given back, not left leased until their lease
-// runs out. A proxy holds the broker's pop answers after the first until
-// the stop, and lets them go with it. (The loop gives such an answer
-// answerOnItsWay, 250 ms: the margin for a local HTTP answer to arrive; the
-// drain's own timing is TestStopDrainsAnswerOnItsWay's, in a bubble.)
-func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
-	srv := queentest.Start(t)
-	var answered atomic.Int32
-	held := make(chan struct{})
-	release := sync.OnceFunc(func() { close(held) })
-	defer release()
-	u, err := url.Parse(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Transport = tr
-	rp.ErrorLog = log.New(io.Discard, "", 0)
-	rp.ModifyResponse = func(resp *http.Response) error {
-		if strings.HasPrefix(resp.Request.URL.Path, "/api/v1/pop") && resp.StatusCode == http.StatusOK {
-			if answered.Add(1) > 1 {
-				<-held // the answer on its way
-			}
+// A stop while a handler runs: it finishes (within the grace period) and
+// is acked; the messages of its pop that never started go back as retry in
+// the same ack; Execute returns nil.
+func TestStopGivesBackUnstarted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 3)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true, grace: time.Minute}, 0,
+			func(hctx context.Context, m *Message) error {
+				cancel()
+				time.Sleep(20 * time.Millisecond) // still within the grace period
+				return hctx.Err()
+			})
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}
-	proxy := httptest.NewServer(rp)
-	defer proxy.Close()
-	c, err := queen.New(proxy.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	e := &env{t: t, srv: srv, c: c}
-	e.pushN("q", "a", 5)
-	e.pushN("q", "b", 5)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var handled atomic.Int32
-	err = execute(t, ctx, func(ctx context.Context) error {
-		return c.Queue("q").Batch(5).Partitions(1).Concurrency(2).Each().
-			Consume(ctx, func(context.Context, *queen.Message) error {
-				if handled.Add(1) == 1 {
-					// Both slots' pops have claimed; the other answer is held.
-					waitFor(t, "both pops claimed", func() bool { return answered.Load() >= 2 })
-					cancel()
-					release()
-				}
-				return nil
-			}).Execute(ctx)
+		want := []string{"p/0:completed", "p/1:retry", "p/2:retry"}
+		if got := statuses(f.settles()); !reflect.DeepEqual(got, want) {
+			t.Fatalf("settled %v, want %v", got, want)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
+}
+
+// After the grace period the handlers' ctx is cancelled (its cause says
+// so) and a handler that gives up because of it is given back, not failed.
+func TestStopGraceCancelsHandlers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var cause error
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true, grace: 20 * time.Millisecond}, 0,
+			func(hctx context.Context, m *Message) error {
+				cancel()
+				<-hctx.Done()
+				cause = context.Cause(hctx)
+				return errors.New("gave up: " + hctx.Err().Error())
+			})
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		// The bubble's clock moves only when every goroutine waits: the
+		// run takes the grace period exactly, whatever the machine's load.
+		if d := time.Since(start); d != 20*time.Millisecond || !errors.Is(cause, errConsumeStopped) {
+			t.Fatalf("handler ctx ended after %v with %v, want the 20 ms grace period", d, cause)
+		}
+		if got := statuses(f.settles()); !reflect.DeepEqual(got, []string{"p/0:retry"}) {
+			t.Fatalf("settled %v, want p/0 given back", got)
+		}
+	})
+}
+
+// A pop whose answer is on its way at the stop gets answerOnItsWay to arrive;
+// its messages are then given back whole, never handled.
+func TestStopDrainsAnswerOnItsWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 2)
+		f.popGate = make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true}, 0,
+			func(context.Context, *Message) error { t.Error("a message was handled after the stop"); return nil })
+		go func() {
+			for {
+				f.mu.Lock()
+				n := f.inflight
+				f.mu.Unlock()
+				if n > 0 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			time.Sleep(answerOnItsWay / 5)
+			close(f.popGate) // the answer arrives within the drain
+		}()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if got := statuses(f.settles()); !reflect.DeepEqual(got, []string{"p/0:retry", "p/1:retry"}) {
+			t.Fatalf("settled %v, want both given back", got)
+		}
+	})
+}
+
+// A long poll still parked after the drain is abandoned: the stop takes
+// answerOnItsWay, not the poll's wait.
+func TestStopAbandonsParkedPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.popWait = time.Minute
+		ctx, cancel := context.WithCancel(context.Background())
+		e, _ := testEngine(t, ctx, f, engineConfig{slots: 3, each: true}, 0,
+			func(context.Context, *Message) error { return nil })
+		time.AfterFunc(20*time.Millisecond, cancel)
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		// On the bubble's clock: the stop at 20 ms, then answerOnItsWay.
+		if d := time.Since(start); d != 20*time.Millisecond+answerOnItsWay {
+			t.Fatalf("stop took %v, want 20 ms and answerOnItsWay (%v)", d, answerOnItsWay)
+		}
+		if f.maxFlight != 3 {
+			t.Fatalf("%d long polls at once, want one per handler (3)", f.maxFlight)
+		}
+	})
+}
+
+// A ctx that ended before Execute: no pop at all.
+func TestStopBeforeStart(t *testing.T) {
+	f := newFakeBroker(10)
+	f.add("p", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e, _ := testEngine(t, ctx, f, engineConfig{slots: 4, each: true}, 0,
+		func(context.Context, *Message) error { return nil })
+	if err := runEngine(t, e); err != nil || len(f.pops) != 0 {
+		t.Fatalf("run = %v after %d pops, want nil and none", err, len(f.pops))
 	}
-	if n := srv.LeasedCount("q", ""); n != 0 {
-		t.Fatalf("%d messages left leased after Execute returned: the answer on its way was dropped", n)
-	}
-	if n := len(e.peek("q", "")); int32(n) != 10-handled.Load() {
-		t.Fatalf("%d messages back, want %d", n, 10-handled.Load())
-	}
+}
+
+// IdleMillis: the loop stops after that long with no pop in hand.
+func TestStopIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 1)
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: 50 * time.Millisecond}, 0,
+			func(context.Context, *Message) error { return nil })
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		// On the bubble's clock: the idle time exactly.
+		if d := time.Since(start); d != 50*time.Millisecond || len(f.left()) != 0 {
+			t.Fatalf("idle stop after %v, left %v", d, f.left())
+		}
+	})
+}
+
+// IdleMillis does not run while a handler does: a handler three idle
+// times long, then the partition's next message, then the idle stop, one
+// idle time after the last handler returned.
+func TestStopIdleNotWhileBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(1)
+		f.add("p", 2)
+		start := time.Now()
+		var handled []string
+		var lastDone time.Duration
+		e, _ := testEngine(t, context.Background(), f, engineConfig{slots: 3, each: true, idle: 100 * time.Millisecond}, 0,
+			func(_ context.Context, m *Message) error {
+				if len(handled) == 0 {
+					time.Sleep(300 * time.Millisecond) // longer than the idle time
+				}
+				handled = append(handled, m.Partition)
+				lastDone = time.Since(start)
+				return nil
+			})
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if len(handled) != 2 || len(f.left()) != 0 {
+			t.Fatalf("handled %v, left %v: the loop went idle while a handler ran", handled, f.left())
+		}
+		// On the bubble's clock: the idle time after the last handler's
+		// settle (which the settler may hold a few ms), not a second one.
+		if d := time.Since(start) - lastDone; d < 100*time.Millisecond || d >= 200*time.Millisecond {
+			t.Fatalf("stopped %v after the last handler, want the idle time (100 ms)", d)
+		}
+	})
 }

@@ -25,11 +25,12 @@ type wireRecorder struct {
 	mu       sync.Mutex
 	queries  []url.Values
 	requests atomic.Int32
+	popped   chan struct{} // closed at the first pop
 }
 
 func newWireRecorder(t *testing.T, delay time.Duration) *wireRecorder {
 	t.Helper()
-	w := &wireRecorder{}
+	w := &wireRecorder{popped: make(chan struct{})}
 	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/health" {
 			// The broker's generation, asked before a group's first pop
@@ -44,7 +45,9 @@ func newWireRecorder(t *testing.T, delay time.Duration) *wireRecorder {
 			rw.WriteHeader(http.StatusNotFound)
 			return
 		}
-		w.requests.Add(1)
+		if w.requests.Add(1) == 1 {
+			close(w.popped)
+		}
 		w.mu.Lock()
 		w.queries = append(w.queries, req.URL.Query())
 		w.mu.Unlock()
@@ -90,7 +93,11 @@ func runUntilPop(t *testing.T, w *wireRecorder, qb func(*queen.Client) *queen.Qu
 	go func() {
 		done <- qb(c).Consume(ctx, func(context.Context, *queen.Message) error { return nil }).Execute(ctx)
 	}()
-	waitFor(t, "first pop", func() bool { return w.requests.Load() > 0 })
+	select {
+	case <-w.popped:
+	case <-time.After(30 * time.Second): // a hang guard
+		t.Fatal("no pop reached the server")
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -216,18 +223,6 @@ func TestConsumeRefusesBeforeAnyRequest(t *testing.T) {
 				t.Fatalf("%d requests sent before the refusal, want 0", n)
 			}
 		})
-	}
-}
-
-// waitFor polls cond every millisecond for up to 30 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard, no measurement
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

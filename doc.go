@@ -18,7 +18,7 @@
 //	// Push: one message per argument, any JSON value.
 //	orders := []any{
 //		map[string]any{"id": 1, "total": 30},
-//		map[string]any{"id": 2, "total": 0},
+//		map[string]any{"id": 2, "total": -5},
 //		map[string]any{"id": 3, "total": 12},
 //	}
 //	if _, err := client.Queue("orders").Push(orders...).Execute(ctx); err != nil {
@@ -36,8 +36,9 @@
 //		}).
 //		Execute(ctx)
 //
-// The Examples carry the usage: Example_quickStart (push, pop and settle
-// a pop in one SettleBatch), ExampleQueueBuilder_Consume (the loop's two
+// The Examples carry the usage: Example_quickStart (push, then a Consume
+// loop with a group and OnError), Example_popAndSettle (a pop settled by
+// hand in one SettleBatch), ExampleQueueBuilder_Consume (the loop's two
 // contexts), ExampleConsumeBuilder_OnError (outcomes), ExamplePoison,
 // Example_gracefulShutdown and Example_testWithQueentest (a handler under
 // test, with no broker: package queentest serves the same API from

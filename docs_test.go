@@ -227,7 +227,7 @@ func TestDocBlockMatcher(t *testing.T) {
 // readmeOutputs is what each README program prints, keyed by its first
 // distinctive line.
 var readmeOutputs = map[string]string{
-	"// Push: one message per argument, any JSON value.": "order 1 completed\norder 2 failed\norder 3 retry\n",
+	"// Push: one message per argument, any JSON value.": "billed order 1\norder 2 dead-lettered: bad order\nbilled order 3\n",
 }
 
 // runProgram builds and runs a README program against queentest and

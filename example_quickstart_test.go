@@ -20,15 +20,10 @@ import (
 )
 
 // The quick start of README.md and of the package documentation: push
-// three orders, pop them for the group "billing", and settle the whole pop
-// in one SettleBatch. The order of total 0 fails; the one after it in its
-// partition is not handled but given back (retry, no retry spent), so that
-// it comes again after the failed one, in order.
-//
-// One ack per message in a loop breaks at the first failure: the failed
-// ack (or a retry one; on 2.x a dlq one too) releases the partition's
-// lease, and every later ack of that pop's partition is refused ("invalid
-// or expired lease").
+// three orders, then a consume loop for the group "billing" bills them in
+// order; the bad one goes to the dead-letter queue (OnError), and the loop
+// goes on. Limit stops the loop after the three (a worker runs until its
+// ctx ends).
 func Example_quickStart() {
 	broker := queentest.NewServer() // with a real broker: the broker's URL
 	defer broker.Close()
@@ -44,6 +39,62 @@ func Example_quickStart() {
 	// Push: one message per argument, any JSON value.
 	orders := []any{
 		map[string]any{"id": 1, "total": 30},
+		map[string]any{"id": 2, "total": -5},
+		map[string]any{"id": 3, "total": 12},
+	}
+	if _, err := client.Queue("orders").Push(orders...).Execute(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	// Consume: a worker loop for the group "billing". The handler gets the
+	// messages in partition order; nil acks one completed, an error goes
+	// to OnError, whose outcome is acked.
+	err = client.Queue("orders").
+		Group("billing").
+		SubscriptionMode(queen.SubscriptionModeAll). // a new group starts at the tail otherwise
+		Limit(len(orders)).                          // stop after these (a worker runs until ctx ends)
+		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
+			if total, _ := msg.Data["total"].(float64); total < 0 {
+				return errBadOrder
+			}
+			fmt.Println("billed order", msg.Data["id"])
+			return nil
+		}).
+		OnError(func(ctx context.Context, msg *queen.Message, err error) queen.Outcome {
+			fmt.Println("order", msg.Data["id"], "dead-lettered:", err)
+			return queen.DLQ(err) // it will never succeed; queen.Fail(err) would try again
+		}).
+		Execute(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// billed order 1
+	// order 2 dead-lettered: bad order
+	// billed order 3
+}
+
+var errBadOrder = errors.New("bad order")
+
+// A pop settled by hand, in one SettleBatch: the order of total 0 fails;
+// the one after it in its partition is not handled but given back (retry,
+// no retry spent), so that it comes again after the failed one, in order.
+//
+// One ack per message in a loop breaks at the first failure: the failed
+// ack (or a retry one; on 2.x a dlq one too) releases the partition's
+// lease, and every later ack of that pop's partition is refused ("invalid
+// or expired lease").
+func Example_popAndSettle() {
+	broker := queentest.NewServer()
+	defer broker.Close()
+	ctx := context.Background()
+	client, err := queen.New(broker.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+	orders := []any{
+		map[string]any{"id": 1, "total": 30},
 		map[string]any{"id": 2, "total": 0},
 		map[string]any{"id": 3, "total": 12},
 	}
@@ -54,7 +105,7 @@ func Example_quickStart() {
 	// Pop a batch for the group "billing" (it leases their partition).
 	msgs, err := client.Queue("orders").
 		Group("billing").
-		SubscriptionMode(queen.SubscriptionModeAll). // a new group starts at the tail otherwise
+		SubscriptionMode(queen.SubscriptionModeAll).
 		Batch(10).
 		Pop(ctx)
 	if err != nil {
@@ -91,7 +142,7 @@ func Example_quickStart() {
 func quickStartBody(t *testing.T) []tok {
 	t.Helper()
 	for _, b := range readmeBlocks(t) {
-		if !strings.Contains(b.text, "package main") || !strings.Contains(b.text, "SettleBatch") {
+		if !strings.Contains(b.text, "package main") || !strings.Contains(b.text, "Consume(") {
 			continue
 		}
 		toks := goTokens(b.text)
@@ -101,7 +152,7 @@ func quickStartBody(t *testing.T) []tok {
 			}
 		}
 	}
-	t.Fatal("README.md has no quick start program (package main, SettleBatch)")
+	t.Fatal("README.md has no quick start program (package main, Consume)")
 	return nil
 }
 
@@ -118,7 +169,7 @@ func TestReadmeQuickStartIsTheExample(t *testing.T) {
 	}
 }
 
-// What the quick start's prose says, on both broker profiles: one ack per
+// What the README says of a pop settled by hand, on both broker profiles: one ack per
 // message is refused after a failure of the same partition, while the one
 // batch settles every message, and the failed order and the one given
 // back after it come again in order.

@@ -13,32 +13,18 @@ import (
 	"github.com/queen-go/queen/internal/wire"
 )
 
-// Hook is a value given to WithHooks. On its own it is nothing: the client
-// calls a hook at the events whose interface it implements (PushHook,
-// PopHook, HandlerHook, SettleHook, RenewHook, LeaseLostHook, RequestHook),
-// and ignores it elsewhere. One value may implement several of them.
-//
-// What the client guarantees:
-//
-//   - A hook is called synchronously, on the goroutine of the event, after
-//     the event (a HandlerHook's OnHandlerStart before the handler). A hook
-//     that blocks blocks that goroutine: the caller of Push or Pop, the
-//     consume loop's poller, handler slot, settle or renewal. There is no
-//     timeout: a hook that has slow work to do (export, network) hands it
-//     to a goroutine or a buffer of its own.
-//   - Hooks of one event run in the order given to WithHooks, each with the
-//     same event value.
-//   - Hooks are called concurrently from many goroutines (concurrent pushes,
-//     consume slots): they must be safe for concurrent use.
-//   - A hook that panics is recovered: the panic is logged at Error level
-//     (with its stack) the first time for each hook and event kind, and the
-//     event goes on as if the hook had returned; the other hooks still run.
-//     A panicking OnHandlerStart leaves the handler's ctx as it was.
-//   - Event values and the slices in them belong to the client: a hook
-//     that keeps anything past its return copies it. Messages are shared
-//     with the caller and the handler, and must not be modified.
-//   - Without WithHooks, no event value is built and no clock is read for
-//     hooks: the cost is one nil check per event.
+// Hook is a value given to WithHooks: the client calls it at the events
+// whose interface it implements (PushHook, PopHook, HandlerHook,
+// SettleHook, RenewHook, LeaseLostHook, RequestHook), and ignores it
+// elsewhere. A hook runs synchronously on the event's goroutine, after the
+// event (OnHandlerStart before the handler), in the order given to
+// WithHooks, and concurrently with other events: it must be safe for
+// concurrent use, and it blocks the caller (Push, Pop, the loop's
+// poller, handler, settle or renewal) until it returns, so slow work goes
+// to a goroutine of its own. A panic is recovered and logged once per
+// hook and event kind; the event goes on, the other hooks still run.
+// Event values belong to the client (copy what you keep; never modify a
+// Message). Without WithHooks, a hook costs one nil check per event.
 type Hook any
 
 // PushHook is called after every PushBuilder.Execute that sent a request

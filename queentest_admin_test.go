@@ -252,8 +252,8 @@ func TestQueentestFetchWaitsForAPush(t *testing.T) {
 		}
 		done <- read
 	}()
-	for srv.Requests(queentest.RouteFetch) == 0 { // the fetch has reached the broker
-		time.Sleep(time.Millisecond)
+	if err := srv.AwaitRequests(ctx, queentest.RouteFetch, 1); err != nil { // the fetch has reached the broker
+		t.Fatal(err)
 	}
 	mustPush(t, c, "live", "p", 1)
 	select {

@@ -1,6 +1,7 @@
 package queentest
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"strconv"
@@ -63,6 +64,7 @@ type faults struct {
 	fails   map[Route][]*failRule
 	latency map[Route]time.Duration
 	drops   map[Route]int
+	more    chan struct{} // closed at the next request, for AwaitRequests (nil: none waits)
 }
 
 func (f *faults) init() {
@@ -75,6 +77,10 @@ func (f *faults) init() {
 func (f *faults) count(r Route) {
 	f.mu.Lock()
 	f.counts[r]++
+	if f.more != nil {
+		close(f.more)
+		f.more = nil
+	}
 	f.mu.Unlock()
 }
 
@@ -154,6 +160,29 @@ func (s *Server) Requests(r Route) int {
 	s.faults.mu.Lock()
 	defer s.faults.mu.Unlock()
 	return s.faults.counts[r]
+}
+
+// AwaitRequests waits until Requests(r) is at least n, counted when a
+// request arrives (a long poll counts before it is answered), or until ctx
+// ends (then ctx.Err()): a test waits for a request, not for a time.
+func (s *Server) AwaitRequests(ctx context.Context, r Route, n int) error {
+	for {
+		s.faults.mu.Lock()
+		if s.faults.counts[r] >= n {
+			s.faults.mu.Unlock()
+			return nil
+		}
+		if s.faults.more == nil {
+			s.faults.more = make(chan struct{})
+		}
+		more := s.faults.more
+		s.faults.mu.Unlock()
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // ResetCounters sets every request counter back to zero.

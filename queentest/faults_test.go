@@ -174,9 +174,7 @@ func TestCloseEndsParkedLongPolls(t *testing.T) {
 		}
 		done <- err
 	}()
-	for s.Requests(RoutePop) == 0 { // the pop has reached the broker
-		time.Sleep(time.Millisecond)
-	}
+	require.NoError(t, s.AwaitRequests(t.Context(), RoutePop, 1)) // the pop has reached the broker
 	start := time.Now()
 	s.Close()
 	// The margins are what the test tells apart: a Close that waited for
@@ -197,4 +195,23 @@ func TestListenReportsAnAddressInUse(t *testing.T) {
 	_, err := Listen(WithAddr(s.Addr()))
 	assert.Error(t, err)
 	assert.Panics(t, func() { NewServer(WithAddr(s.Addr())) })
+}
+
+// AwaitRequests returns once the requests arrived, and with ctx's error
+// when they do not.
+func TestAwaitRequests(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	assert.ErrorIs(t, s.AwaitRequests(ctx, RouteHealth, 1), context.Canceled, "no request yet")
+	done := make(chan error, 1)
+	go func() { done <- s.AwaitRequests(t.Context(), RouteHealth, 2) }()
+	for range 2 {
+		resp, err := h.c.Get(s.URL + "/health")
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	require.NoError(t, <-done)
+	require.NoError(t, s.AwaitRequests(t.Context(), RouteHealth, 2), "already there")
 }

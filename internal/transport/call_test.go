@@ -66,7 +66,9 @@ func TestAttemptTimeoutError(t *testing.T) {
 	assert.True(t, ne.Timeout())
 	assert.Contains(t, err.Error(), "attempt timeout of 50ms exceeded")
 	assert.Contains(t, err.Error(), "after 2 attempt(s)")
-	assert.Equal(t, 2, srv.Hits())
+	// An attempt whose 50 ms end before its connection was made (a busy
+	// machine) never reaches the server: it is still an attempt.
+	assert.LessOrEqual(t, srv.Hits(), 2)
 	assert.Len(t, sl.Waits(), 1)
 }
 
