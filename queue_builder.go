@@ -172,7 +172,7 @@ func (b *QueueBuilder) AutoAck(on bool) *QueueBuilder { b.autoAckOff = !on; retu
 
 // RenewLease(true, ms) renews a consume loop's leases every ms
 // milliseconds (at least MinRenewMillis, else ErrInvalidOption) until their
-// ack, each time to about 3·ms from now (docs/RETRIES.md, "Lease renewal").
+// ack, each time to about 3·ms from now (docs/CONSUME.md, "Lease renewal").
 func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 	b.renew, b.renewMs = on, everyMillis
 	return b
@@ -181,7 +181,7 @@ func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 // Concurrency runs up to n handlers of a consume loop at once (default 1,
 // under 1 ErrInvalidOption), never two on one partition; at most n pops are
 // in flight or handled, 2n with pops held after a failure
-// (docs/RETRIES.md).
+// (docs/CONSUME.md, "Pops").
 func (b *QueueBuilder) Concurrency(n int) *QueueBuilder {
 	b.concurrency, b.concurrencySet = n, true
 	return b
