@@ -19,15 +19,11 @@ import (
 type AckStatus string
 
 const (
-	// StatusCompleted: done; the group's cursor moves past the message.
+	// StatusCompleted: done; the cursor moves past the message.
 	StatusCompleted AckStatus = "completed"
-	// StatusFailed: spend one retry; the message and what follows it in its
-	// partition come back after the queue's retryDelay. The broker counts
-	// the retries per partition and group, across the leases that did not
-	// finish, not per message (see QueueConfig.RetryLimit): the failed ack
-	// that finds them spent dead-letters its message, which may be that
-	// message's first failure. A consume loop counts per message instead,
-	// and sends retry or dlq (see ConsumeBuilder.OnError).
+	// StatusFailed: spend one retry; the message and the rest of its
+	// partition come back after RetryDelay. The broker counts per partition
+	// and group, not per message (docs/RETRIES.md).
 	StatusFailed AckStatus = "failed"
 	// StatusRetry: give the message back at once without spending a retry.
 	StatusRetry AckStatus = "retry"
@@ -45,37 +41,24 @@ func (s AckStatus) valid() bool {
 
 // AckOptions qualify an ack.
 type AckOptions struct {
-	// ConsumerGroup is the group the message was popped for. Empty means the
-	// message's own group (queue mode when it has none).
-	ConsumerGroup string
-	// Error is the reason of a failed or dead-lettered message; the broker
-	// stores it on the dead-letter row.
-	Error string
+	ConsumerGroup string // empty: the message's own
+	Error         string // the reason of a failure, kept on the dead-letter row
 }
 
 // AckResult is the broker's answer for one acknowledged message.
 type AckResult struct {
-	// TransactionID names the message.
 	TransactionID string
-	// Success is false when the broker refused the ack (for example a lease
-	// that expired or belongs to another pop).
-	Success bool
-	// Error is the broker's reason for a refusal.
-	Error string
-	// LeaseReleased is true when this ack ended the lease of its partition.
-	LeaseReleased bool
-	// DLQ is true when the message was dead-lettered.
-	DLQ bool
-	// Noop is true when the message had already been settled (2.x).
-	Noop bool
+	Success       bool   // false: refused (a lease expired or another pop's, say)
+	Error         string // the broker's reason for a refusal
+	LeaseReleased bool   // this ack ended its partition's lease
+	DLQ           bool   // dead-lettered
+	Noop          bool   // already settled (2.x)
 }
 
 // AckError is returned when the broker refused one or more acks of a
-// request. Results holds every result, in request order.
+// request.
 type AckError struct {
-	// Results holds one result per ack, in request order; those with
-	// Success false were refused.
-	Results []AckResult
+	Results []AckResult // one per ack, in request order
 }
 
 // Error counts the refused acks and names the first of them.
@@ -92,12 +75,9 @@ func (e *AckError) Error() string {
 	return fmt.Sprintf("queen: broker refused %d of %d acks (first %s)", n, len(e.Results), first)
 }
 
-// Ack settles one message: ok true acks it completed, false acks it failed
-// (one retry spent; it comes back after the queue's retryDelay, or is
-// dead-lettered if the partition's retries are spent: they are counted per
-// partition and group, not per message, see StatusFailed). opts.Error is
-// stored as the failure reason. A refusal by the broker (a lost lease,
-// say) is an *AckError; the result is returned either way.
+// Ack settles one message completed (ok) or failed (StatusFailed), with
+// opts.Error as the reason. A refusal (a lost lease, say) is an *AckError;
+// the result is returned either way.
 func (c *Client) Ack(ctx context.Context, msg *Message, ok bool, opts AckOptions) (AckResult, error) {
 	st := StatusCompleted
 	if !ok {
@@ -106,8 +86,7 @@ func (c *Client) Ack(ctx context.Context, msg *Message, ok bool, opts AckOptions
 	return c.Settle(ctx, msg, st, opts)
 }
 
-// Settle acks one message with any of the four outcomes: completed, failed,
-// retry or dlq (with opts.Error as the reason).
+// Settle acks one message with any AckStatus (opts.Error as the reason).
 func (c *Client) Settle(ctx context.Context, msg *Message, status AckStatus, opts AckOptions) (AckResult, error) {
 	res, err := c.SettleBatch(ctx, []Settlement{{Message: msg, Status: status, Error: opts.Error}}, opts)
 	if len(res) == 1 {
@@ -118,26 +97,16 @@ func (c *Client) Settle(ctx context.Context, msg *Message, status AckStatus, opt
 
 // Settlement is one message's outcome in a batch ack.
 type Settlement struct {
-	// Message is the popped message to settle.
 	Message *Message
-	// Status is its outcome: completed, failed, retry or dlq.
-	Status AckStatus
-	// Error is the reason of a failed or dead-lettered message.
-	Error string
+	Status  AckStatus
+	Error   string // the reason of a failed or dead-lettered message
 }
 
-// SettleBatch settles many messages in one request and returns one result
-// per message, in order. All of them must belong to one consumer group
-// (opts.ConsumerGroup, or else the messages' own). Give a partition's
-// outcomes in partition order: the broker settles them in that order. When
-// the broker refuses some items the error is an *AckError and the results
-// are returned too.
-//
-// To settle a whole lease after a failure, list the messages of the
-// partition that were not handled after the failed one as StatusRetry in
-// the same batch (retry spends no retry): a 0.15.1 broker keeps the lease
-// after a failed that dead-letters, and messages left out of the ack would
-// wait for the lease to expire (PROTOCOL.md §16). The consume loop does so.
+// SettleBatch settles messages of one consumer group in one request, in
+// the order given (a partition's in partition order), and returns one
+// result per message, with an *AckError when some were refused. After a
+// failure, settle the partition's unhandled rest as StatusRetry in the same
+// batch, or 0.15.1 may keep the lease (docs/RETRIES.md, Pop users).
 func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOptions) ([]AckResult, error) {
 	start := c.hooks.now()
 	res, group, sent, err := c.settleBatch(ctx, acks, opts, 0)
@@ -147,9 +116,8 @@ func (c *Client) SettleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	return res, err
 }
 
-// settleBatch is SettleBatch without hooks; it also returns the group the
-// acks were sent for, and whether a request was sent (false: refused
-// before the wire). attempts > 0 bounds the transport's attempts.
+// settleBatch is SettleBatch without hooks; sent false: refused before the
+// wire. attempts > 0 bounds the transport's attempts.
 func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOptions, attempts int) (res []AckResult, group string, sent bool, err error) {
 	if len(acks) == 0 {
 		return nil, "", false, ErrNoMessages
@@ -183,8 +151,7 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 			Error:         a.Error,
 		}
 	}
-	// The single ack route for one message, the batch route otherwise;
-	// the body is written with the hot path's JSON library (see readWire).
+	// Written with the hot path's JSON library (see readWire).
 	cl := call{method: http.MethodPost, path: wire.RouteAckBatch.Path(), key: ackKey(acks[0].Message, opts.ConsumerGroup), attempts: attempts}
 	var raw []byte
 	if len(items) == 1 {
@@ -205,7 +172,6 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 	return res, group, true, err
 }
 
-// messageGroup is the group to send for a message: empty for queue mode.
 func messageGroup(m *Message) string {
 	if m.ConsumerGroup == wire.QueueModeGroup {
 		return ""
@@ -213,17 +179,13 @@ func messageGroup(m *Message) string {
 	return m.ConsumerGroup
 }
 
-// decodeAcks reads an ack answer: an array of results on both broker
-// generations, or an object with an error (0.15.1 answers some failures
-// with HTTP 200 and an object).
+// decodeAcks reads an array of results, or a 0.15.1 200 error object.
 func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '{' {
 		return nil, objectForResults(http.StatusOK, path, body, "ack")
 	}
-	// What the client reads of each result (wire.AckResult), with room for
-	// all of them up front; not the transactionId each echoes: results come
-	// in request order, and each names the message of its position.
+	// Not the echoed transactionId: each result names its position's message.
 	type ackReply struct {
 		Success       bool   `json:"success"`
 		Error         string `json:"error"`
@@ -242,8 +204,7 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 	}
 	res := make([]AckResult, len(items))
 	failed := false
-	// Results come in request order on both generations; position is trusted
-	// over "index" so that a malformed answer cannot leave a slot unset.
+	// Position over "index": a malformed answer cannot leave a slot unset.
 	for i, o := range out {
 		r := AckResult{TransactionID: items[i].TransactionID, Success: o.Success, Error: o.Error, LeaseReleased: o.LeaseReleased, DLQ: o.DLQ, Noop: o.Noop}
 		if !r.Success {
@@ -260,9 +221,6 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 	return res, nil
 }
 
-// objectForResults is the refusal of a POST whose answer should be an
-// array of results but is an object: the broker's error envelope (which
-// 0.15.1 sends with HTTP 200), or else an object naming no error.
 func objectForResults(status int, path string, body []byte, what string) *BrokerError {
 	var eb wire.ErrorBody
 	_ = json.Unmarshal(body, &eb)
@@ -279,27 +237,19 @@ func orDefault(s, def string) string {
 
 // RenewResult is the outcome of one lease renewal.
 type RenewResult struct {
-	// LeaseID is the renewed lease.
-	LeaseID string
-	// Success is false when the lease had already expired or been released:
-	// its messages may now be with another worker.
-	Success bool
-	// ExpiresAt is the lease's new expiry (zero when unknown).
-	ExpiresAt time.Time
-	// Error is the broker's reason for a failure.
-	Error string
+	LeaseID   string
+	Success   bool      // false: expired or released, maybe with another worker
+	ExpiresAt time.Time // zero when unknown
+	Error     string
 }
 
 // DefaultRenewal is how far Renew extends a lease.
 const DefaultRenewal = time.Minute
 
-// Renew extends the leases of msgs by DefaultRenewal from now (never
-// shortening them): one request per distinct lease id, which covers every
-// partition of that pop. Success is read from the broker's answer; a lease
-// that could not be renewed gives a result with Success false and an error
-// matching ErrLeaseLost. A broker failure (any *BrokerError, including an
-// error object answered with HTTP 200) says nothing about the lease and
-// is returned as such.
+// Renew extends the leases of msgs to DefaultRenewal from now (never
+// shortening them), one request per lease id. A lost lease gives Success
+// false and an error matching ErrLeaseLost; a *BrokerError says nothing of
+// the lease.
 func (c *Client) Renew(ctx context.Context, msgs ...*Message) ([]RenewResult, error) {
 	return c.RenewFor(ctx, DefaultRenewal, msgs...)
 }
@@ -343,14 +293,11 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	return out, nil
 }
 
-// renewLeaseOf extends one lease id, of queue and group, by secs seconds,
-// and tells the hooks (RenewHook, and LeaseLostHook when the lease is
-// lost). attempts > 0 bounds the transport's attempts.
+// renewLeaseOf: attempts > 0 bounds the transport's attempts.
 func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, queue, group string, attempts int) (RenewResult, error) {
 	return c.renewKeyed(ctx, leaseID, secs, queue, group, popKey(queue, "", group), attempts)
 }
 
-// renewKeyed is renewLeaseOf with the routing key of the renewal.
 func (c *Client) renewKeyed(ctx context.Context, leaseID string, secs int, queue, group, key string, attempts int) (RenewResult, error) {
 	start := c.hooks.now()
 	res, err := c.sendRenew(ctx, leaseID, secs, key, attempts)
@@ -358,8 +305,6 @@ func (c *Client) renewKeyed(ctx context.Context, leaseID string, secs int, queue
 	return res, err
 }
 
-// sendRenew sends the renewal of one lease id, with the routing key, and
-// reads its answer.
 func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int, key string, attempts int) (RenewResult, error) {
 	path := wire.RouteLeaseExtend.Path(leaseID)
 	resp, err := c.do(ctx, call{method: http.MethodPost, path: path, body: wire.RenewRequest{Seconds: secs}, key: key, attempts: attempts})
@@ -367,9 +312,7 @@ func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int, key st
 		return RenewResult{LeaseID: leaseID}, err
 	}
 	if be := errorObject(resp, http.MethodPost, path); be != nil {
-		// An error object that does not name the lease is the broker's
-		// error envelope (0.15.1 sends them with HTTP 200), not a verdict
-		// on the lease: the call failed, the lease may well be alive.
+		// A 0.15.1 200 error envelope is no verdict on the lease.
 		var verdict struct {
 			LeaseID *string `json:"leaseId"`
 		}
@@ -380,8 +323,7 @@ func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int, key st
 	return decodeRenew(resp.body, leaseID, path)
 }
 
-// decodeRenew reads the 2.x object or the 0.15.1 array answer
-// (wire.Generation.RenewArray): either, whatever the broker.
+// decodeRenew reads the 2.x object or the 0.15.1 array, whatever the broker.
 func decodeRenew(body []byte, leaseID, path string) (RenewResult, error) {
 	body = bytes.TrimSpace(body)
 	var rr wire.RenewResponse

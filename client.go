@@ -29,13 +29,11 @@ type Client struct {
 	cfg   config
 	mem   brokerMemory // what the broker's answers taught (subscription.go)
 
-	mu       sync.Mutex
-	closed   bool
-	inflight int           // calls in do
-	drained  chan struct{} // closed once closed and no call is in flight
-	// minRenewMs is the shortest RenewLease interval a consume loop takes:
-	// MinRenewMillis, lowered only by the package's tests (export_test.go).
-	minRenewMs int
+	mu         sync.Mutex
+	closed     bool
+	inflight   int           // calls in do
+	drained    chan struct{} // closed once closed and no call is in flight
+	minRenewMs int           // MinRenewMillis; lowered only by export_test.go
 }
 
 type config struct {
@@ -51,42 +49,27 @@ type config struct {
 	balancingSet   bool
 }
 
-// RetryPolicy says how the client retries transient failures: network
-// errors and the answers 408, 429 and 5xx except 501, 505, 506, 508, 510
-// and 511 (the same rule as BrokerError.Temporary). Calls that must not
-// be applied twice (a pop, a transaction commit, a dead-letter replay) are
-// retried only when the broker surely did not get or serve them (see
-// ErrOutcomeUnknown). Zero fields take their defaults.
-//
-// Every call, a waiting pop included, makes at most MaxAttempts attempts
-// (a Producer's batches are sent again until WithDeliveryTimeout instead);
-// the waits between them grow from MinBackoff, doubling, capped at
-// MaxBackoff, jittered by ±20 %, and are at least a Retry-After the broker
-// sent (plus up to 20 %, at most 60 s). With the defaults a call against a
-// broker that refuses connections fails after 3 waits of about 200, 400
-// and 800 ms: 1.1 s to 1.7 s in all. The error then says how many
-// attempts were made. Each attempt is bounded by WithRequestTimeout (a
-// waiting pop: its wait plus 5 s).
+// RetryPolicy says how the client retries transient failures (the rule of
+// BrokerError.Temporary); a pop, a commit and a DLQ replay only when the
+// broker surely did not get them. Every call makes at most MaxAttempts
+// attempts (a Producer's batches: WithDeliveryTimeout), waiting MinBackoff
+// doubling to MaxBackoff, ±20 %, at least a Retry-After. Zero fields take
+// their defaults. See docs/RETRIES.md, "The transport".
 type RetryPolicy struct {
-	// MaxAttempts bounds the attempts of every call, the first included
-	// (default 4).
+	// MaxAttempts counts the first attempt too (default 4).
 	MaxAttempts int
-	// MinBackoff and MaxBackoff bound the capped exponential backoff
-	// (defaults 200 ms and 10 s); jitter is added. A Retry-After from the
-	// broker is honoured.
+	// MinBackoff and MaxBackoff: defaults 200 ms and 10 s.
 	MinBackoff, MaxBackoff time.Duration
-	// FailoverPause is how long a broker URL that failed is skipped before it
-	// is tried again (default 5 s).
+	// FailoverPause is how long a failed broker URL is skipped (default 5 s).
 	FailoverPause time.Duration
 }
 
 // Option configures a Client.
 type Option func(*config)
 
-// WithURLs adds more broker URLs of one cluster: 0.15.1 brokers over one
-// PostgreSQL, or the nodes of a 2.x cluster. The client spreads its calls
-// over them (see WithLoadBalancing), fails over when one is down, and
-// tries a failed one again after a pause.
+// WithURLs adds more broker URLs of one cluster (0.15.1 brokers over one
+// PostgreSQL, or 2.x nodes): calls spread over them (WithLoadBalancing) and
+// fail over when one is down.
 func WithURLs(urls ...string) Option {
 	return func(c *config) { c.urls = append(c.urls, urls...) }
 }
@@ -96,29 +79,21 @@ func WithBearerToken(token string) Option {
 	return func(c *config) { c.token = token }
 }
 
-// WithHTTPClient makes the client send its requests with hc, its
-// RoundTripper, redirect policy and cookie jar. Its Timeout is not used:
-// each attempt is bounded by WithRequestTimeout (a waiting pop by its wait
-// plus a margin). The client never closes hc's idle connections.
+// WithHTTPClient sends the requests with hc. Its Timeout is not used
+// (WithRequestTimeout is), and the client never closes its connections.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) { c.httpClient = hc }
 }
 
-// WithLogger sets the logger that receives all of the client's records:
-// Error (a handler panic, an ack that failed for good), Warn (a pop or
-// an ack that failed and is retried, a failing broker URL), Info and
-// Debug (each retried attempt of a request).
-//
-// Without WithLogger, the Warn and Error records go to slog.Default() as
-// it is when New runs, and Info and Debug are dropped: a failing worker
-// is never silent. WithLogger(slog.New(slog.DiscardHandler)) silences the
-// client.
+// WithLogger sets the logger of the client's records: Error (a handler
+// panic, an ack failed for good), Warn (a retried pop or ack, a failing
+// URL), Info and Debug (retried attempts). Without it, Warn and above go to
+// slog.Default() as of New; slog.DiscardHandler silences the client.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
 
-// warnHandler passes the records of level Warn and above to h and drops
-// the others: the logger of a client made without WithLogger.
+// warnHandler: the logger of a client made without WithLogger.
 type warnHandler struct{ h slog.Handler }
 
 func (w warnHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -133,9 +108,8 @@ func (w warnHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (w warnHandler) WithGroup(name string) slog.Handler { return warnHandler{w.h.WithGroup(name)} }
 
-// WithRequestTimeout bounds each attempt of an ordinary call, from dialling
-// to the last byte of the answer, redirects included (default 30 s). A
-// long-polling pop gets its wait plus a margin instead.
+// WithRequestTimeout bounds each attempt, dial to last byte (default
+// 30 s); a long poll gets its wait plus 5 s instead.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) { c.requestTimeout = d }
 }
@@ -145,22 +119,19 @@ func WithRetryPolicy(p RetryPolicy) Option {
 	return func(c *config) { c.retry = p }
 }
 
-// WithIdleConns sets how many idle keep-alive connections per host the
-// client keeps (default 32). Each long poll holds one: keep it at least the
-// number of concurrent consumers. Ignored with WithHTTPClient.
+// WithIdleConns sets the idle keep-alive connections kept per host
+// (default 32; at least the concurrent long polls). Ignored with
+// WithHTTPClient.
 func WithIdleConns(n int) Option {
 	return func(c *config) { c.idleConns = n }
 }
 
-// New returns a client for the broker at rawURL (for example
-// "http://localhost:6632"). The URL may carry the path prefix of a proxy
-// in front of the broker ("http://gw/queen": requests go to
-// http://gw/queen/api/v1/...), but not the API's own path: the client adds
-// /api/v1 itself, so a URL whose path ends in /api/v1 is refused. A URL
-// that is not a clean absolute http(s) URL (one with surrounding white
-// space or control characters, no host, a query, a fragment or user info,
-// a path with empty, "." or ".." segments, or ending in /api/v1) is an
-// error matching ErrInvalidURL; nothing is sent until the first call.
+// New returns a client for the broker at rawURL, such as
+// "http://localhost:6632", or a proxy's prefix ("http://gw/queen"; the
+// client adds /api/v1). A URL that is not a clean absolute http(s) URL
+// (space, no host, a query, fragment or user info, an empty, "." or ".."
+// segment, a path ending in /api/v1) fails with ErrInvalidURL. Nothing is
+// sent until the first call.
 func New(rawURL string, opts ...Option) (*Client, error) {
 	cfg := config{urls: []string{rawURL}}
 	for _, o := range opts {
@@ -218,8 +189,6 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	return &Client{tr: tr, log: log, hooks: hooks, cfg: cfg, drained: make(chan struct{}), minRenewMs: MinRenewMillis}, nil
 }
 
-// apiPath is the path of the broker's API, which every request path
-// starts with (a base URL may not end with it).
 const apiPath = wire.APIPrefix
 
 func normalizeURL(raw string) (string, error) {
@@ -253,16 +222,10 @@ func normalizeURL(raw string) (string, error) {
 	return strings.TrimRight(u.String(), "/"), nil
 }
 
-// Close stops the client: calls made after it fail with ErrClosed. It
-// waits for the calls in flight to end, then closes the idle connections
-// of the client's pool (WithHTTPClient's client is left alone), and
-// returns nil. When ctx ends first, it closes the connections that are
-// idle then and returns ctx.Err(); the calls still in flight go on, and
-// the last of them closes the rest of the pool. A consume loop should be
-// stopped (its Execute returned) before Close: its next request fails
-// with ErrClosed otherwise, which ends it. The client starts no goroutine
-// of its own, so none is left running. Close is safe to call more than
-// once; each call waits as the first one does.
+// Close makes later calls fail with ErrClosed, waits for the calls in
+// flight, closes its idle connections and returns nil; when ctx ends first,
+// ctx.Err() (the last call out closes the rest). Stop consume loops first.
+// Safe to call more than once.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	idle := false
@@ -291,7 +254,6 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 }
 
-// enter admits a call unless the client is closed; leave ends it.
 func (c *Client) enter() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -302,8 +264,8 @@ func (c *Client) enter() bool {
 	return true
 }
 
-// leave ends a call that enter admitted. The last call out of a closed
-// client closes the pool's idle connections and wakes Close.
+// leave: the last call out of a closed client closes the idle
+// connections and wakes Close.
 func (c *Client) leave() {
 	c.mu.Lock()
 	c.inflight--
@@ -317,35 +279,25 @@ func (c *Client) leave() {
 	}
 }
 
-// call is one request for do.
 type call struct {
 	method string
 	path   string // escaped path
 	query  url.Values
-	// rawQuery is the query already encoded, used when query is empty (a
-	// pop's, encoded once per popRequest).
+	// rawQuery is used when query is empty (a pop's, encoded once).
 	rawQuery string
 	body     any // marshalled to JSON when non-nil
 	raw      []byte
-	// timeout overrides the attempt timeout (a long poll's wait plus a
-	// margin).
-	timeout time.Duration
-	// attempts, when positive, is the attempt budget of this call (the
-	// consume loop's pops: one, the loop retries on its own).
+	timeout  time.Duration
+	// attempts, when positive, overrides MaxAttempts (the consume loop's
+	// pops: one).
 	attempts int
-	// once marks a request the broker does not apply idempotently
-	// (transaction, DLQ replay) or that must not be repeated once it may
-	// have been applied (a pop, whose claim leases messages): never
-	// retried once it may have reached the broker, and any answer that
-	// leaves its outcome open is an error matching ErrOutcomeUnknown (see
-	// do).
+	// once: never retried once it may have reached the broker (a pop, a
+	// transaction, a DLQ replay); an open outcome is ErrOutcomeUnknown.
 	once bool
-	// key is the routing key under Affinity (see balance.go); empty: any
-	// broker URL.
+	// key is the routing key under Affinity (balance.go); empty: any URL.
 	key string
 }
 
-// response is what do returns on any HTTP answer.
 type response struct {
 	status int
 	header http.Header
@@ -353,16 +305,9 @@ type response struct {
 	url    string // the URL requested: base URL and path
 }
 
-// do sends a request and returns the answer. Any 2xx is returned as is; any
-// other status becomes a *BrokerError. A returned error without an answer is
-// a transport failure (retries spent, ctx ended, or closed client).
-//
-// For a request marked once, the transport retries only what surely did
-// not reach the broker (see transport.Request.NoRetryAfterSend), and the
-// error matches ErrOutcomeUnknown when the outcome is open: a failure after
-// the request may have been sent, and a refusal after which the broker may
-// have applied it (transport.MayHaveApplied: a 5xx but 501, 503 and 507, a
-// 503 with code outcome_unknown).
+// do returns a 2xx answer as is and makes any other a *BrokerError. For a
+// call marked once, an open outcome (transport.MayHaveApplied) matches
+// ErrOutcomeUnknown.
 func (c *Client) do(ctx context.Context, r call) (*response, error) {
 	if !c.enter() {
 		return nil, ErrClosed
@@ -410,8 +355,7 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 	return out, nil
 }
 
-// doJSON sends a request and decodes a 2xx JSON answer into out (if out is
-// non-nil and the answer has a body).
+// doJSON decodes a 2xx JSON answer into out, if any.
 func (c *Client) doJSON(ctx context.Context, r call, out any) (*response, error) {
 	resp, err := c.do(ctx, r)
 	if err != nil {
@@ -420,8 +364,7 @@ func (c *Client) doJSON(ctx context.Context, r call, out any) (*response, error)
 	return resp, decodeAnswer(resp, r, out)
 }
 
-// decodeAnswer decodes a 2xx JSON answer into out (if out is non-nil and
-// the answer has a body); a body that does not decode is a *BrokerError.
+// decodeAnswer: a body that does not decode is a *BrokerError.
 func decodeAnswer(resp *response, r call, out any) error {
 	if out != nil && len(bytes.TrimSpace(resp.body)) > 0 {
 		if err := json.Unmarshal(resp.body, out); err != nil {
@@ -431,16 +374,12 @@ func decodeAnswer(resp *response, r call, out any) error {
 	return nil
 }
 
-// refusal is the *BrokerError of a 2xx answer that says the request
-// failed or cannot be read.
 func (resp *response) refusal(method, path, msg string) *BrokerError {
 	return &BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body, Message: msg}
 }
 
-// doObject is doJSON for routes whose 2xx answer is never the broker's
-// error envelope: a body such as {"error":"..."} (with no "success", or
-// success false), which a 0.15.1 broker sends with HTTP 200 for a failure,
-// is returned as a *BrokerError instead of being decoded into out.
+// doObject is doJSON for routes whose success is never an error envelope:
+// 0.15.1 answers some failures 200 {"error":"..."}, made a *BrokerError.
 func (c *Client) doObject(ctx context.Context, r call, out any) (*response, error) {
 	resp, err := c.do(ctx, r)
 	if err != nil {
@@ -452,9 +391,7 @@ func (c *Client) doObject(ctx context.Context, r call, out any) (*response, erro
 	return resp, decodeAnswer(resp, r, out)
 }
 
-// errorObject returns the refusal a 2xx answer carries when its body is the
-// broker's error envelope: an object whose "error" is a non-empty string and
-// whose "success", if present, is false. It returns nil for anything else.
+// errorObject: an object with a non-empty "error" and no true "success".
 func errorObject(resp *response, method, path string) *BrokerError {
 	body := bytes.TrimSpace(resp.body)
 	if len(body) == 0 || body[0] != '{' {
@@ -467,9 +404,8 @@ func errorObject(resp *response, method, path string) *BrokerError {
 	return &BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body, Code: eb.Code, Message: eb.Error}
 }
 
-// brokerError is the refusal of a non-2xx answer to method path: the
-// broker's code and message from its error envelope, or else an excerpt of
-// the body (a proxy's HTML page, say), and its Retry-After.
+// brokerError: the envelope's code and message, or else an excerpt of the
+// body (a proxy's HTML page, say).
 func brokerError(method, path string, resp *response) *BrokerError {
 	e := &BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body,
 		ContentType: resp.header.Get("Content-Type")}
@@ -486,12 +422,9 @@ func brokerError(method, path string, resp *response) *BrokerError {
 	return e
 }
 
-// excerptLen is how much of a body an error's message quotes.
 const excerptLen = 200
 
-// excerpt returns the start of body as one line of text: white space runs
-// (new lines included) as one space, control characters and invalid UTF-8
-// dropped, at most excerptLen bytes, with "…" when it was cut.
+// excerpt returns the start of body as one line, "…" when cut.
 func excerpt(body []byte) string {
 	var b strings.Builder
 	space := false

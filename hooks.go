@@ -13,76 +13,45 @@ import (
 	"github.com/queen-go/queen/internal/wire"
 )
 
-// Hook is a value given to WithHooks: the client calls it at the events
-// whose interface it implements (PushHook, PopHook, HandlerHook,
-// SettleHook, RenewHook, LeaseLostHook, RequestHook), and ignores it
-// elsewhere. A hook runs synchronously on the event's goroutine, after the
-// event (OnHandlerStart before the handler), in the order given to
-// WithHooks, and concurrently with other events: it must be safe for
-// concurrent use, and it blocks the caller (Push, Pop, the loop's
-// poller, handler, settle or renewal) until it returns, so slow work goes
-// to a goroutine of its own. A panic is recovered and logged once per
-// hook and event kind; the event goes on, the other hooks still run.
-// Event values belong to the client (copy what you keep; never modify a
-// Message). Without WithHooks, a hook costs one nil check per event.
+// Hook is a value given to WithHooks, called at the events whose interfaces
+// it implements (PushHook, PopHook, ...). It runs synchronously on the
+// event's goroutine and concurrently with others, so it must be safe for
+// concurrent use and quick; a panic is recovered and logged. Event values
+// belong to the client. See docs/HOOKS.md.
 type Hook any
 
-// PushHook is called after every PushBuilder.Execute that sent a request
-// (not after one refused before the wire), and after every batch a
-// Producer sent (one event per batch; its ctx is the producer's own, not
-// that of a Push).
+// PushHook is called after every PushBuilder.Execute that sent a request,
+// and after every batch a Producer sent.
 type PushHook interface {
 	OnPush(ctx context.Context, e PushEvent)
 }
 
 // PushEvent describes one push request.
 type PushEvent struct {
-	// Queue and Partition are the builder's ("" partition: the broker's
-	// default one).
-	Queue, Partition string
-	// Count is how many messages the request carried.
-	Count int
-	// Results are the broker's per-message results, nil when it gave
-	// none (Err is then set).
-	Results []PushResult
-	// Duration is from sending the request to reading its answer,
-	// retries included.
-	Duration time.Duration
-	// Err is what Execute returned (a *PushError when some messages were
-	// not stored).
-	Err error
+	Queue, Partition string        // "" partition: the default one
+	Count            int           // messages carried
+	Results          []PushResult  // nil when the broker gave none
+	Duration         time.Duration // retries included
+	Err              error         // what Execute returned
 }
 
-// PopHook is called after every pop request: QueueBuilder.Pop and each pop
-// of a consume loop.
+// PopHook is called after every pop request, a consume loop's included.
 type PopHook interface {
 	OnPop(ctx context.Context, e PopEvent)
 }
 
 // PopEvent describes one pop request.
 type PopEvent struct {
-	// Queue, Partition and Group are the pop's ("" group: queue mode; ""
-	// queue: a namespace/task discovery pop).
-	Queue, Partition, Group string
-	// Messages are what the pop delivered (none on an empty pop).
-	Messages []*Message
-	// Wait is how long the broker may hold the pop open waiting for
-	// messages (a long poll); zero when the pop does not wait.
-	Wait time.Duration
-	// Duration is from sending the request to its decoded answer, long
-	// poll and retries included.
-	Duration time.Duration
-	// Err is the pop's failure, nil for a pop that succeeded (empty or not).
-	Err error
+	Queue, Partition, Group string        // "" group: queue mode; "" queue: discovery
+	Messages                []*Message    // none on an empty pop
+	Wait                    time.Duration // the long poll asked; 0: none
+	Duration                time.Duration // long poll and retries included
+	Err                     error
 }
 
 // HandlerHook is called around every handler call of a consume loop.
-// OnHandlerStart runs right before the handler, on the handler's
-// goroutine; the ctx it returns is the one the handler (and OnSuccess and
-// OnError) receives, so that a hook can put a span in it for the handler's
-// own spans to nest under. It must return ctx or a context derived from
-// it. OnHandlerEnd runs after the handler's result was turned into
-// outcomes, with the ctx OnHandlerStart returned.
+// OnHandlerStart must return ctx or a context derived from it, which the
+// handler, OnSuccess, OnError and OnHandlerEnd then get.
 type HandlerHook interface {
 	OnHandlerStart(ctx context.Context, e HandlerStart) context.Context
 	OnHandlerEnd(ctx context.Context, e HandlerEnd)
@@ -90,84 +59,52 @@ type HandlerHook interface {
 
 // HandlerStart describes a handler call about to start.
 type HandlerStart struct {
-	// Queue and Group are the consume loop's.
 	Queue, Group string
-	// Messages are what the handler gets: one message for Consume (and an
-	// Each batch handler), the whole pop for a ConsumeBatch handler.
-	Messages []*Message
+	Messages     []*Message // what the handler gets
 }
 
 // HandlerEnd describes a finished handler call.
 type HandlerEnd struct {
-	// Queue and Group are the consume loop's.
 	Queue, Group string
-	// Messages are those of HandlerStart.
-	Messages []*Message
-	// Duration is the handler's own run time.
-	Duration time.Duration
-	// Err is what the handler returned (ErrHandlerPanic when it panicked).
-	Err error
-	// Outcomes holds the outcome decided for each of Messages, in order.
-	// A message of a batch handler that follows a failed or retried one of
-	// its partition is given back: Retry. A zero Outcome (empty Status)
-	// means the loop sends none for that message: AutoAck(false) after a
-	// success, or a lost lease (LeaseLost).
-	Outcomes []Outcome
-	// LeaseLost is true when the pop's lease was lost while the handler
-	// ran: its outcomes are not sent.
-	LeaseLost bool
+	Messages     []*Message
+	Duration     time.Duration // the handler's own
+	Err          error         // ErrHandlerPanic when it panicked
+	// Outcomes holds one outcome per message, in order; a zero one is not
+	// sent (AutoAck(false), LeaseLost).
+	Outcomes  []Outcome
+	LeaseLost bool // lost while the handler ran: outcomes not sent
 }
 
-// SettleHook is called after every ack request that settles messages:
-// Client.Ack, Settle and SettleBatch, and each pop a consume loop settles
-// (once, with the final result of its sends).
+// SettleHook is called after every ack request that settles messages, and
+// once per pop a consume loop settles.
 type SettleHook interface {
 	OnSettle(ctx context.Context, e SettleEvent)
 }
 
 // SettleEvent describes one settlement of messages.
 type SettleEvent struct {
-	// Group is the consumer group the acks were sent for ("": queue mode).
-	Group string
-	// Settlements are the outcomes sent, in order.
-	Settlements []Settlement
-	// Messages has one entry per settlement, in the same order: the
-	// outcome chosen for the message, the status sent, and the broker's
-	// answer. Under a consume loop the first two can differ: a Fail goes
-	// out as retry while the message has retries left, and as dlq at the
-	// failure that spends them (see ConsumeBuilder.OnError).
-	Messages []SettledMessage
-	// Refused counts the settlements the broker refused (see AckError).
-	Refused int
-	// Duration is from the first send to the final answer.
-	Duration time.Duration
-	// Err is the settlement's failure (an *AckError when the broker
-	// refused some), nil when every outcome was applied.
-	Err error
+	Group       string           // "": queue mode
+	Settlements []Settlement     // as sent, in order
+	Messages    []SettledMessage // one per settlement, in order
+	Refused     int
+	Duration    time.Duration // first send to final answer
+	Err         error         // an *AckError when the broker refused some
 }
 
-// SettledMessage is what happened to one message of a settlement.
+// SettledMessage is what happened to one message of a settlement. In a
+// consume loop Outcome and Sent can differ (a Fail is sent retry or dlq).
 type SettledMessage struct {
-	// Outcome is the status chosen for the message: by a consume loop, its
-	// handler's result or what OnSuccess or OnError returned; outside a
-	// loop, the status the caller gave (then equal to Sent).
-	Outcome AckStatus
-	// Sent is the status sent to the broker.
-	Sent AckStatus
-	// Answer is the broker's answer for the message; AnswerNone when the
-	// request got no answer (see SettleEvent.Err).
-	Answer SettleAnswer
-	// Error is the broker's reason when it refused the message.
-	Error string
+	Outcome AckStatus    // the status chosen
+	Sent    AckStatus    // the status sent
+	Answer  SettleAnswer // AnswerNone without an answer
+	Error   string       // the broker's reason for a refusal
 }
 
 // SettleAnswer is the broker's answer for one settled message.
 type SettleAnswer string
 
-// The answers a SettledMessage reports. A message the broker dead-lettered
-// is AnswerDeadLettered whatever was sent (a failed whose retries were
-// spent, or a dlq); an accepted ack that ended its partition's lease is
-// AnswerLeaseReleased; any other accepted ack is AnswerApplied.
+// The answers a SettledMessage reports; a dead-lettered message is
+// AnswerDeadLettered whatever was sent (docs/HOOKS.md).
 const (
 	AnswerNone          SettleAnswer = ""
 	AnswerApplied       SettleAnswer = "applied"
@@ -176,8 +113,6 @@ const (
 	AnswerRefused       SettleAnswer = "refused"
 )
 
-// settledMessages pairs chosen outcomes, sent statuses and results (nil
-// when there was no answer).
 func settledMessages(chosen, sent []Settlement, res []AckResult) []SettledMessage {
 	out := make([]SettledMessage, len(sent))
 	for i, s := range sent {
@@ -213,82 +148,58 @@ func (e SettleEvent) Count(s AckStatus) int {
 	return n
 }
 
-// RenewHook is called after every lease renewal request: Client.Renew,
-// RenewFor, and the renewals of a consume loop.
+// RenewHook is called after every lease renewal request, a consume
+// loop's included.
 type RenewHook interface {
 	OnRenew(ctx context.Context, e RenewEvent)
 }
 
 // RenewEvent describes one lease renewal.
 type RenewEvent struct {
-	// Queue and Group are the renewing consume loop's; for Client.Renew
-	// they are those of the first message of the lease.
-	Queue, Group string
-	// LeaseID is the renewed lease.
-	LeaseID string
-	// Extension is how far the renewal asked to extend the lease.
-	Extension time.Duration
-	// Result is the broker's verdict (Success false: the lease is lost).
-	Result RenewResult
-	// Duration is the request's, retries included.
-	Duration time.Duration
-	// Err is the request's failure, which says nothing about the lease.
-	Err error
+	Queue, Group string // Client.Renew: the lease's first message's
+	LeaseID      string
+	Extension    time.Duration // asked for
+	Result       RenewResult   // Success false: the lease is lost
+	Duration     time.Duration // retries included
+	Err          error         // the request's, not the lease's
 }
 
-// LeaseLostHook is called when a renewal finds a lease lost: it had
-// expired or been released, and its messages may be with another worker.
-// A consume loop cancels the ctx of the handlers of that lease at once.
+// LeaseLostHook is called when a renewal finds a lease expired or
+// released; a consume loop cancels that lease's handlers' ctx at once.
 type LeaseLostHook interface {
 	OnLeaseLost(ctx context.Context, e LeaseLost)
 }
 
 // LeaseLost describes a lost lease.
 type LeaseLost struct {
-	// Queue and Group are as in RenewEvent.
-	Queue, Group string
-	// LeaseID is the lost lease.
-	LeaseID string
-	// Reason is the broker's.
-	Reason string
+	Queue, Group string // as in RenewEvent
+	LeaseID      string
+	Reason       string // the broker's
 }
 
-// RequestHook is called after every HTTP exchange with the broker: each
-// attempt of every call (a retried call reports each attempt).
+// RequestHook is called after every HTTP exchange: each attempt of a call.
 type RequestHook interface {
 	OnRequest(ctx context.Context, e RequestEvent)
 }
 
 // RequestEvent describes one HTTP exchange with the broker.
 type RequestEvent struct {
-	// Method is the HTTP method.
-	Method string
-	// Route is the path template, such as "/api/v1/pop/queue/{queue}":
-	// few distinct values, fit for a metric label. An unknown path is
-	// reported as "other".
-	Route string
-	// Path is the escaped path as sent.
-	Path string
-	// URL is the base URL of the broker that was asked.
-	URL string
-	// Attempt counts the attempts of the call, from 1.
-	Attempt int
-	// Status is the answer's HTTP status; 0 when none came (see Err).
-	Status int
-	// Duration is the exchange's, from sending to the answer's last byte.
-	Duration time.Duration
-	// Err is the network failure of an attempt without an answer.
-	Err error
+	Method   string
+	Route    string        // the path template, "/api/v1/pop/queue/{queue}"; "other"
+	Path     string        // escaped, as sent
+	URL      string        // the broker's base URL
+	Attempt  int           // from 1
+	Status   int           // 0 without an answer (Err)
+	Duration time.Duration // to the answer's last byte
+	Err      error
 }
 
-// WithHooks adds hooks (see Hook): each must implement at least one of the
-// hook interfaces, or New fails with an error matching ErrInvalidOption.
-// Hooks given in several WithHooks options are all called, in order.
+// WithHooks adds hooks (see Hook); one that implements no hook interface
+// fails New with ErrInvalidOption.
 func WithHooks(hooks ...Hook) Option {
 	return func(c *config) { c.hooks = append(c.hooks, hooks...) }
 }
 
-// hookKind indexes the hook interfaces, for the panic log.
 type hookKind int
 
 const (
@@ -305,8 +216,7 @@ const (
 
 var hookKindNames = [numHookKinds]string{"OnPush", "OnPop", "OnHandlerStart", "OnHandlerEnd", "OnSettle", "OnRenew", "OnLeaseLost", "OnRequest"}
 
-// hookSet holds a client's hooks sorted by interface. A nil *hookSet (no
-// WithHooks) is valid: every method then returns at once.
+// hookSet: a nil *hookSet (no WithHooks) is valid.
 type hookSet struct {
 	log       *slog.Logger
 	push      []hookOf[PushHook]
@@ -318,15 +228,12 @@ type hookSet struct {
 	request   []hookOf[RequestHook]
 }
 
-// hookOf is one hook with its panic bookkeeping.
 type hookOf[T any] struct {
-	h   T
-	pos int // position among the hooks given, for the log
-	// logged says, per kind, whether a panic of this hook was logged.
+	h      T
+	pos    int // position among the hooks given, for the log
 	logged *[numHookKinds]atomic.Bool
 }
 
-// addHook appends h to list if it implements T, and says whether it does.
 func addHook[T any](list *[]hookOf[T], h Hook, pos int, logged *[numHookKinds]atomic.Bool) bool {
 	x, ok := h.(T)
 	if ok {
@@ -335,8 +242,6 @@ func addHook[T any](list *[]hookOf[T], h Hook, pos int, logged *[numHookKinds]at
 	return ok
 }
 
-// newHookSet sorts hooks by interface; nil when there are none. A hook
-// that implements none of the interfaces is an error.
 func newHookSet(hooks []Hook, log *slog.Logger) (*hookSet, error) {
 	if len(hooks) == 0 {
 		return nil, nil
@@ -358,8 +263,7 @@ func newHookSet(hooks []Hook, log *slog.Logger) (*hookSet, error) {
 	return hs, nil
 }
 
-// run calls f (one hook's method), recovering a panic and logging the
-// first one of each hook and kind.
+// run logs the first panic of each hook and kind.
 func run[T any](hs *hookSet, h hookOf[T], kind hookKind, f func(T)) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -374,8 +278,7 @@ func run[T any](hs *hookSet, h hookOf[T], kind hookKind, f func(T)) {
 	f(h.h)
 }
 
-// now returns the time an event starts when some hook may want it, and
-// the zero time without hooks (no clock read).
+// now reads no clock without hooks.
 func (hs *hookSet) now() time.Time {
 	if hs == nil {
 		return time.Time{}
@@ -383,11 +286,9 @@ func (hs *hookSet) now() time.Time {
 	return time.Now()
 }
 
-// Each event has a small method that the compiler inlines at the call
-// site (a nil check, so that a client without hooks pays only that) and
+// Each event has a small method the compiler inlines (a nil check) and
 // one that does the work.
 
-// pushed reports a push request.
 func (hs *hookSet) pushed(ctx context.Context, queue, partition string, count int, start time.Time, res []PushResult, err error) {
 	if hs != nil {
 		hs.reportPush(ctx, queue, partition, count, start, res, err)
@@ -404,7 +305,6 @@ func (hs *hookSet) reportPush(ctx context.Context, queue, partition string, coun
 	}
 }
 
-// popped reports a pop request. wait is the long poll's wait, 0 for none.
 func (hs *hookSet) popped(ctx context.Context, queue, partition, group string, wait time.Duration, start time.Time, msgs []*Message, err error) {
 	if hs != nil {
 		hs.reportPop(ctx, queue, partition, group, wait, start, msgs, err)
@@ -421,19 +321,14 @@ func (hs *hookSet) reportPop(ctx context.Context, queue, partition, group string
 	}
 }
 
-// handlerTurn is one handler call between handlerStart and handlerEnd.
 type handlerTurn struct {
 	queue, group string
 	msgs         []*Message
 	start        time.Time
 }
 
-// active reports whether t is reported to hooks (false without handler
-// hooks), for a caller that would build something only for them.
 func (t handlerTurn) active() bool { return t.msgs != nil }
 
-// handlerStart reports a handler call about to start and returns the ctx
-// to give the handler (ctx itself without handler hooks).
 func (hs *hookSet) handlerStart(ctx context.Context, queue, group string, msgs []*Message) (context.Context, handlerTurn) {
 	if hs == nil {
 		return ctx, handlerTurn{}
@@ -456,9 +351,7 @@ func (hs *hookSet) reportHandlerStart(ctx context.Context, queue, group string, 
 	return ctx, handlerTurn{queue: queue, group: group, msgs: msgs, start: time.Now()}
 }
 
-// handlerEnd reports the end of the handler call t, started with
-// handlerStart (ctx is the one it returned); outcomes are the decided
-// outcomes of t's messages, in order (copied: the caller may reuse them).
+// handlerEnd copies outcomes: the caller may reuse them.
 func (hs *hookSet) handlerEnd(ctx context.Context, t handlerTurn, err error, outcomes []Outcome, leaseLost bool) {
 	if hs != nil {
 		hs.reportHandlerEnd(ctx, t, err, outcomes, leaseLost)
@@ -477,10 +370,7 @@ func (hs *hookSet) reportHandlerEnd(ctx context.Context, t handlerTurn, err erro
 	}
 }
 
-// settled reports a settlement: acks sent for group since start, with
-// the final error err;
-// chosen are the outcomes chosen (nil: those sent), res the broker's
-// answers (nil: none).
+// settled: chosen nil means the outcomes sent; res nil, no answer.
 func (hs *hookSet) settled(ctx context.Context, group string, chosen, acks []Settlement, res []AckResult, start time.Time, err error) {
 	if hs != nil {
 		hs.reportSettle(ctx, group, chosen, acks, res, start, err)
@@ -510,7 +400,6 @@ func (hs *hookSet) reportSettle(ctx context.Context, group string, chosen, acks 
 	}
 }
 
-// renewed reports a renewal of lease by ext, and a lost lease.
 func (hs *hookSet) renewed(ctx context.Context, queue, group, lease string, ext time.Duration, start time.Time, res RenewResult, err error) {
 	if hs != nil {
 		hs.reportRenew(ctx, queue, group, lease, ext, start, res, err)
@@ -532,8 +421,7 @@ func (hs *hookSet) reportRenew(ctx context.Context, queue, group, lease string, 
 	}
 }
 
-// onAttempt is the transport's attempt observer when request hooks are
-// set, nil otherwise (the transport then measures nothing).
+// onAttempt is nil without request hooks: the transport measures nothing.
 func (hs *hookSet) onAttempt() func(context.Context, transport.Attempt) {
 	if hs == nil || len(hs.request) == 0 {
 		return nil
@@ -547,8 +435,6 @@ func (hs *hookSet) onAttempt() func(context.Context, transport.Attempt) {
 	}
 }
 
-// routeOf returns the template of an escaped request path (wire.RouteOf),
-// "other" when it is no route of the broker's.
 func routeOf(path string) string {
 	if r, ok := wire.RouteOf(path); ok {
 		return string(r)

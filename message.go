@@ -8,65 +8,33 @@ import (
 	"github.com/queen-go/queen/internal/wire"
 )
 
-// Message is one message handed out by a pop. The fields that identify it
-// for an ack (TransactionID, PartitionID, LeaseID, ConsumerGroup) are filled
-// from the broker's answer; keep the message as it is to ack or renew it.
+// Message is one message handed out by a pop; keep it as it is to ack or
+// renew it (TransactionID, PartitionID, LeaseID and ConsumerGroup name it).
 type Message struct {
-	// ID is the broker's message id.
-	ID string
-	// TransactionID is the message's transaction id (given at push, or minted
-	// by the client or broker). With PartitionID it identifies the message.
-	TransactionID string
-	// PartitionID is the broker's opaque partition id (a decimal string on
-	// 2.x, a UUID on 0.15.1). Never parse it.
-	PartitionID string
-	// LeaseID is the lease of the pop that delivered the message; empty when
-	// the pop committed on delivery (nothing to ack).
-	LeaseID string
-	// Queue and Partition name where the message lives. Queue is empty for
-	// a message of a discovery pop (Namespace, Task) whose answer names no
-	// queue, as a 2.x broker's does.
-	Queue     string
-	Partition string
-	// ConsumerGroup is the group that popped it; "__QUEUE_MODE__" in queue mode.
-	ConsumerGroup string
-	// CreatedAt is when the broker stored the message.
-	CreatedAt time.Time
-	// TraceID is the trace id given at push, if the broker kept it. A 2.x
-	// broker keeps it only for messages pushed in a transaction
-	// (TransactionPush.TraceID) and drops it on a plain push; a 0.15.1
-	// broker keeps it when it is a valid UUID, and does not store a
-	// message whose trace id is not one (its push answers "buffered"),
-	// which is why the client refuses such a trace id (ErrInvalidTraceID).
-	TraceID string
-	// ProducerSub is the authenticated producer, when the broker runs with auth.
-	ProducerSub string
-	// DeliveryAttempt is the broker's count of the pop that delivered the
-	// message, not of the message: on 2.x a pop that starts where the
-	// previous leased pop of its partition and group started counts one
-	// more, any other pop 1, and every message of the pop carries the
-	// count. So a message given back behind a failed neighbour comes back
-	// with 1, and a first delivery can show 2 after a lease expired; 0
-	// when the broker does not report it (0.15.1). Do not count failures
-	// by it: a consume loop counts each message's own (RetryLimit); with
-	// Pop, keep a count keyed by PartitionID and TransactionID.
+	ID            string
+	TransactionID string // with PartitionID, identifies the message
+	PartitionID   string // opaque: never parse it
+	LeaseID       string // empty after commit on delivery: nothing to ack
+	// Queue is empty for a discovery pop whose answer names none (2.x).
+	Queue         string
+	Partition     string
+	ConsumerGroup string // "__QUEUE_MODE__" in queue mode
+	CreatedAt     time.Time
+	// TraceID is the trace id given at push, if kept: 2.x keeps it only for
+	// a transaction's push, 0.15.1 when it is a UUID.
+	TraceID     string
+	ProducerSub string // the authenticated producer, under auth
+	// DeliveryAttempt is 2.x's count of the pop that delivered the message,
+	// not of the message (0 on 0.15.1): do not count failures by it
+	// (docs/RETRIES.md, "DeliveryAttempt").
 	DeliveryAttempt int
-	// Offset is the message's position in its partition; -1 when the broker
-	// does not report it (0.15.1).
-	Offset int64
-	// Data is the payload when it is a JSON object; nil otherwise (see Raw).
-	// Its numbers are float64, as encoding/json decodes them into an any, so
-	// an integer beyond 2^53 (9007199254740993, say) is not exact here:
-	// read exact integers with Decode[T] into an integer field (or a
-	// json.Number), or from Raw.
+	Offset          int64 // in the partition; -1 when not reported (0.15.1)
+	// Data is a JSON object payload, numbers as float64 (not exact beyond
+	// 2^53: use Decode or Raw); nil for any other payload.
 	Data map[string]any
-	// Raw is the payload exactly as pushed: any JSON value. "null" when the
-	// message had no payload.
-	Raw json.RawMessage
+	Raw  json.RawMessage // the payload as pushed; "null" when none
 
-	// route is the routing key of the pop that delivered the message, for
-	// its acks and renewals (see ackKey).
-	route string
+	route string // the pop's routing key, for its acks (ackKey)
 }
 
 // Decode unmarshals the message's payload into a value of type T.

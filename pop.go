@@ -14,44 +14,20 @@ import (
 	"github.com/queen-go/queen/internal/wire"
 )
 
-// popMargin is added to a long poll's wait for the HTTP deadline, so that
-// the broker answers before the client gives up.
+// popMargin: the broker answers a long poll before the client gives up.
 const popMargin = 5 * time.Second
 
 // Pop takes one batch of messages and leases them to the caller, who acks
-// each (Client.Ack) before the lease runs out. It returns an empty slice,
-// not an error, when there is nothing to take (after waiting, unless
-// Wait(false)). Bad options fail before any request with an error matching
-// ErrInvalidArgument. A conflating pop answered by a broker that does not
-// conflate fails with ErrConflationUnsupported and hands out nothing; a
-// namespace/task pop against a broker without that route (0.15.1) fails
-// with an error matching ErrNotSupported (and *BrokerError).
+// each (Client.Ack) before the lease runs out; nothing to take is an empty
+// slice. Bad options fail with ErrInvalidArgument before any request; a
+// broker that cannot conflate, ErrConflationUnsupported; a discovery pop on
+// 0.15.1, ErrNotSupported.
 //
-// A pop leases what it takes, so it is never sent twice once it may have
-// reached the broker. It is retried (within the RetryPolicy's attempts)
-// only when the broker surely did not serve it: a connection that could
-// not be made, a 429, a 503 (unless its code is outcome_unknown). When its
-// answer is lost (the connection failed, or ctx ended, after the request
-// may have been received) or the broker answered a 5xx that may follow a
-// claim (500, 502, 504), Pop returns an error matching ErrOutcomeUnknown
-// that wraps the cause (errors.As finds the *BrokerError or the network
-// error): messages may be leased to that lost claim until the lease
-// expires, and are delivered again then. Nothing is lost; pop again, and
-// expect them back after the lease time.
-//
-// A waiting pop (Wait(true), the default) is bounded like every other
-// call: on a dead broker it returns the network error after
-// RetryPolicy.MaxAttempts attempts. With the default policy (4 attempts,
-// backoff from 200 ms) a broker that refuses connections fails the pop
-// after 1.1 s to 1.7 s; a host that does not answer at all takes at most
-// 4 attempts of the wait plus 5 s each.
-//
-// A mistyped queue name is not an error: on a 2.x broker a pop of a queue
-// that does not exist creates it, with the broker's default configuration,
-// and answers empty (a waiting pop waits its whole timeout); a pop pinned
-// to a partition (Partition) creates nothing. A 0.15.1 broker creates no
-// queue on a pop and answers empty. The broker cannot be told not to
-// create it; Admin.GetQueue tells whether a queue exists.
+// A pop is never sent twice once it may have reached the broker: a lost
+// answer is an error matching ErrOutcomeUnknown, and its messages come back
+// after their lease (docs/RETRIES.md, "The transport"). A pop of a queue
+// that does not exist answers empty; 2.x creates it unless the pop is
+// pinned (Admin.GetQueue tells whether a queue exists).
 func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 	r, err := b.popRequest()
 	if err != nil {
@@ -70,8 +46,6 @@ func (b *QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
 	return msgs, nil
 }
 
-// longPollWait is how long the broker may hold the pop open: zero when it
-// does not wait (nowait: sent as a pop that does not, see popQuery).
 func (r *popRequest) longPollWait(nowait bool) time.Duration {
 	if !r.wait || nowait {
 		return 0
@@ -79,14 +53,8 @@ func (r *popRequest) longPollWait(nowait bool) time.Duration {
 	return time.Duration(r.waitMs) * time.Millisecond
 }
 
-// call is the request of a pop with the encoded query. A pop leases what it
-// takes, so it is a once call: it is sent again only when it surely did
-// not reach the broker (a refused connection, a 429, a 503 that is not
-// outcome_unknown), and a failure after it may have reached the broker is
-// an error matching ErrOutcomeUnknown, never a second pop that would
-// answer "empty" while the first claim holds the messages (see Pop). A
-// waiting pop's attempts get its wait plus popMargin each; a pop sent
-// without waiting (nowait), the client's usual timeout.
+// call is a once call: a second pop would answer empty while the first
+// claim holds the messages.
 func (r *popRequest) call(query string, nowait bool) call {
 	cl := call{method: http.MethodGet, path: r.path, rawQuery: query, once: true, key: r.route}
 	if r.wait && !nowait && !r.discover {
@@ -95,14 +63,12 @@ func (r *popRequest) call(query string, nowait bool) call {
 	return cl
 }
 
-// popResult is one decoded pop answer.
 type popResult struct {
 	messages  []*Message
 	leaseID   string
 	partition string // of an answer without messages: the claimed partition
 	autopilot *wire.AutopilotEcho
-	// date is the answer's Date header (a pinned pop's only; zero when
-	// absent): the broker's clock, in whole seconds.
+	// date is a pinned pop's Date header: the broker's clock, in seconds.
 	date time.Time
 }
 
@@ -123,10 +89,8 @@ func (c *Client) pop(ctx context.Context, r *popRequest, conflation bool) (*popR
 	return res, nil
 }
 
-// popWith sends one pop of r with the encoded query and decodes its answer.
-// attempts, when positive, bounds the attempts (the consume loop retries
-// on its own, and so sees every failure). nowait: the query asks the
-// broker not to wait (see popQuery), whatever r says.
+// popWith: attempts, when positive, bounds the attempts; nowait, the query
+// asks the broker not to wait whatever r says.
 func (c *Client) popWith(ctx context.Context, r *popRequest, query string, conflation bool, attempts int, nowait bool) (*popResult, error) {
 	cl := r.call(query, nowait)
 	cl.attempts = attempts
@@ -157,19 +121,9 @@ func (c *Client) popWith(ctx context.Context, r *popRequest, query string, confl
 	return res, nil
 }
 
-// The hot path (pop answers, the loop's acks) reads broker JSON with
-// github.com/go-json-experiment/json (the API that becomes
-// encoding/json/v2): encoding/json reads a pop of 100 messages (each with
-// its Data map) too slowly for the consume loop to keep up with a bare
-// net/http loop; the v2 decoder does (docs/BENCHMARKS.md).
-//
-// readWire reads body into v with v2's defaults first: a body without
-// duplicate names and with valid UTF-8 (what a broker that stores JSONB
-// sends) takes the decoder's fast path for Data's map[string]any, which
-// it cannot take while duplicate names are allowed. A body that the
-// defaults refuse is read again, after reset, as leniently as
-// encoding/json reads it (the last of duplicate names wins, invalid UTF-8
-// becomes U+FFFD), so that no answer encoding/json would read is refused.
+// readWire decodes with encoding/json/v2's strict defaults, whose fast path
+// the hot path needs (docs/BENCHMARKS.md), then, after reset, as leniently
+// as encoding/json would, so that no answer it reads is refused.
 func readWire(body []byte, v any, reset func()) error {
 	if err := jsonv2.Unmarshal(body, v); err == nil {
 		return nil
@@ -178,13 +132,9 @@ func readWire(body []byte, v any, reset func()) error {
 	return jsonv2.Unmarshal(body, v, lenientJSON)
 }
 
-// lenientJSON are the options of readWire's second reading.
 var lenientJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 
-// decodePop reads a 200 pop body of either broker generation.
 func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResult, error) {
-	// Room for the messages up front (a pop of 100 would else grow the
-	// slice seven times).
 	size := bytes.Count(body, []byte(`"transactionId"`))
 	pr := wire.PopResponse{Messages: make([]wire.PopMessage, 0, size)}
 	if err := readWire(body, &pr, func() { pr = wire.PopResponse{Messages: make([]wire.PopMessage, 0, size)} }); err != nil {
@@ -194,9 +144,8 @@ func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResul
 	if !pr.Success && pr.Error != "" && !wire.EmptyPopError(pr.Error) {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body, Message: pr.Error}
 	}
-	// A broker that conflates echoes it on every answer with a body, empty
-	// ones included. Checked before the 0.15.1 "empty" answers too: such a
-	// broker ignores conflation and would hand out the whole backlog next.
+	// Checked before the 0.15.1 "empty" answers too: a broker without the
+	// echo would hand out the whole backlog next.
 	if conflation {
 		if pr.Conflation == nil && pr.ConflationConflict == nil {
 			return nil, fmt.Errorf("%w: answer to %s carries no conflation echo (%d messages withheld)",

@@ -16,15 +16,9 @@ import (
 )
 
 // A Producer pushes messages one at a time and sends them in batches: each
-// Push returns at once with a *PendingPush, and the messages of one queue
-// and partition form a batch that goes out when it reaches its count or its
-// size, or has waited its delay, whichever comes first. At most
-// WithMaxInflight push requests are on the wire at once: while more than
-// one is free, a partition's batch goes in a request of its own (so that
-// the broker serves partitions side by side); the request that takes the
-// last free one also carries the batches of every other partition ready
-// then (up to the batch count and bytes in all). What is pushed while the
-// requests are on the wire joins the next ones.
+// Push returns at once with a *PendingPush; the messages of one queue and
+// partition go out together when they reach the batch count or bytes or
+// have waited the batch delay, in at most WithMaxInflight requests at once.
 // Create one with Client.Producer (any queue) or QueueBuilder.Producer (one
 // queue), and stop it with Close.
 //
@@ -35,63 +29,26 @@ import (
 //	defer orders.Close(ctx)
 //	res, err := orders.Partition(customer).Push(ctx, order).Wait(ctx)
 //
-// What it promises:
+// What it promises (in full in docs/PRODUCER.md):
 //
-//   - Order within a partition. A partition's next batch is sent only once
-//     the one before it is settled (answered, or failed for good), and its
-//     messages go in push order.
-//   - An outage is ridden out. A batch that fails in a way that may pass
-//     (no answer, a refused connection, 429, a retryable 5xx: RetryPolicy's
-//     rule) is sent again with the client's backoff until its delivery
-//     timeout (WithDeliveryTimeout, default a minute from the Push of its
-//     oldest message). Meanwhile its partition waits, the buffer fills, and
-//     Push waits for room (or fails, WithFailWhenFull).
-//   - A batch that fails for good (refused with a 4xx, a message of it not
-//     stored, its delivery timeout over; a request that fails as a whole
-//     fails every batch in it) fails the messages of its partition
-//     buffered behind it, with a *PartitionFailedError (not sent, matching
-//     ErrNotSent, wrapping the batch's failure). A later Push to the
-//     partition goes out as usual, and the other partitions go on. With
-//     WithPauseOnFailure the partition pauses instead: those messages and
-//     every later Push to it fail with a *PartitionPausedError until Resume.
-//   - Nothing silent. Every message's outcome reaches its PendingPush (and
-//     the WithOnResult callback, if set): its PushResult when the broker
-//     stored it (Status queued, or duplicate when a message with its
-//     transaction id was already there), an error otherwise: matching
-//     ErrNotSent when it surely never reached the broker, ErrOutcomeUnknown
-//     when it may have been stored. A message the
-//     broker answered without storing (2.x "error", 0.15.1 "failed") fails
-//     with a *PushError. A 0.15.1 "buffered" answer (kept by the broker to be
-//     stored later, not stored yet) is sent again like an outage; still
-//     buffered at the delivery timeout, it fails with an error matching both
-//     ErrOutcomeUnknown and *PushError: it is never a success.
-//   - No loss and no double store. Each message gets its transaction id when
-//     it is pushed (the client makes one unless an Item gives it), before its
-//     first send, and keeps it on every resend, so a batch sent again after a
-//     lost answer is deduplicated by the broker: what was already stored is
-//     answered duplicate. A message whose outcome stays open fails with an
-//     error matching ErrOutcomeUnknown; push it again with the same
-//     transaction id (an Item). This holds as long as the broker remembers
-//     transaction ids: a 0.15.1 broker keeps them as long as it keeps the
-//     message (a unique index, no window). A 2.x broker remembers them for
-//     the queue's deduplication window (dedupWindowSeconds, default 3600 s):
-//     keep it at least the delivery timeout (and longer than any push
-//     again of yours). Under 0, or a window shorter than the time between
-//     the first send and a resend, a batch whose answer was lost can be
-//     stored twice (at least once, not exactly once).
-//   - Bounded memory. At most WithBufferLimit messages and bytes are held,
-//     buffered or being sent; at the limit a Push waits for room or for its
-//     ctx (or fails at once with ErrBufferFull under WithFailWhenFull). The
-//     ctx of a Push governs only that wait: once buffered, a message is sent
-//     whatever becomes of the ctx.
-//   - PushHook (WithHooks) is called once per batch, with that batch's
-//     partition, count and results (a request that carried several batches
-//     reports each), so hooks that trace pushes (queenotel) see one span per
-//     batch.
+//   - Order within a partition: its next batch goes once the one before it
+//     is settled, its messages in push order.
+//   - An outage is ridden out: a batch that may pass is sent again until
+//     WithDeliveryTimeout (docs/RETRIES.md, "The producer").
+//   - A batch that fails for good fails its partition's messages buffered
+//     behind it (*PartitionFailedError); with WithPauseOnFailure the
+//     partition pauses until Resume (*PartitionPausedError).
+//   - Nothing silent: every message's outcome reaches its PendingPush: a
+//     PushResult when stored, else an error matching ErrNotSent or
+//     ErrOutcomeUnknown, or a *PushError.
+//   - No double store: a message keeps its transaction id on every resend,
+//     as long as the broker remembers ids (2.x: the queue's DedupWindow).
+//   - Bounded memory: WithBufferLimit; a Push's ctx bounds only its wait
+//     for room.
+//   - PushHook is called once per batch.
 //
-// A Producer is safe for concurrent use. Queue and Partition return views
-// that share it: its buffer, limits, Flush and Close. Close the producer
-// before its client: a batch sent after Client.Close fails with ErrClosed.
+// A Producer is safe for concurrent use; Queue and Partition return views
+// that share it. Close it before its client.
 type Producer struct {
 	e         *producer
 	queue     string
@@ -117,57 +74,37 @@ type producerConfig struct {
 	limitsSet bool
 }
 
-// Defaults of the producer options.
+// Defaults of the producer options, named by their With functions.
 const (
-	// DefaultBatchCount is the most messages of one batch (WithBatchCount).
-	DefaultBatchCount = 100
-	// DefaultBatchBytes is the most bytes of one batch (WithBatchBytes).
-	DefaultBatchBytes = 1 << 20
-	// DefaultBufferMessages and DefaultBufferBytes bound what a Producer
-	// holds (WithBufferLimit).
-	DefaultBufferMessages = 10000
-	DefaultBufferBytes    = 64 << 20
-	// DefaultMaxInflight is how many push requests may be on the wire at
-	// once (WithMaxInflight).
-	DefaultMaxInflight = 4
-	// DefaultDeliveryTimeout is how long a batch is sent again after a
-	// failure that may pass (WithDeliveryTimeout).
+	DefaultBatchCount      = 100
+	DefaultBatchBytes      = 1 << 20
+	DefaultBufferMessages  = 10000
+	DefaultBufferBytes     = 64 << 20
+	DefaultMaxInflight     = 4
 	DefaultDeliveryTimeout = time.Minute
 )
 
 // WithBatchCount sets the most messages in one batch (default
-// DefaultBatchCount, at most MaxBatch): a batch that reaches it goes out
-// without waiting for its delay.
+// DefaultBatchCount, at most MaxBatch).
 func WithBatchCount(n int) ProducerOption {
 	return func(c *producerConfig) { c.count, c.countSet = n, true }
 }
 
-// WithBatchBytes sets the most bytes of messages in one batch (default
-// DefaultBatchBytes), counted as their encoded payloads and ids: a batch
-// that reaches it goes out without waiting for its delay. A message larger
-// than that goes alone.
+// WithBatchBytes sets the most bytes (encoded payloads and ids) in one
+// batch (default DefaultBatchBytes); a larger message goes alone.
 func WithBatchBytes(n int) ProducerOption {
 	return func(c *producerConfig) { c.bytes, c.bytesSet = n, true }
 }
 
 // WithBatchDelay sets how long a batch may wait for more messages once its
-// partition is free to send (default 0). With 0 a batch goes as soon as its
-// partition has no batch on the wire, so batches form from the messages
-// pushed while the partition's previous batch is being sent: a lone message
-// goes at once, a busy partition sends big batches. A delay trades that
-// latency for fewer, bigger requests at moderate rates: a lone message then
-// goes after the delay. The delay counts from the partition's oldest
-// buffered message, or from the settling of its previous batch when that is
-// later, so that callers who wait for their result have the delay to push
-// again and join the next batch.
+// partition is free to send (default 0: at once). See docs/PRODUCER.md.
 func WithBatchDelay(d time.Duration) ProducerOption {
 	return func(c *producerConfig) { c.delay = d }
 }
 
-// WithBufferLimit bounds what the producer holds, buffered or being sent:
-// at most messages messages and bytes bytes (defaults DefaultBufferMessages
-// and DefaultBufferBytes). A message larger than bytes is refused with
-// ErrMessageTooLarge.
+// WithBufferLimit bounds the messages and bytes the producer holds,
+// buffered or being sent (defaults DefaultBufferMessages and
+// DefaultBufferBytes). A larger message fails with ErrMessageTooLarge.
 func WithBufferLimit(messages, bytes int) ProducerOption {
 	return func(c *producerConfig) { c.maxMsgs, c.maxBytes, c.limitsSet = messages, bytes, true }
 }
@@ -179,71 +116,45 @@ func WithFailWhenFull() ProducerOption {
 }
 
 // WithMaxInflight sets how many push requests may be on the wire at once
-// (default DefaultMaxInflight). A partition has at most one batch on the
-// wire whatever the setting, so more than one request at once needs more
-// than one partition; the last free request carries the ready batches of
-// several partitions.
+// (default DefaultMaxInflight); a partition has at most one batch there.
 func WithMaxInflight(n int) ProducerOption {
 	return func(c *producerConfig) { c.inflight = n }
 }
 
-// WithDeliveryTimeout bounds how long a message may wait for its outcome,
-// counted from its Push (default DefaultDeliveryTimeout): its batch is sent
-// again after each failure that may pass (no answer, a refused connection,
-// 429, and the 5xx that RetryPolicy retries) while the next send can start
-// within that time of the batch's oldest message. Each send is one
-// attempt; the waits between them are the client's backoff (RetryPolicy's
-// MinBackoff and MaxBackoff, Retry-After honoured), and MaxAttempts does
-// not apply. So an outcome comes within the timeout and one attempt
-// (WithRequestTimeout). When no send may start, the batch fails with an error
-// matching ErrDeliveryTimeout and the last failure's (ErrNotSent when no
-// send may have reached the broker, else ErrOutcomeUnknown or the
-// *BrokerError). On a 2.x broker a resend is deduplicated only within the
-// queue's dedupWindowSeconds: keep it at least this timeout (see Producer).
+// WithDeliveryTimeout bounds how long, from the Push of a batch's oldest
+// message, a batch that failed in a way that may pass is sent again
+// (default DefaultDeliveryTimeout; RetryPolicy's backoff, not its
+// MaxAttempts). Then it fails with an error matching ErrDeliveryTimeout and
+// the last failure's (ErrNotSent, ErrOutcomeUnknown or a *BrokerError).
+// On 2.x keep the queue's DedupWindow at least this long (docs/RETRIES.md).
 func WithDeliveryTimeout(d time.Duration) ProducerOption {
 	return func(c *producerConfig) { c.deliver = d }
 }
 
 // WithPauseOnFailure makes a batch that fails for good pause its
-// partition until Resume: the messages buffered behind it and every later
-// Push to that partition fail with a *PartitionPausedError. Without it,
-// only the messages buffered behind the batch fail (*PartitionFailedError)
-// and a later Push goes out as usual.
+// partition until Resume: the messages behind it and later pushes there
+// fail with a *PartitionPausedError.
 func WithPauseOnFailure() ProducerOption {
 	return func(c *producerConfig) { c.pause = true }
 }
 
-// WithOnResult sets a function called once with the outcome of every
-// message, the same as its PendingPush gives: for fire-and-forget callers
-// that do not keep the PendingPush. It is called on the producer's
-// goroutine that settled the batch, in push order within a partition (for a
-// message refused at once, on the goroutine of Push, before Push returns);
-// it must be safe for concurrent use and not block for long, as the
-// partition's next batch is not sent before the callbacks of its previous
-// one have returned. A callback may call Push; a Push there that waits for
-// room waits for the other partitions' batches only (the callback's own
-// partition is held), so use WithFailWhenFull or a ctx that ends.
+// WithOnResult sets a function called once with every message's outcome,
+// as its PendingPush gives it, in push order within a partition. It must be
+// safe for concurrent use and return soon: the partition's next batch waits
+// for it. A Push from it should not wait for room (docs/PRODUCER.md).
 func WithOnResult(f func(PushResult, error)) ProducerOption {
 	return func(c *producerConfig) { c.onResult = f }
 }
 
 // Errors of a Producer.
 var (
-	// ErrBufferFull: the producer's buffer is at its limit and
-	// WithFailWhenFull is set.
-	ErrBufferFull = errors.New("queen: producer buffer is full")
-	// ErrPartitionPaused is matched by a *PartitionPausedError.
-	ErrPartitionPaused = errors.New("queen: partition paused after a failed batch")
-	// ErrDeliveryTimeout: a batch was still failing in a way that may pass
-	// when its delivery timeout (WithDeliveryTimeout) ended.
-	ErrDeliveryTimeout = errors.New("queen: producer delivery timeout")
-	// ErrMessageTooLarge: a message is larger than the producer's buffer
-	// byte limit (WithBufferLimit).
-	ErrMessageTooLarge = newArgError("message is larger than the producer's buffer limit")
+	ErrBufferFull      = errors.New("queen: producer buffer is full")                      // under WithFailWhenFull
+	ErrPartitionPaused = errors.New("queen: partition paused after a failed batch")        // by *PartitionPausedError
+	ErrDeliveryTimeout = errors.New("queen: producer delivery timeout")                    // see WithDeliveryTimeout
+	ErrMessageTooLarge = newArgError("message is larger than the producer's buffer limit") // see WithBufferLimit
 )
 
-// errProducerClosed is what a closed producer answers for a message it
-// never sent; it matches ErrClosed and ErrNotSent.
+// errProducerClosed matches ErrClosed and ErrNotSent.
 var errProducerClosed = &closedError{}
 
 type closedError struct{}
@@ -253,9 +164,8 @@ func (*closedError) Is(target error) bool {
 	return target == ErrClosed || target == ErrNotSent
 }
 
-// closedSending is the failure of a batch that a Close whose ctx ended
-// stopped between two sends: it matches ErrClosed and unwraps to the last
-// send's failure (ErrNotSent when that one did not reach the broker).
+// closedSending: a batch stopped between two sends by a Close whose ctx
+// ended.
 type closedSending struct{ last error }
 
 func (e *closedSending) Error() string {
@@ -264,16 +174,11 @@ func (e *closedSending) Error() string {
 func (e *closedSending) Unwrap() error        { return e.last }
 func (e *closedSending) Is(target error) bool { return target == ErrClosed }
 
-// PartitionPausedError is the error of a message that was not sent because
-// an earlier batch of its partition failed for good, under
-// WithPauseOnFailure: the message was not stored. Resume the partition
-// (Producer.Resume) to push there again.
+// PartitionPausedError is the error of a message not sent because its
+// partition is paused (WithPauseOnFailure) until Producer.Resume.
 type PartitionPausedError struct {
-	// Queue and Partition name the paused partition ("Default" for the
-	// broker's default one).
-	Queue, Partition string
-	// Cause is the failure of the batch that paused it.
-	Cause error
+	Queue, Partition string // Partition "Default" for the default one
+	Cause            error  // the failure of the batch that paused it
 }
 
 // Error names the partition and the failure that paused it.
@@ -282,24 +187,17 @@ func (e *PartitionPausedError) Error() string {
 		e.Partition, e.Queue, e.Cause)
 }
 
-// Is matches ErrPartitionPaused and ErrNotSent. The cause is not
-// unwrapped: this message itself was never sent.
+// Is matches ErrPartitionPaused and ErrNotSent; Cause is not unwrapped.
 func (e *PartitionPausedError) Is(target error) bool {
 	return target == ErrPartitionPaused || target == ErrNotSent
 }
 
-// PartitionFailedError is the error of a message that was buffered behind
-// a batch of its partition that failed for good: it was not sent (its
-// order was tied to that batch), so it was not stored. It matches
-// ErrNotSent, and errors.Is and errors.As reach Cause, the batch's
-// failure: that may match ErrOutcomeUnknown, which is about the batch,
-// not this message. A later Push to the partition goes out as usual.
+// PartitionFailedError is the error of a message not sent because a batch
+// ahead of it in its partition failed for good. It matches ErrNotSent and
+// unwraps to Cause (whose ErrOutcomeUnknown, if any, is about that batch).
 type PartitionFailedError struct {
-	// Queue and Partition name the partition ("Default" for the broker's
-	// default one).
-	Queue, Partition string
-	// Cause is the failure of the batch ahead.
-	Cause error
+	Queue, Partition string // Partition "Default" for the default one
+	Cause            error  // the failure of the batch ahead
 }
 
 // Error names the partition and the batch's failure.
@@ -314,8 +212,6 @@ func (e *PartitionFailedError) Is(target error) bool { return target == ErrNotSe
 // Unwrap returns Cause.
 func (e *PartitionFailedError) Unwrap() error { return e.Cause }
 
-// deliveryTimeoutError is the failure of a batch whose delivery timeout
-// ended; it matches ErrDeliveryTimeout and unwraps to the last failure.
 type deliveryTimeoutError struct {
 	timeout  time.Duration
 	attempts int
@@ -330,19 +226,11 @@ func (e *deliveryTimeoutError) Unwrap() error        { return e.err }
 func (e *deliveryTimeoutError) Is(target error) bool { return target == ErrDeliveryTimeout }
 
 // ProducerError is returned by Producer.Flush and Close when some messages
-// were not stored: NotStored counts those surely not stored (refused by the
-// broker, failed before their send, paused, or still buffered when the ctx
-// ended), Unknown those whose outcome is open (an answer lost or cut, a
-// 0.15.1 "buffered" answer). Each message's own error is in its PendingPush.
+// were not stored; each message's own error is in its PendingPush.
 type ProducerError struct {
-	// NotStored counts the messages surely not stored.
-	NotStored int
-	// Unknown counts the messages that may or may not have been stored.
-	Unknown int
-	// Err is the ctx's error when the ctx ended first, else the error of
-	// the earliest pushed of the messages not stored (by the order their
-	// Push calls buffered them, across partitions).
-	Err error
+	NotStored int   // surely not stored
+	Unknown   int   // may or may not have been stored
+	Err       error // ctx's error if it ended first, else the earliest pushed failure
 }
 
 // Error gives both counts and Err.
@@ -379,12 +267,10 @@ const (
 // Done is closed once the message's outcome is known.
 func (p *PendingPush) Done() <-chan struct{} { return p.done }
 
-// Wait waits for the message's outcome, or for ctx: its PushResult and nil
-// when the broker stored it (queued or duplicate), or the error. On an
-// error the result is the broker's answer for the message when it gave one
-// (Status PushFailed), else it has only TransactionID and Queue. Index is
-// always 0 (one message per Push). When ctx ends first Wait returns
-// ctx.Err(); the message is still sent, and Wait may be called again.
+// Wait waits for the message's outcome or ctx: its PushResult and nil when
+// stored (queued or duplicate), else the error with the broker's answer
+// for it, if any. When ctx ends first it returns ctx.Err() and the message
+// is still sent.
 func (p *PendingPush) Wait(ctx context.Context) (PushResult, error) {
 	select {
 	case <-p.done:
@@ -399,7 +285,6 @@ func (p *PendingPush) Wait(ctx context.Context) (PushResult, error) {
 	}
 }
 
-// partKey names a partition; "" is normalised to "Default".
 type partKey struct{ queue, partition string }
 
 func partKeyOf(queue, partition string) partKey {
@@ -409,7 +294,6 @@ func partKeyOf(queue, partition string) partKey {
 	return partKey{queue, partition}
 }
 
-// partState is one partition's buffer.
 type partState struct {
 	key      partKey
 	buf      []*PendingPush
@@ -421,7 +305,6 @@ type partState struct {
 	kick     chan struct{}  // wakes the worker (cap 1)
 }
 
-// producer is the engine behind a Producer and its views.
 type producer struct {
 	c   *Client
 	cfg producerConfig
@@ -442,9 +325,8 @@ type producer struct {
 	room    chan struct{} // closed when room frees, while waiters > 0
 }
 
-// Producer returns a batching producer for any queue: name the queue of a
-// push with Producer.Queue. See Producer for what it promises. Options out
-// of range fail with an error matching ErrInvalidOption.
+// Producer returns a batching producer for any queue (name it with
+// Producer.Queue). Options out of range fail with ErrInvalidOption.
 func (c *Client) Producer(opts ...ProducerOption) (*Producer, error) {
 	cfg := producerConfig{count: DefaultBatchCount, bytes: DefaultBatchBytes, maxMsgs: DefaultBufferMessages,
 		maxBytes: DefaultBufferBytes, inflight: DefaultMaxInflight, deliver: DefaultDeliveryTimeout}
@@ -473,9 +355,8 @@ func (c *Client) Producer(opts ...ProducerOption) (*Producer, error) {
 	return &Producer{e: e}, nil
 }
 
-// Producer returns a batching producer for the builder's queue (and its
-// partition, if set): see Client.Producer. A bad queue or partition name
-// fails here.
+// Producer returns a batching producer for the builder's queue and
+// partition: see Client.Producer. A bad name fails here.
 func (b *QueueBuilder) Producer(opts ...ProducerOption) (*Producer, error) {
 	if err := b.checkPush(); err != nil {
 		return nil, err
@@ -488,26 +369,19 @@ func (b *QueueBuilder) Producer(opts ...ProducerOption) (*Producer, error) {
 	return p, nil
 }
 
-// Queue returns a view of the producer that pushes to the queue name (its
-// Default partition unless Partition is called). It shares the producer.
+// Queue returns a view of the producer that pushes to queue name.
 func (p *Producer) Queue(name string) *Producer { return &Producer{e: p.e, queue: name} }
 
-// Partition returns a view of the producer that pushes to the partition
-// name of its queue. It shares the producer.
+// Partition returns a view of the producer that pushes to partition name.
 func (p *Producer) Partition(name string) *Producer {
 	return &Producer{e: p.e, queue: p.queue, partition: name}
 }
 
-// Push buffers one message for the view's queue and partition and returns
-// at once (or, at the buffer's limit, once there is room or ctx ends). The
-// payload is what QueueBuilder.Push takes: any value that encodes to JSON,
-// json.RawMessage or []byte holding JSON, or an Item with its own ids. It is
-// checked before it is buffered: a bad name, payload or trace id, a message
-// larger than the buffer, a closed producer (ErrClosed), a paused partition
-// (*PartitionPausedError), a full buffer (ErrBufferFull, with
-// WithFailWhenFull) or a ctx that ended while waiting for room give a
-// PendingPush that is already done with that error. ctx bounds only that
-// wait, never the send.
+// Push buffers one message (what QueueBuilder.Push takes) and returns at
+// once, or at the buffer's limit once there is room or ctx ends; ctx never
+// bounds the send. A message refused before buffering (bad input,
+// ErrClosed, a paused partition, ErrBufferFull, ctx) gives a PendingPush
+// already done with that error.
 func (p *Producer) Push(ctx context.Context, payload any) *PendingPush {
 	pp := &PendingPush{done: make(chan struct{})}
 	e := p.e
@@ -522,8 +396,7 @@ func (p *Producer) Push(ctx context.Context, payload any) *PendingPush {
 	}
 	pp.item = it
 	pp.res.TransactionID, pp.res.Queue, pp.res.Offset = it.TransactionID, it.Queue, -1
-	// Encoded here, on the caller's goroutine, once: a batch's body is
-	// then the items side by side, and a resend sends the same bytes.
+	// Encoded once: a resend sends the same bytes.
 	if pp.enc, err = json.Marshal(it); err != nil {
 		e.refuse(pp, fmt.Errorf("%w: %v", ErrInvalidPayload, err))
 		return pp
@@ -539,7 +412,6 @@ func (p *Producer) Push(ctx context.Context, payload any) *PendingPush {
 	return pp
 }
 
-// check checks the view's names.
 func (p *Producer) check() error {
 	if err := checkName(queueName, p.queue); err != nil {
 		return err
@@ -547,9 +419,8 @@ func (p *Producer) check() error {
 	return checkOptionalName(partitionName, p.partition)
 }
 
-// Resume ends the pause of the view's partition (see Producer): pushes to
-// it are buffered and sent again. It does nothing on a partition that is
-// not paused.
+// Resume ends the pause of the view's partition (WithPauseOnFailure); on
+// a partition not paused it does nothing.
 func (p *Producer) Resume() {
 	e := p.e
 	k := partKeyOf(p.queue, p.partition)
@@ -563,13 +434,9 @@ func (p *Producer) Resume() {
 	}
 }
 
-// Flush sends every message buffered when it is called, without waiting
-// for batch delays, and waits until each has its outcome or ctx ends. It
-// returns nil when all of them were stored, else a *ProducerError that
-// counts those not stored and those whose outcome is unknown (a message
-// still buffered when ctx ended counts as not stored, one on the wire as
-// unknown; both are still sent). While a Flush is under way no batch waits
-// for its delay; messages pushed meanwhile are sent but not waited for.
+// Flush sends what is buffered now without delay and waits until each of
+// those messages has its outcome or ctx ends: nil when all were stored, else
+// a *ProducerError. Messages pushed meanwhile are not waited for.
 func (p *Producer) Flush(ctx context.Context) error {
 	e := p.e
 	e.mu.Lock()
@@ -584,17 +451,10 @@ func (p *Producer) Flush(ctx context.Context) error {
 	return e.await(ctx, snap)
 }
 
-// Close stops the producer: later pushes fail with ErrClosed, and what is
-// buffered is sent at once. It waits until every message has its outcome
-// and returns nil when all were stored, else a *ProducerError (see Flush).
-// When ctx ends first, the sends on the wire are cut (their messages'
-// outcome is unknown), a batch waiting to be sent again stops (ErrClosed,
-// and ErrNotSent if none of its sends reached the broker), and the
-// messages not sent yet fail with ErrClosed and ErrNotSent;
-// Close then returns once the producer's goroutines have ended, none of
-// which outlives it. Close is safe to call more than once; a later call
-// reports on the messages still held then (none, once an earlier Close
-// returned).
+// Close refuses later pushes (ErrClosed), sends what is buffered and waits
+// like Flush. When ctx ends first, sends are cut and unsent messages fail
+// with ErrClosed and ErrNotSent; no goroutine outlives Close. It is safe to
+// call more than once (docs/PRODUCER.md).
 func (p *Producer) Close(ctx context.Context) error {
 	e := p.e
 	e.mu.Lock()
@@ -614,8 +474,6 @@ func (p *Producer) Close(ctx context.Context) error {
 		e.cancel()
 		return err
 	}
-	// Cut what is on the wire, wait for the goroutines, and count again
-	// now that every message has its outcome.
 	e.cancel()
 	e.wg.Wait()
 	err = e.await(context.Background(), snap)
@@ -625,8 +483,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	return err
 }
 
-// snapshot returns the messages held, and wakes every worker so that
-// delays are skipped. e.mu is held.
+// snapshot returns the messages held and wakes every worker. e.mu is held.
 func (e *producer) snapshot() []*PendingPush {
 	var out []*PendingPush
 	for _, ps := range e.parts {
@@ -639,7 +496,6 @@ func (e *producer) snapshot() []*PendingPush {
 	return out
 }
 
-// await waits for the outcome of snap or for ctx, and counts the failures.
 func (e *producer) await(ctx context.Context, snap []*PendingPush) error {
 	var ctxErr error
 	for _, pp := range snap {
@@ -686,7 +542,6 @@ func (e *producer) await(ctx context.Context, snap []*PendingPush) error {
 	return &pe
 }
 
-// refuse settles a message refused before it was buffered.
 func (e *producer) refuse(pp *PendingPush, err error) {
 	pp.err, pp.state = err, stateNotStored
 	close(pp.done)
@@ -695,7 +550,6 @@ func (e *producer) refuse(pp *PendingPush, err error) {
 	}
 }
 
-// admit waits for room, then buffers pp in its partition.
 func (e *producer) admit(ctx context.Context, pp *PendingPush, k partKey) error {
 	e.mu.Lock()
 	for {
@@ -761,15 +615,14 @@ func (ps *partState) wake() {
 	}
 }
 
-// ready reports whether ps's buffer should go now. e.mu is held.
+// ready: e.mu is held.
 func (e *producer) ready(ps *partState) bool {
 	return e.cfg.delay == 0 || e.flushes > 0 || len(ps.buf) >= e.cfg.count || ps.bufBytes >= e.cfg.bytes ||
 		time.Since(ps.since()) >= e.cfg.delay
 }
 
-// since is when ps's delay started: when its oldest buffered message came,
-// or when its last batch was settled if that was later (the callers of
-// that batch then have the delay to push again and join the next one).
+// since is when ps's delay started: its oldest message, or its last
+// settled batch if later.
 func (ps *partState) since() time.Time {
 	if t := ps.buf[0].at; t.After(ps.freed) {
 		return t
@@ -777,8 +630,8 @@ func (ps *partState) since() time.Time {
 	return ps.freed
 }
 
-// take removes the next batch from ps's buffer: at most n messages and
-// size bytes, but at least one message when first is set. e.mu is held.
+// take removes at most n messages and size bytes (at least one when first)
+// from ps's buffer. e.mu is held.
 func (e *producer) take(ps *partState, n, size int, first bool) []*PendingPush {
 	k, bytes := 0, 0
 	for k < len(ps.buf) && k < n {
@@ -807,17 +660,13 @@ func (e *producer) take(ps *partState, n, size int, first bool) []*PendingPush {
 	return batch
 }
 
-// segment is one partition's batch in a push request.
 type segment struct {
 	ps    *partState
 	batch []*PendingPush
 }
 
-// gather adds to segs (which holds the batch of the partition whose worker
-// sends) the batches of other partitions that are ready and have none on
-// the wire, while the request stays within the batch count and bytes: one
-// request carries the batches of several partitions, each partition still
-// having at most one batch on the wire. e.mu is held.
+// gather adds to segs the ready batches of partitions with none on the
+// wire, within the batch count and bytes. e.mu is held.
 func (e *producer) gather(segs []segment) []segment {
 	n, size := 0, 0
 	for _, pp := range segs[0].batch {
@@ -844,9 +693,8 @@ func (e *producer) gather(segs []segment) []segment {
 	return segs
 }
 
-// work serves one partition: it sends its batches one after the other
-// (with ready batches of other partitions in the same request) and ends
-// when its buffer is empty and none of its batches is on the wire.
+// work serves one partition until its buffer is empty and nothing of it
+// is on the wire.
 func (e *producer) work(ps *partState) {
 	defer e.wg.Done()
 	var timer *time.Timer
@@ -858,8 +706,7 @@ func (e *producer) work(ps *partState) {
 	for {
 		e.mu.Lock()
 		if len(ps.sending) > 0 {
-			// Another worker's request carries this partition's batch:
-			// its finish kicks this worker.
+			// Another worker's request carries it; its finish kicks us.
 			e.mu.Unlock()
 			<-ps.kick
 			continue
@@ -890,8 +737,7 @@ func (e *producer) work(ps *partState) {
 			continue
 		}
 		e.mu.Unlock()
-		// Take a slot first and the batches then, so that what comes
-		// while the slots are busy joins this request.
+		// The slot first: what comes while slots are busy joins this request.
 		select {
 		case e.slots <- struct{}{}:
 		case <-e.ctx.Done():
@@ -908,17 +754,13 @@ func (e *producer) work(ps *partState) {
 		}
 		e.mu.Lock()
 		if len(ps.sending) > 0 || len(ps.buf) == 0 {
-			// Another worker's request took this partition's batch.
 			e.mu.Unlock()
 			<-e.slots
 			continue
 		}
 		segs := []segment{{ps, e.take(ps, e.cfg.count, e.cfg.bytes, true)}}
 		if len(e.slots) == cap(e.slots) {
-			// The last free slot: the other ready partitions, which
-			// would otherwise wait for a slot, go in this request.
-			// While slots are free each partition sends its own, so
-			// that the broker serves them side by side.
+			// The last free slot carries the other ready partitions.
 			segs = e.gather(segs)
 		}
 		e.mu.Unlock()
@@ -927,8 +769,7 @@ func (e *producer) work(ps *partState) {
 	}
 }
 
-// send sends one push request of the segments' batches and settles their
-// messages. Each segment is reported to PushHook as a batch of its own.
+// send reports each segment to PushHook as a batch of its own.
 func (e *producer) send(segs []segment) {
 	if err := e.ctx.Err(); err != nil {
 		for _, sg := range segs {
@@ -1008,18 +849,10 @@ func (e *producer) send(segs []segment) {
 	}
 }
 
-// deliver sends one push request, and sends it again after each failure
-// that may pass until the delivery timeout, counted from since (when its
-// oldest message was buffered): the producer's one retry layer for its
-// batches (each send is a single attempt of the transport). A 0.15.1
-// "buffered" answer may pass too: the broker keeps the message to store it
-// later, so the batch is sent again with its transaction ids (the broker's
-// unique index answers duplicate for what is stored, its buffer's replay
-// skips what a resend stored), and the partition keeps its order. The waits
-// are the client's Backoff, with the broker's Retry-After. It returns the
-// decoded answer, or the failure: an error matching ErrOutcomeUnknown when
-// any attempt may have stored the batch, ErrDeliveryTimeout when the time
-// ran out, and ErrClosed when a Close whose ctx ended stopped it.
+// deliver is the producer's one retry layer: each send is one transport
+// attempt. A 0.15.1 "buffered" answer is sent again too: the unique
+// (partition, transactionId) index makes the broker's later replay of its
+// file a duplicate (server/src/services/file_buffer.cpp).
 func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) ([]PushResult, []bool, error) {
 	pol := e.c.cfg.retry
 	lo := cmp.Or(pol.MinBackoff, transport.DefaultMinBackoff)
@@ -1070,9 +903,7 @@ func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) 
 	}
 }
 
-// passing reports whether a push that failed with err may pass when sent
-// again: the transport's rule (network failures, 408, 429, most 5xx), while
-// the producer and its client are open.
+// passing: the transport's rule, while producer and client are open.
 func (e *producer) passing(err error) bool {
 	if e.ctx.Err() != nil || errors.Is(err, ErrClosed) {
 		return false
@@ -1083,10 +914,8 @@ func (e *producer) passing(err error) bool {
 	return transport.RetryableErr(err)
 }
 
-// sentBefore is err, the failure of a batch's last attempt, when no earlier
-// attempt may have stored the batch (maybe false); else an error matching
-// ErrOutcomeUnknown that keeps err's text but not what it matches, as the
-// last attempt's "not sent" or "not applied" is not the batch's.
+// sentBefore: when an earlier attempt may have stored the batch, the last
+// attempt's ErrNotSent is not the batch's, so only err's text is kept.
 func sentBefore(err error, maybe bool) error {
 	if !maybe || classify(err).state == stateUnknown {
 		return err
@@ -1094,19 +923,13 @@ func sentBefore(err error, maybe bool) error {
 	return outcomeUnknown(fmt.Errorf("queen: an earlier attempt may have reached the broker; the last one failed: %v", err))
 }
 
-// outcome is what a message of a batch is settled with.
 type outcome struct {
 	res   PushResult
 	err   error
 	state pushState
 }
 
-// classify turns the failure of a whole batch into its messages' outcome:
-// not stored when the request surely was not applied (refused with a 4xx,
-// or a 503, 501 or 507 that says it was not applied; never sent; the
-// client closed), unknown otherwise (a network failure after the request
-// may have been sent, a 500, 502 or 504, an answer that cannot be read),
-// with an error that then matches ErrOutcomeUnknown.
+// classify: not stored only when the request surely was not applied.
 func classify(err error) outcome {
 	if errors.Is(err, ErrOutcomeUnknown) {
 		return outcome{err: err, state: stateUnknown}
@@ -1123,8 +946,6 @@ func classify(err error) outcome {
 	return outcome{err: err, state: stateUnknown}
 }
 
-// settleAll settles every message of batch with o (keeping each one's
-// result).
 func (e *producer) settleAll(ps *partState, batch []*PendingPush, o outcome) {
 	outs := make([]outcome, len(batch))
 	for i, pp := range batch {
@@ -1133,11 +954,8 @@ func (e *producer) settleAll(ps *partState, batch []*PendingPush, o outcome) {
 	e.finish(ps, batch, outs, o.err)
 }
 
-// finish publishes the outcomes of batch, frees their room, and on a
-// failure (cause non-nil) fails the partition's buffered messages: with a
-// *PartitionFailedError, or under WithPauseOnFailure a
-// *PartitionPausedError, pausing it. A closed client or producer does not
-// pause: the buffered messages fail with that error.
+// finish settles batch; on a failure it fails (or pauses) the partition's
+// buffered messages, except that a closed client or producer never pauses.
 func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, cause error) {
 	e.mu.Lock()
 	for i, pp := range batch {
@@ -1190,9 +1008,8 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 		}
 	}
 	if f != nil {
-		// The partition stayed busy (ps.sending set) while the callbacks
-		// ran without the lock: its next batch goes only now, so that its
-		// callbacks come after these ones.
+		// ps.sending stayed set while the callbacks ran: the next batch's
+		// callbacks come after these.
 		e.mu.Lock()
 		e.release(ps)
 		e.mu.Unlock()

@@ -15,52 +15,34 @@ import (
 type PushStatus string
 
 const (
-	// PushQueued: the message was stored.
-	PushQueued PushStatus = "queued"
-	// PushDuplicate: a message with the same transaction id already exists in
-	// that partition; nothing new was stored and the result carries the
-	// original message's ids.
+	PushQueued PushStatus = "queued" // stored
+	// PushDuplicate: a message with its transaction id was already in the
+	// partition; the result carries the original's ids.
 	PushDuplicate PushStatus = "duplicate"
-	// PushFailed: the message was not stored (2.x "error"; 0.15.1
-	// "buffered" or "failed"). The result's Error says why.
+	// PushFailed: not stored (2.x "error"; 0.15.1 "buffered", "failed").
 	PushFailed PushStatus = "error"
 )
 
 // PushResult is the outcome of one pushed message, in the order given.
 type PushResult struct {
-	// Index is the position of the message in the push.
-	Index int `json:"index"`
-	// Status says whether the message was stored.
-	Status PushStatus `json:"status"`
-	// MessageID is the broker's id of the stored message (the original one
-	// for a duplicate).
-	MessageID string `json:"messageId,omitempty"`
-	// TransactionID is the message's transaction id.
-	TransactionID string `json:"transactionId"`
-	// Queue is the queue the message went to.
-	Queue string `json:"queue"`
-	// PartitionID is the broker's opaque id of the message's partition, when
-	// the broker reports it (0.15.1 does for queued messages; 2.x does not).
-	PartitionID string `json:"partitionId,omitempty"`
-	// Offset is the message's position in its partition; -1 when the broker
-	// does not report it.
-	Offset int64 `json:"offset"`
-	// Error is the broker's reason when Status is PushFailed.
-	Error string `json:"error,omitempty"`
+	Index         int        `json:"index"` // the message's position in the push
+	Status        PushStatus `json:"status"`
+	MessageID     string     `json:"messageId,omitempty"` // for a duplicate, the original's
+	TransactionID string     `json:"transactionId"`
+	Queue         string     `json:"queue"`
+	PartitionID   string     `json:"partitionId,omitempty"` // opaque; 0.15.1 reports it for queued messages
+	Offset        int64      `json:"offset"`                // in the partition; -1 when not reported
+	Error         string     `json:"error,omitempty"`       // the broker's reason when Status is PushFailed
 }
 
-// Stored reports whether the message is in the queue (queued now, or
-// already there as a duplicate).
+// Stored reports whether the message is in the queue (queued or duplicate).
 func (r PushResult) Stored() bool { return r.Status == PushQueued || r.Status == PushDuplicate }
 
 // PushError is returned by PushBuilder.Execute when the broker refused some
-// of the messages. Results holds every result (stored or not); Failed the
-// indexes of the ones not stored.
+// of the messages.
 type PushError struct {
-	// Results holds one result per message, in push order.
-	Results []PushResult
-	// Failed holds the indexes (into Results) of the messages not stored.
-	Failed []int
+	Results []PushResult // one per message, in push order
+	Failed  []int        // indexes into Results of the messages not stored
 }
 
 // Error counts the messages not stored and names the first of them.
@@ -75,15 +57,11 @@ func (e *PushError) Error() string {
 //
 //	_, err := client.Queue("orders").Push(queen.Item{Payload: order, TransactionID: order.ID}).Execute(ctx)
 type Item struct {
-	// Payload is the message: any value that encodes to JSON.
-	Payload any
-	// TransactionID makes a retried push idempotent: the broker answers a
-	// second push of the same id in the same partition with duplicate.
-	// Empty means the client makes one.
+	Payload any // any value that encodes to JSON
+	// TransactionID: a second push of it to the partition is answered
+	// duplicate. Empty: the client makes one.
 	TransactionID string
-	// TraceID must be a UUID when set. Which brokers keep it: see
-	// Message.TraceID (a 2.x broker drops it on a plain push).
-	TraceID string
+	TraceID       string // a UUID; see Message.TraceID
 }
 
 // PushBuilder collects one push request. Create it with QueueBuilder.Push.
@@ -95,29 +73,23 @@ type PushBuilder struct {
 }
 
 // Push prepares a push of one message per payload to the builder's queue
-// (and partition, if set; else the broker's "Default" partition). A payload
-// is any value that encodes to JSON: a map, a struct, a number, a string, a
-// slice; json.RawMessage and []byte are sent as they are and must hold valid
-// JSON; an Item (or *Item) carries its own ids.
+// and partition ("Default" if unset). A payload is any value that encodes
+// to JSON; json.RawMessage and []byte must hold JSON; an Item carries ids.
 func (b *QueueBuilder) Push(payloads ...any) *PushBuilder {
 	return &PushBuilder{qb: b, payloads: payloads}
 }
 
-// TraceID sets the trace id (a UUID) of every message of the push that has
-// none of its own. A 2.x broker drops trace ids on a plain push (it keeps
-// them on a transaction's push); a 0.15.1 broker keeps them. See
-// Message.TraceID.
+// TraceID sets the trace id (a UUID) of every message that has none; a 2.x
+// broker keeps it only on a transaction's push (Message.TraceID).
 func (p *PushBuilder) TraceID(id string) *PushBuilder { p.traceID = id; return p }
 
-// TransactionIDs sets the transaction ids of the messages, in order; an
-// empty string (or a missing one) lets the client make one.
+// TransactionIDs sets the messages' transaction ids, in order; an empty
+// or missing one is made by the client.
 func (p *PushBuilder) TransactionIDs(ids ...string) *PushBuilder { p.txIDs = ids; return p }
 
 // TransactionID sets the transaction id of a one-message push.
 func (p *PushBuilder) TransactionID(id string) *PushBuilder { p.txIDs = []string{id}; return p }
 
-// items validates the payloads and builds the wire items. Every item gets a
-// transaction id, so that a retried request is deduplicated by the broker.
 func (p *PushBuilder) items() ([]wire.PushItem, error) {
 	b := p.qb
 	if err := b.checkPush(); err != nil {
@@ -149,10 +121,8 @@ func (p *PushBuilder) items() ([]wire.PushItem, error) {
 	return items, nil
 }
 
-// pushItem builds the wire item of one payload, for a plain push and for a
-// transaction's push alike. An Item or *Item gives its own payload and ids
-// (over txID and traceID); a trace id must be a UUID; the transaction id is
-// made here when none was given, so that the item keeps it on a resend.
+// pushItem makes the transaction id here, before any send, so that a
+// resend carries it.
 func pushItem(queue, partition, traceID, txID string, pl any) (wire.PushItem, error) {
 	it := wire.PushItem{Queue: queue, Partition: partition, TraceID: traceID, TransactionID: txID}
 	if ip, ok := pl.(*Item); ok && ip != nil {
@@ -181,11 +151,9 @@ func pushItem(queue, partition, traceID, txID string, pl any) (wire.PushItem, er
 	return it, nil
 }
 
-// Execute sends the push and returns one result per message, in order. When
-// the broker did not store some of them, the error is a *PushError (and the
-// results are returned too). A transport failure after retries returns the
-// error alone: pushing the same builder again is safe, since every message
-// carries its transaction id.
+// Execute sends the push and returns one result per message, in order,
+// with a *PushError when some were not stored. After a transport failure,
+// executing the builder again is safe: the transaction ids are kept.
 func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
 	items, err := p.items()
 	if err != nil {
@@ -203,7 +171,6 @@ func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
 	return res, err
 }
 
-// send sends the push request of items and reads its answer.
 func (p *PushBuilder) send(ctx context.Context, items []wire.PushItem) ([]PushResult, error) {
 	resp, err := p.qb.c.do(ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), body: wire.PushRequest{Items: items},
 		key: pushKey(items[0].Queue, items[0].Partition)})
@@ -213,17 +180,14 @@ func (p *PushBuilder) send(ctx context.Context, items []wire.PushItem) ([]PushRe
 	return decodePush(resp.status, resp.body, items)
 }
 
-// decodePush reads a push answer: an array of per-item results on both
-// broker generations (snake_case ids), or an error object that a 0.15.1
-// broker sends with HTTP 200.
+// decodePush reads an array of results, or a 0.15.1 200 error object.
 func decodePush(status int, body []byte, items []wire.PushItem) ([]PushResult, error) {
 	res, _, err := decodePushAnswer(status, body, items)
 	return res, err
 }
 
-// decodePushAnswer is decodePush that also says which items a 0.15.1 broker
-// answered "buffered": not stored yet, but kept by the broker to be stored
-// later, so their outcome is open (nil when none was).
+// decodePushAnswer also returns which items 0.15.1 answered "buffered"
+// (kept to store later: outcome open), nil when none.
 func decodePushAnswer(status int, body []byte, items []wire.PushItem) ([]PushResult, []bool, error) {
 	fail := func(msg string) *BrokerError {
 		return &BrokerError{Status: status, Method: http.MethodPost, Path: wire.RoutePush.Path(), Body: body, Message: msg}
@@ -242,8 +206,7 @@ func decodePushAnswer(status int, body []byte, items []wire.PushItem) ([]PushRes
 	res := make([]PushResult, len(out))
 	var failed []int
 	var buffered []bool
-	// The answer lists the items in request order (its "index" repeats the
-	// position; a 0.15.1 "buffered" entry has none), so position is trusted.
+	// Request order; a 0.15.1 "buffered" entry has no "index".
 	for i, o := range out {
 		r := PushResult{Index: i, MessageID: o.MessageID, TransactionID: o.TransactionID, Queue: o.QueueName,
 			PartitionID: o.PartitionID, Offset: -1, Error: o.Error}
@@ -289,8 +252,7 @@ func checkTraceID(id string) error {
 	return nil
 }
 
-// encodePayload turns a payload into JSON. Raw bytes are checked, not
-// re-encoded.
+// encodePayload checks raw bytes rather than re-encoding them.
 func encodePayload(v any) (json.RawMessage, error) {
 	switch x := v.(type) {
 	case json.RawMessage:
@@ -311,8 +273,7 @@ func encodePayload(v any) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// newID makes a transaction id: a UUIDv7 (time ordered), or a v4 if the
-// clock source fails.
+// newID: a UUIDv7, or a v4 if that fails.
 func newID() string {
 	if id, err := uuid.NewV7(); err == nil {
 		return id.String()
