@@ -62,8 +62,9 @@ var (
 	ErrNotSupported          = errors.New("queen: not supported by this broker") // no route: an older broker
 	ErrLeaseLost             = errors.New("queen: lease lost")                   // expired or taken
 	// ErrOutcomeUnknown: the broker may or may not have applied the request
-	// (its answer lost or unclear). Commit, ReplayDLQ and Pop are then not
-	// retried: check the broker's state first. The error wraps the failure
+	// (its answer lost or unclear; for a retried call, any attempt's).
+	// Commit, ReplayDLQ and Pop are then not retried: check the broker's
+	// state first. The error wraps the failure
 	// (*BrokerError, ctx error). See docs/RETRIES.md, "The transport".
 	ErrOutcomeUnknown = errors.New("queen: outcome unknown")
 	// ErrNotSent: no attempt of the call reached the broker, so nothing was

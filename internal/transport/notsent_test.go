@@ -63,6 +63,7 @@ func TestMaybeSentAttemptIsNotNotSent(t *testing.T) {
 	_, err := tr.Do(context.Background(), txnReq)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, ErrNotSent, "the first attempt reached the broker")
+	assert.ErrorIs(t, err, ErrOutcomeUnknown, "the first attempt may have been applied")
 	assert.Equal(t, 1, srv.Hits())
 
 	// Answered, even with a 503 each time: an answer is no ErrNotSent.
@@ -92,4 +93,16 @@ func TestNotSentWithUsersRoundTripper(t *testing.T) {
 		require.Error(t, err)
 		assert.Equal(t, tc.notSent, errors.Is(err, ErrNotSent), "%v", tc.err)
 	}
+}
+
+// A retried call whose every attempt got no answer after it may have been
+// written fails with ErrOutcomeUnknown: an ack or a push may have been
+// applied.
+func TestRetriedCallWithoutAnswerIsUnknown(t *testing.T) {
+	srv := newServer(t, func(int, http.ResponseWriter, *http.Request) { drop() })
+	tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, Retry: RetryPolicy{MaxAttempts: 2}})
+	_, err := tr.Do(context.Background(), txnReq)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.NotErrorIs(t, err, ErrNotSent)
+	assert.Equal(t, 2, srv.Hits())
 }

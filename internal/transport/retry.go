@@ -50,6 +50,9 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		if once && err != nil {
 			c.unknown = true
 		}
+		if (ans == nil && err != nil) || (ans != nil && MayHaveApplied(ans.Status, ans.Body)) {
+			c.maybe = true
+		}
 	}
 	if ctx.Err() != nil {
 		c.final = ans != nil && once // only such a call takes an answer received as ctx ends

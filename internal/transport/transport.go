@@ -208,6 +208,7 @@ type callState struct {
 	stop     error     // set by backoff: end the loop with the answer in hand
 	unknown  bool      // NoRetryAfterSend: the last attempt failed after it may have been sent
 	sent     bool      // an attempt may have written the request (or was answered)
+	maybe    bool      // an attempt may have been applied: no answer after it may have been written, or an answer that says so
 }
 
 // errNoTime ends a call whose ctx would end during the wait (see backoff).
@@ -354,8 +355,13 @@ func (c *call) prepareRetry(req *http.Request) error {
 // error Do returns; it names the URL of the last attempt, and matches
 // ErrNotSent when no attempt may have been sent.
 func (c *call) failure(err error) error {
-	if !c.sent && !c.unknown {
+	switch {
+	case !c.sent && !c.unknown:
 		return &notSent{c.failureText(err)}
+	case c.maybe && !c.unknown:
+		// A retried call whose attempts ran out after one may have been
+		// applied: its outcome is open, as a call sent once is.
+		return &outcomeUnknown{c.failureText(err)}
 	}
 	return c.failureText(err)
 }
