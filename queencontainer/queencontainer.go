@@ -193,6 +193,10 @@ type Container struct {
 	// URL is the broker's base URL as seen from the test process, such as
 	// "http://127.0.0.1:32768"; pass it to queen.New.
 	URL string
+	// URLs is every broker of a cluster that QUEEN_URL names as a comma
+	// list, URL first (pass the rest to queen.WithURLs); nil for a
+	// container.
+	URLs []string
 	// Image is the image the container runs.
 	Image string
 	// ID is the container's ID on the engine.
@@ -826,7 +830,8 @@ func removeQuietly(ctr *testcontainers.DockerContainer) {
 // Run starts a broker container for the test tb and removes it when the
 // test and its subtests end (tb.Cleanup). When QUEEN_URL names a broker,
 // Run starts nothing and asks no Docker engine, whatever the image and
-// opts: it returns a Container with that URL alone (no Image, ID or
+// opts: it returns a Container with that URL (the first of a comma list, all
+// of them in URLs) alone (no Image, ID or
 // Testcontainer; Terminate does nothing), as the repository's integration
 // suite prefers QUEEN_URL too. Otherwise the environment applies first
 // (FromEnv: QUEEN_IMAGE, QUEEN_CONTAINER_RUN, QUEEN_PG_*), then opts. It skips tb (tb.Skip, with
@@ -836,9 +841,17 @@ func removeQuietly(ctr *testcontainers.DockerContainer) {
 // (tb.Fatal) on any other start error, the container's log included.
 func Run(tb testing.TB, opts ...Option) *Container {
 	tb.Helper()
-	if u := strings.TrimRight(strings.TrimSpace(os.Getenv(URLEnv)), "/"); u != "" {
-		tb.Logf("queencontainer: %s=%s names the broker; no container started", URLEnv, u)
-		return &Container{URL: u}
+	if env := strings.TrimSpace(os.Getenv(URLEnv)); env != "" {
+		var urls []string
+		for u := range strings.SplitSeq(env, ",") {
+			if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+				urls = append(urls, u)
+			}
+		}
+		if len(urls) > 0 {
+			tb.Logf("queencontainer: %s=%s names the broker; no container started", URLEnv, env)
+			return &Container{URL: urls[0], URLs: urls}
+		}
 	}
 	all := append([]Option{FromEnv(), WithLogger(tclog.TestLogger(tb))}, opts...)
 	var s settings

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -534,5 +535,18 @@ func TestRunUsesQueenURL(t *testing.T) {
 	})
 	if !returned {
 		t.Fatal("Run did not return the QUEEN_URL broker (it skipped or failed: it tried Docker)")
+	}
+}
+
+// A cluster in QUEEN_URL (a comma list): URL is its first broker, URLs all
+// of them, each a URL queen.New takes.
+func TestRunUsesQueenURLCluster(t *testing.T) {
+	t.Setenv(queencontainer.URLEnv, " http://127.0.0.1:6632/, http://127.0.0.1:6633 ,http://127.0.0.1:6634")
+	t.Setenv(queencontainer.ImageEnv, "")
+	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+	c := queencontainer.Run(t)
+	want := []string{"http://127.0.0.1:6632", "http://127.0.0.1:6633", "http://127.0.0.1:6634"}
+	if c.URL != want[0] || !slices.Equal(c.URLs, want) {
+		t.Errorf("Run = %q %q, want %q", c.URL, c.URLs, want)
 	}
 }
