@@ -873,11 +873,23 @@ func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) 
 		if err == nil {
 			res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
 			if res == nil || buffered == nil {
+				if attempt > 1 {
+					e.c.log.Warn("queen: producer: push sent again succeeds", "queue", items[0].Queue,
+						"partition", items[0].Partition, "messages", len(items), "attempts", attempt)
+				}
 				return res, buffered, err
 			}
 			err = nil // some of it buffered: send it again
 		} else if !e.passing(err) {
 			return nil, nil, sentBefore(err, maybe)
+		}
+		if attempt == 1 {
+			cause := "buffered by the broker, not stored yet"
+			if err != nil {
+				cause = err.Error()
+			}
+			e.c.log.Warn("queen: producer: push failed; sending it again until the delivery timeout", "queue", items[0].Queue,
+				"partition", items[0].Partition, "messages", len(items), "deliveryTimeout", e.cfg.deliver, "err", cause)
 		}
 		maybe = maybe || buffered != nil || classify(err).state == stateUnknown
 		wait := transport.Backoff(lo, hi, attempt-1, retryAfterOf(err))

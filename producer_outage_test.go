@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -405,7 +407,9 @@ func TestProducerSendsBufferedAgain015(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		defer srv.Close()
 		rt := &buffering{srv: srv, n: 3}
-		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}))
+		var logs logSink
+		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}),
+			queen.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -429,6 +433,11 @@ func TestProducerSendsBufferedAgain015(t *testing.T) {
 		}
 		if rt.pushes < 4+3 {
 			t.Fatalf("%d push requests; the 3 buffered answers were not sent again", rt.pushes)
+		}
+		// The resends are in the log: the failure, then the success.
+		if l := logs.String(); !strings.Contains(l, "sending it again until the delivery timeout") ||
+			!strings.Contains(l, "buffered by the broker") || !strings.Contains(l, "push sent again succeeds") {
+			t.Fatalf("log:\n%s", l)
 		}
 		counts, order := stored(t, c, "buf")
 		if len(counts) != 20 {
