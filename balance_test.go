@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/queen-go/queen/internal/transport"
 	"github.com/queen-go/queen/queentest"
 )
 
@@ -77,35 +78,49 @@ func roundTrip(t *testing.T, cl *Client, c *queentest.Cluster, queue string) int
 	return pop
 }
 
-// Affinity, the default: one queue and group's pops and acks meet on one
-// node, the queues spread over every node, and a stopped node's queues
-// alone move (to a node that serves both their pops and acks).
+// ownedQueues returns, for each node of c, perNode queue names (q0, q1,
+// ...) whose pops and acks as group g the node owns on the Affinity ring.
+func ownedQueues(t *testing.T, c *queentest.Cluster, perNode int) [][]string {
+	t.Helper()
+	out := make([][]string, len(c.Nodes()))
+	found := 0
+	for k := 0; found < len(out)*perNode; k++ {
+		require.Less(t, k, 1000, "no %d queues per node among q0..q999: %v", perNode, out)
+		q := fmt.Sprintf("q%d", k)
+		i, err := transport.Owner(c.URLs(), popKey(q, "", "g"))
+		require.NoError(t, err)
+		if len(out[i]) < perNode {
+			out[i] = append(out[i], q)
+			found++
+		}
+	}
+	return out
+}
+
+// Affinity, the default: one queue and group's pops and acks meet on the
+// node that owns their key, every node owning some, and a stopped node's
+// queues alone move (to a node that serves both their pops and acks).
 func TestAffinityMeetsAndSpreads(t *testing.T) {
 	c := queentest.StartCluster(t, 3)
 	cl := clusterClient(t, c)
-	const queues = 40 // all on fewer than 3 nodes: p < 3·(2/3)^40 ≈ 3e-7
-	owner := make([]int, queues)
-	perNode := make([]int, 3)
-	for q := range queues {
-		owner[q] = roundTrip(t, cl, c, fmt.Sprintf("q%d", q))
-		require.GreaterOrEqual(t, owner[q], 0, "queue q%d: pops and acks on one node", q)
-		perNode[owner[q]]++
-	}
-	for i, n := range perNode {
-		assert.Positive(t, n, "node %d serves a share: %v", i, perNode)
-	}
-	for q := range 5 { // the same node again
-		assert.Equal(t, owner[q], roundTrip(t, cl, c, fmt.Sprintf("q%d", q)))
+	owned := ownedQueues(t, c, 4)
+	for node, qs := range owned {
+		for _, q := range qs {
+			assert.Equal(t, node, roundTrip(t, cl, c, q), "queue %s: pops and acks on its owner", q)
+			assert.Equal(t, node, roundTrip(t, cl, c, q), "queue %s: the same node again", q)
+		}
 	}
 
 	c.Node(1).Stop()
-	for q := range queues {
-		got := roundTrip(t, cl, c, fmt.Sprintf("q%d", q))
-		require.GreaterOrEqual(t, got, 0, "queue q%d: pops and acks on one node", q)
-		if owner[q] != 1 {
-			assert.Equal(t, owner[q], got, "queue q%d of a running node stays", q)
-		} else {
-			assert.NotEqual(t, 1, got, "queue q%d moved off the stopped node", q)
+	for node, qs := range owned {
+		for _, q := range qs {
+			got := roundTrip(t, cl, c, q)
+			require.GreaterOrEqual(t, got, 0, "queue %s: pops and acks on one node", q)
+			if node != 1 {
+				assert.Equal(t, node, got, "queue %s of a running node stays", q)
+			} else {
+				assert.NotEqual(t, 1, got, "queue %s moved off the stopped node", q)
+			}
 		}
 	}
 }
