@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -163,4 +164,85 @@ func TestRoutingKeys(t *testing.T) {
 	built := &Message{Queue: "orders", Partition: "p1", ConsumerGroup: "__QUEUE_MODE__"}
 	assert.Equal(t, "orders:*:__QUEUE_MODE__", ackKey(built, ""))
 	assert.Equal(t, "orders:p1", pushKey("orders", "p1"))
+}
+
+// renewals passes each renewal's error to its channel, dropping those the
+// test does not read.
+type renewals chan error
+
+func (ch renewals) OnRenew(_ context.Context, e RenewEvent) {
+	select {
+	case ch <- e.Err:
+	default:
+	}
+}
+
+// A loop pinned to a partition, and Renew of a message it popped, send
+// their pops, acks and renewals to the one node that owns the pinned key,
+// not to the owner of the queue-wide key.
+func TestPinnedRenewalsMeetPops(t *testing.T) {
+	c := queentest.StartCluster(t, 3)
+	seen := make(renewals, 16)
+	cl := clusterClient(t, c, WithHooks(seen))
+	cl.minRenewMs = 1 // renew every few milliseconds
+	urls := c.URLs()
+	var queue string
+	var node int
+	for k := 0; queue == ""; k++ {
+		require.Less(t, k, 1000, "no queue among q0..q999 whose pinned and queue-wide keys part")
+		q := fmt.Sprintf("q%d", k)
+		pinned, err := transport.Owner(urls, popKey(q, "p", "g"))
+		require.NoError(t, err)
+		wide, err := transport.Owner(urls, popKey(q, "", "g"))
+		require.NoError(t, err)
+		if pinned != wide {
+			queue, node = q, pinned
+		}
+	}
+	ctx := context.Background()
+	_, err := cl.Queue(queue).Partition("p").Push(1, 2).Execute(ctx)
+	require.NoError(t, err)
+	resetCounters(c)
+
+	var handled int
+	loop := cl.Queue(queue).Partition("p").Group("g").SubscriptionMode(SubscriptionModeAll).
+		Batch(1).Each().Limit(2).RenewLease(true, 5).
+		Consume(ctx, func(context.Context, *Message) error {
+			handled++
+			assert.NoError(t, <-seen, "a renewal while handling")
+			return nil
+		})
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- loop.Execute(lctx) }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second): // a hang guard, no measurement
+		cancel()
+		<-done
+		t.Fatal("Execute did not return within 30 s")
+	}
+	require.NoError(t, err)
+	require.Equal(t, 2, handled)
+
+	_, err = cl.Queue(queue).Partition("p").Push(3).Execute(ctx)
+	require.NoError(t, err)
+	msgs, err := cl.Queue(queue).Partition("p").Group("g").SubscriptionMode(SubscriptionModeAll).Batch(1).Wait(false).Pop(ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	_, err = cl.Renew(ctx, msgs[0])
+	require.NoError(t, err)
+	_, err = cl.Ack(ctx, msgs[0], true, AckOptions{})
+	require.NoError(t, err)
+
+	acks := servedBy(c, queentest.RouteAck)
+	for i, n := range servedBy(c, queentest.RouteAckBatch) {
+		acks[i] += n
+	}
+	for r, counts := range map[string][]int{
+		"pops": servedBy(c, queentest.RoutePop), "renewals": servedBy(c, queentest.RouteRenew), "acks": acks,
+	} {
+		assert.Equal(t, node, only(counts), "%s per node %v: all on node %d", r, counts, node)
+	}
 }
