@@ -166,13 +166,13 @@ func TestRoutingKeys(t *testing.T) {
 	assert.Equal(t, "orders:p1", pushKey("orders", "p1"))
 }
 
-// renewals passes each renewal's error to its channel, dropping those the
-// test does not read.
-type renewals chan error
+// renewals passes each renewal to its channel, dropping those the test
+// does not read.
+type renewals chan RenewEvent
 
 func (ch renewals) OnRenew(_ context.Context, e RenewEvent) {
 	select {
-	case ch <- e.Err:
+	case ch <- e:
 	default:
 	}
 }
@@ -207,9 +207,14 @@ func TestPinnedRenewalsMeetPops(t *testing.T) {
 	var handled int
 	loop := cl.Queue(queue).Partition("p").Group("g").SubscriptionMode(SubscriptionModeAll).
 		Batch(1).Each().Limit(2).RenewLease(true, 5).
-		Consume(ctx, func(context.Context, *Message) error {
+		Consume(ctx, func(_ context.Context, m *Message) error {
 			handled++
-			assert.NoError(t, <-seen, "a renewal while handling")
+			for e := range seen { // a renewal of m's lease while handling it
+				if e.LeaseID == m.LeaseID {
+					assert.NoError(t, e.Err, "renewal of %s", m.LeaseID)
+					return nil
+				}
+			}
 			return nil
 		})
 	lctx, cancel := context.WithCancel(ctx)
