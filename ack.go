@@ -76,8 +76,10 @@ func (e *AckError) Error() string {
 }
 
 // Ack settles one message completed (ok) or failed (StatusFailed), with
-// opts.Error as the reason. A refusal (a lost lease, say) is an *AckError;
-// the result is returned either way.
+// opts.Error as the reason. The broker counts a failed ack per partition
+// and group, not per message (docs/RETRIES.md): to retry or dead-letter one
+// message, SettleBatch it with StatusRetry or StatusDLQ. A refusal (a lost
+// lease, say) is an *AckError; the result is returned either way.
 func (c *Client) Ack(ctx context.Context, msg *Message, ok bool, opts AckOptions) (AckResult, error) {
 	st := StatusCompleted
 	if !ok {
