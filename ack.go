@@ -295,11 +295,8 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	return out, nil
 }
 
-// renewLeaseOf: attempts > 0 bounds the transport's attempts.
-func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, queue, group string, attempts int) (RenewResult, error) {
-	return c.renewKeyed(ctx, leaseID, secs, queue, group, popKey(queue, "", group), attempts)
-}
-
+// renewKeyed renews leaseID with the routing key of the pop that took it
+// (see ackKey); attempts > 0 bounds the transport's attempts.
 func (c *Client) renewKeyed(ctx context.Context, leaseID string, secs int, queue, group, key string, attempts int) (RenewResult, error) {
 	start := c.hooks.now()
 	res, err := c.sendRenew(ctx, leaseID, secs, key, attempts)
