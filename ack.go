@@ -76,8 +76,10 @@ func (e *AckError) Error() string {
 }
 
 // Ack settles one message completed (ok) or failed (StatusFailed), with
-// opts.Error as the reason. A refusal (a lost lease, say) is an *AckError;
-// the result is returned either way.
+// opts.Error as the reason. The broker counts a failed ack per partition
+// and group, not per message (docs/RETRIES.md): to retry or dead-letter one
+// message, SettleBatch it with StatusRetry or StatusDLQ. A refusal (a lost
+// lease, say) is an *AckError; the result is returned either way.
 func (c *Client) Ack(ctx context.Context, msg *Message, ok bool, opts AckOptions) (AckResult, error) {
 	st := StatusCompleted
 	if !ok {
@@ -293,11 +295,8 @@ func (c *Client) RenewFor(ctx context.Context, d time.Duration, msgs ...*Message
 	return out, nil
 }
 
-// renewLeaseOf: attempts > 0 bounds the transport's attempts.
-func (c *Client) renewLeaseOf(ctx context.Context, leaseID string, secs int, queue, group string, attempts int) (RenewResult, error) {
-	return c.renewKeyed(ctx, leaseID, secs, queue, group, popKey(queue, "", group), attempts)
-}
-
+// renewKeyed renews leaseID with the routing key of the pop that took it
+// (see ackKey); attempts > 0 bounds the transport's attempts.
 func (c *Client) renewKeyed(ctx context.Context, leaseID string, secs int, queue, group, key string, attempts int) (RenewResult, error) {
 	start := c.hooks.now()
 	res, err := c.sendRenew(ctx, leaseID, secs, key, attempts)

@@ -222,7 +222,7 @@ func normalizeURL(raw string) (string, error) {
 	return strings.TrimRight(u.String(), "/"), nil
 }
 
-// Close makes later calls fail with ErrClosed, waits for the calls in
+// Close makes later calls fail with ErrClosed (and ErrNotSent), waits for the calls in
 // flight, closes its idle connections and returns nil; when ctx ends first,
 // ctx.Err() (the last call out closes the rest). Stop consume loops first.
 // Safe to call more than once.
@@ -310,7 +310,7 @@ type response struct {
 // ErrOutcomeUnknown.
 func (c *Client) do(ctx context.Context, r call) (*response, error) {
 	if !c.enter() {
-		return nil, ErrClosed
+		return nil, &notSentError{ErrClosed} // matches both
 	}
 	defer c.leave()
 	body := r.raw

@@ -111,6 +111,7 @@ func TestCloseHonoursCtx(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "Close waited for the call")
 	_, err = c.Queue("q").Push(1).Execute(context.Background())
 	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, err, ErrNotSent, "nothing goes out after Close")
 
 	// Without a deadline, Close returns once the call in flight is done.
 	closed := make(chan error, 1)

@@ -226,9 +226,11 @@ func ruleOf(cfg QueueConfig) (retryRule, error) {
 	return r, nil
 }
 
-// renew reports each renewal, and a lost lease, to the Client's hooks.
+// renew reports each renewal, and a lost lease, to the Client's hooks. It
+// goes with the key of the loop's pops, as their acks do: a loop pinned
+// to a partition renews where it pops.
 func (b *clientBroker) renew(ctx context.Context, leaseID string, secs int) (bool, error) {
-	res, err := b.c.renewLeaseOf(ctx, leaseID, secs, b.queue, b.group, 1)
+	res, err := b.c.renewKeyed(ctx, leaseID, secs, b.queue, b.group, b.req.route, 1)
 	if err != nil {
 		return false, err
 	}

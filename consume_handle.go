@@ -28,8 +28,9 @@ func (e *engine) runGroup(g *group, s *slot) {
 }
 
 // handleEach calls the handler once per message, in order. After a
-// failed or retried message the rest of the partition is given back; on a
-// stop the messages not started are.
+// failed or retried message (or, under AutoAck(false), a dead-lettered
+// one) the rest of the partition is given back; on a stop the messages not
+// started are.
 func (e *engine) handleEach(g *group) {
 	ctx := g.b.ctx
 	for i, m := range g.msgs {
@@ -65,7 +66,11 @@ func (e *engine) handleEach(g *group) {
 		}
 		e.hooks.handlerEnd(hctx, turn, err, outcome[:], false)
 		g.next = i + 1
-		if o.Status == StatusFailed || o.Status == StatusRetry {
+		// Under AutoAck(false) the handler acks the next messages itself,
+		// at once: a dead-lettered one (whose ack waits for the pop's batch
+		// ack) would be passed over by a 2.x cursor, so it stops the
+		// partition too.
+		if o.Status == StatusFailed || o.Status == StatusRetry || (o.Status == StatusDLQ && e.cfg.ackOff) {
 			return
 		}
 	}

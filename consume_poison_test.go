@@ -36,6 +36,10 @@ func TestPoisonDeadLettersAtOnce(t *testing.T) {
 		// when a later one is acked, as the handler acks its own before the
 		// pop's batch ack.
 		{name: "autoack-off", ackOff: true, poisonLast: true, want: want{dead: []int{2}, completed: []int{1, 3}}},
+		// The poison message in the middle: the loop gives back the rest of
+		// its partition (as after a failure), so the handler's own ack of 3
+		// comes only after the dead-lettering, in a later pop.
+		{name: "autoack-off-middle", ackOff: true, want: want{dead: []int{2}, completed: []int{1, 3}}},
 		{name: "onerror-zero", onErrZero: true, want: want{dead: []int{2}, completed: []int{1, 3}}},
 		{name: "onerror-complete", onErrComplete: true, want: want{completed: []int{1, 3}}},
 		{name: "batch", batch: true, want: want{dead: []int{1, 2, 3}}},

@@ -39,8 +39,8 @@ import (
 //     behind it (*PartitionFailedError); with WithPauseOnFailure the
 //     partition pauses until Resume (*PartitionPausedError).
 //   - Nothing silent: every message's outcome reaches its PendingPush: a
-//     PushResult when stored, else an error matching ErrNotSent or
-//     ErrOutcomeUnknown, or a *PushError.
+//     PushResult when stored, else an error: matching ErrNotSent or
+//     ErrOutcomeUnknown, or a *BrokerError or *PushError (not stored).
 //   - No double store: a message keeps its transaction id on every resend,
 //     as long as the broker remembers ids (2.x: the queue's DedupWindow).
 //   - Bounded memory: WithBufferLimit; a Push's ctx bounds only its wait
@@ -211,6 +211,10 @@ func (e *PartitionFailedError) Is(target error) bool { return target == ErrNotSe
 
 // Unwrap returns Cause.
 func (e *PartitionFailedError) Unwrap() error { return e.Cause }
+
+// errStillBuffered is the last failure of a batch still answered
+// "buffered" at its delivery timeout.
+var errStillBuffered = errors.New("queen: still buffered by the broker")
 
 type deliveryTimeoutError struct {
 	timeout  time.Duration
@@ -828,6 +832,9 @@ func (e *producer) send(segs []segment) {
 			case r.Stored():
 			case buffered != nil && buffered[off+i]:
 				o.err, o.state = outcomeUnknown(&PushError{Results: []PushResult{r}, Failed: []int{0}}), stateUnknown
+				if dt, ok := err.(*deliveryTimeoutError); ok {
+					o.err = &deliveryTimeoutError{timeout: dt.timeout, attempts: dt.attempts, err: o.err}
+				}
 			default:
 				o.err, o.state = &PushError{Results: []PushResult{r}, Failed: []int{0}}, stateNotStored
 			}
@@ -894,8 +901,8 @@ func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) 
 		maybe = maybe || buffered != nil || classify(err).state == stateUnknown
 		wait := transport.Backoff(lo, hi, attempt-1, retryAfterOf(err))
 		if time.Until(deadline) < wait {
-			if buffered != nil {
-				return res, buffered, nil // each buffered message fails as unknown
+			if buffered != nil { // each buffered message fails as unknown, past its timeout
+				return res, buffered, &deliveryTimeoutError{timeout: e.cfg.deliver, attempts: attempt, err: errStillBuffered}
 			}
 			return nil, nil, sentBefore(&deliveryTimeoutError{timeout: e.cfg.deliver, attempts: attempt, err: sentBefore(err, maybe)}, false)
 		}

@@ -476,7 +476,7 @@ func TestProducerBufferedUntilTimeout015(t *testing.T) {
 		start := time.Now()
 		res, err := p.Push(context.Background(), payload(1)).Wait(context.Background())
 		var push *queen.PushError
-		if !errors.Is(err, queen.ErrOutcomeUnknown) || !errors.As(err, &push) || res.Stored() {
+		if !errors.Is(err, queen.ErrOutcomeUnknown) || !errors.Is(err, queen.ErrDeliveryTimeout) || !errors.As(err, &push) || res.Stored() {
 			t.Fatalf("kept buffered: %+v %v", res, err)
 		}
 		if took := time.Since(start); took > 10*time.Second {
@@ -493,6 +493,34 @@ func TestProducerBufferedUntilTimeout015(t *testing.T) {
 		}
 		if err := p.Close(context.Background()); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// A broker that answers every send "not applied" (503) until the delivery
+// timeout: the message fails with ErrDeliveryTimeout and the broker's
+// *BrokerError, neither ErrNotSent nor ErrOutcomeUnknown, counted not
+// stored.
+func TestProducerDeliveryTimeoutAfterRefusals(t *testing.T) {
+	srv := queentest.NewServer()
+	synctest.Test(t, func(t *testing.T) {
+		defer srv.Close()
+		c, _ := outageClient(t, srv)
+		defer c.Close(context.Background())
+		srv.FailNext(queentest.RoutePush, 1000, http.StatusServiceUnavailable, 0)
+		p, err := c.Queue("busy").Producer(queen.WithDeliveryTimeout(3 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Push(context.Background(), payload(1)).Wait(context.Background())
+		be, ok := errors.AsType[*queen.BrokerError](err)
+		if !errors.Is(err, queen.ErrDeliveryTimeout) || !ok || be.Status != http.StatusServiceUnavailable ||
+			errors.Is(err, queen.ErrNotSent) || errors.Is(err, queen.ErrOutcomeUnknown) {
+			t.Fatalf("Push: %v", err)
+		}
+		var pe *queen.ProducerError
+		if err := p.Close(context.Background()); err != nil && (!errors.As(err, &pe) || pe.Unknown != 0) {
+			t.Fatalf("Close: %v", err)
 		}
 	})
 }

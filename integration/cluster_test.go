@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/internal/transport"
 	"github.com/queen-go/queen/queentest"
 )
 
 // TestClusterNodeLoss: a client of a 3-node queentest cluster (one broker
 // state, as 0.15.1 brokers over one PostgreSQL; the run's profile) with
 // the default Affinity. Consume loops of 30 queues read 3 rounds of
-// messages: every node serves pushes and pops; the node serving the most
+// messages: each node serves the pushes whose keys it owns (transport.Owner)
+// and pops of the queues it owns, one at least; the node serving the most
 // pops is stopped mid-run, and its share moves to the others with nothing
 // lost and nothing handled twice (a pop cut with its node comes back after
 // its 2 s lease); resumed, it serves again once its pause is over. It runs
@@ -33,14 +35,41 @@ func TestClusterNodeLoss(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 
-	// 30 queues over 3 nodes: some node owns none with p = 3·(2/3)^30 ≈ 2e-5.
+	// 30 queues, the first 3 chosen so that each node owns the pops of one
+	// and a partition's pushes (the client's keys "queue:*:group" and
+	// "queue:partition", see the root's TestRoutingKeys).
 	const queues, parts, per = 30, 2, 3
 	const round = queues * parts * per
-	names := make([]string, queues)
+	ownerOf := func(key string) int {
+		t.Helper()
+		i, err := transport.Owner(urls, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	names := make([]string, 0, queues)
+	for node := range urls {
+		for k := 0; len(names) == node; k++ {
+			if k == 1000 {
+				t.Fatalf("no queue of 1000 whose pops and p0 pushes node %d owns", node)
+			}
+			q := unique(fmt.Sprintf("cluster%d", k))
+			if ownerOf(q+":*:g") == node && ownerOf(q+":p0") == node {
+				names = append(names, q)
+			}
+		}
+	}
+	for len(names) < queues {
+		names = append(names, unique(fmt.Sprintf("cluster%d", len(names))))
+	}
+	wantPushes := make([]int, len(urls)) // per node, in a round
 	lease := 2 * time.Second
-	for i := range names {
-		names[i] = unique(fmt.Sprintf("cluster%d", i))
-		newQueue(t, c, names[i], queen.QueueConfig{LeaseTime: &lease})
+	for _, q := range names {
+		newQueue(t, c, q, queen.QueueConfig{LeaseTime: &lease})
+		for p := range parts {
+			wantPushes[ownerOf(fmt.Sprintf("%s:p%d", q, p))]++
+		}
 	}
 
 	var (
@@ -115,9 +144,9 @@ func TestClusterNodeLoss(t *testing.T) {
 		if pops[i] > pops[owner] {
 			owner = i
 		}
-		if s.Requests(queentest.RoutePush) == 0 || pops[i] == 0 {
-			t.Errorf("node %d served %d pushes and %d pops: every node serves a share", i,
-				s.Requests(queentest.RoutePush), pops[i])
+		if s.Requests(queentest.RoutePush) != wantPushes[i] || pops[i] == 0 {
+			t.Errorf("node %d served %d pushes (want %d, the keys it owns) and %d pops (want some: it owns a queue)",
+				i, s.Requests(queentest.RoutePush), wantPushes[i], pops[i])
 		}
 	}
 	down := cluster.Node(owner)

@@ -108,6 +108,18 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
+// parseBaseURLs checks the base URLs of Config.URLs.
+func parseBaseURLs(urls []string) ([]string, error) {
+	bases := make([]string, len(urls))
+	for i, raw := range urls {
+		var err error
+		if bases[i], err = parseBaseURL(raw); err != nil {
+			return nil, err
+		}
+	}
+	return bases, nil
+}
+
 // parseBaseURL checks a base URL (the client checks it in full).
 func parseBaseURL(raw string) (string, error) {
 	u, err := url.Parse(raw)

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -73,6 +74,25 @@ func newEndpoints(bases []string, pause time.Duration, now func() time.Time, bal
 		slices.SortFunc(e.ring, func(a, b point) int { return cmp.Or(cmp.Compare(a.hash, b.hash), a.ep-b.ep) })
 	}
 	return e
+}
+
+// Owner returns the index in urls of the URL that owns key on the
+// Affinity ring of a Transport of urls: where its calls with Request.Key
+// key go while none of urls rests. No URLs, a bad URL or an empty key (a
+// call without a key has no owner) is an error.
+func Owner(urls []string, key string) (int, error) {
+	switch {
+	case len(urls) == 0:
+		return 0, errors.New("transport: Owner: no URLs")
+	case key == "":
+		return 0, errors.New("transport: Owner: an empty key has no owner")
+	}
+	bases, err := parseBaseURLs(urls)
+	if err != nil {
+		return 0, err
+	}
+	i, _ := newEndpoints(bases, 0, time.Now, Affinity).pick(key)
+	return i, nil
 }
 
 // hashKey is the ring's hash: 64-bit FNV-1a, whose values for keys that

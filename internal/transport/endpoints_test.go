@@ -182,3 +182,36 @@ func TestHashKey(t *testing.T) {
 	assert.Equal(t, x, hashKey("orders:*:billing"))
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = hashKey("orders:*:billing") }))
 }
+
+// Owner names the URL a Transport of the same URLs sends each key to,
+// whatever the spelling of the URLs; a call without a key has no owner.
+func TestOwner(t *testing.T) {
+	urls := []string{"http://a:6632", "http://b:6632/", "https://c/prefix"}
+	tr, err := New(Config{URLs: urls, Balance: Affinity})
+	require.NoError(t, err)
+	seen := make([]int, len(urls))
+	for k := range 300 {
+		key := fmt.Sprintf("q%d:*:g", k)
+		want, _ := tr.eps.pick(key)
+		got, err := Owner(urls, key)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "key %s", key)
+		got, err = Owner([]string{"http://a:6632/", "http://b:6632", "https://c/prefix/"}, key)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "key %s, URLs spelt with other slashes", key)
+		seen[got]++
+	}
+	for i, n := range seen {
+		assert.Positive(t, n, "URL %d owns keys: %v", i, seen)
+	}
+	one, err := Owner(urls[:1], "k")
+	assert.NoError(t, err)
+	assert.Equal(t, 0, one)
+	for _, c := range []struct {
+		urls []string
+		key  string
+	}{{nil, "k"}, {urls, ""}, {[]string{"ftp://x"}, "k"}} {
+		_, err := Owner(c.urls, c.key)
+		assert.Error(t, err, "%q %q", c.urls, c.key)
+	}
+}

@@ -116,11 +116,9 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	bases := make([]string, len(cfg.URLs))
-	for i, raw := range cfg.URLs {
-		if bases[i], err = parseBaseURL(raw); err != nil {
-			return nil, err
-		}
+	bases, err := parseBaseURLs(cfg.URLs)
+	if err != nil {
+		return nil, err
 	}
 	t := &Transport{cfg: cfg, now: time.Now}
 	t.eps = newEndpoints(bases, cfg.Retry.FailoverPause, func() time.Time { return t.now() }, cfg.Balance)
