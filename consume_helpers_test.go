@@ -253,23 +253,7 @@ func newSpy(t *testing.T, target string) *spy {
 	rp.ErrorLog = log.New(io.Discard, "", 0)
 	s := &spy{}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/api/v1/ack") {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			var in struct {
-				spiedItem
-				ConsumerGroup   string      `json:"consumerGroup"`
-				Acknowledgments []spiedItem `json:"acknowledgments"`
-			}
-			_ = json.Unmarshal(body, &in)
-			a := spiedAck{Path: r.URL.Path, Group: in.ConsumerGroup, Items: in.Acknowledgments}
-			if len(a.Items) == 0 {
-				a.Items = []spiedItem{in.spiedItem}
-			}
-			s.mu.Lock()
-			s.acks = append(s.acks, a)
-			s.mu.Unlock()
-		}
+		s.note(r)
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() {
@@ -278,6 +262,28 @@ func newSpy(t *testing.T, target string) *spy {
 	})
 	s.URL = hs.URL
 	return s
+}
+
+// note records r if it is an ack, and leaves its body to be read again.
+func (s *spy) note(r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, "/api/v1/ack") {
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var in struct {
+		spiedItem
+		ConsumerGroup   string      `json:"consumerGroup"`
+		Acknowledgments []spiedItem `json:"acknowledgments"`
+	}
+	_ = json.Unmarshal(body, &in)
+	a := spiedAck{Path: r.URL.Path, Group: in.ConsumerGroup, Items: in.Acknowledgments}
+	if len(a.Items) == 0 {
+		a.Items = []spiedItem{in.spiedItem}
+	}
+	s.mu.Lock()
+	s.acks = append(s.acks, a)
+	s.mu.Unlock()
 }
 
 func (s *spy) ackRequests() []spiedAck {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/queen-go/queen"
@@ -348,25 +349,25 @@ func TestConsumeLimitAcrossSlots(t *testing.T) {
 }
 
 // IdleMillis: the loop stops after that long with no message in any slot,
-// abandoning its long polls. (Not while a handler runs: TestStopIdleNotWhileBusy,
-// on the bubble's clock.)
+// abandoning its long polls. (Not while a handler runs: TestStopIdleNotWhileBusy.)
+// In a synctest bubble: the durations are exact, whatever the machine's load.
 func TestConsumeIdleMillis(t *testing.T) {
 	t.Run("nothing to do", func(t *testing.T) {
-		e := newEnv(t)
-		start := time.Now()
-		err := execute(t, context.Background(), func(ctx context.Context) error {
-			return e.c.Queue("q").Concurrency(3).IdleMillis(100).
-				Consume(ctx, func(context.Context, *queen.Message) error { return nil }).Execute(ctx)
+		synctest.Test(t, func(t *testing.T) {
+			e := bubbleEnv(t)
+			start := time.Now()
+			err := e.c.Queue("q").Concurrency(3).IdleMillis(100).
+				Consume(context.Background(), func(context.Context, *queen.Message) error { return nil }).
+				Execute(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The idle time, then the wait for answers on their way: a
+			// stop that waited for its long polls would take their 30 s.
+			if d, want := time.Since(start), 100*time.Millisecond+queen.AnswerOnItsWay; d != want {
+				t.Fatalf("idle stop after %v, want %v (the 30 s long polls abandoned)", d, want)
+			}
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// At least the idle time (a timer: a slow machine only adds to
-		// it); the upper margin is what the test tells apart: a stop that
-		// waited for its long polls would take their 30 s.
-		if d := time.Since(start); d < 100*time.Millisecond || d >= 15*time.Second {
-			t.Fatalf("idle stop after %v, want about 100 ms (the 30 s long polls abandoned)", d)
-		}
 	})
 }
 
@@ -516,8 +517,15 @@ func TestConsumeBrokerRefusalEndsExecute(t *testing.T) {
 // and is acked; popped but unstarted messages go back with a retry ack (no
 // retry spent, back at once, not after retryDelay) in the same batch ack;
 // nothing stays leased; the other slot's long poll is abandoned.
+// In a synctest bubble: "not before the handler finished" is checked when
+// every goroutine waits, and "at once" on the bubble's clock.
 func TestConsumeStopGivesBackUnstarted(t *testing.T) {
-	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }), withSpy())
+	qc := queentest.DefaultQueueConfig()
+	qc.RetryDelay = 3_600_000
+	synctest.Test(t, func(t *testing.T) { stopGivesBackUnstarted(t, bubbleEnv(t, queentest.WithDefaultQueueConfig(qc))) })
+}
+
+func stopGivesBackUnstarted(t *testing.T, e *env) {
 	e.pushN("q", "p", 5)
 	started, finish := make(chan struct{}), make(chan struct{})
 	var rec recorder
@@ -538,20 +546,25 @@ func TestConsumeStopGivesBackUnstarted(t *testing.T) {
 	}()
 	<-started
 	awaitRequests(t, e.srv, queentest.RoutePop, 2)
+	synctest.Wait() // the other slot's pop is parked at the broker
 	cancel()
+	synctest.Wait() // everything the stop does without the handler is done
 	select {
 	case err := <-done:
 		t.Fatalf("Execute returned (%v) before the running handler finished", err)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
+	finished := time.Now()
 	close(finish)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Execute = %v, want nil on cancel", err)
-		}
-	case <-time.After(15 * time.Second): // the margin tells "at once" from the abandoned 30 s long poll
-		t.Fatal("Execute did not return at once after the handler finished")
+	if err := <-done; err != nil {
+		t.Fatalf("Execute = %v, want nil on cancel", err)
+	}
+	// On the bubble's clock (which stood still since the cancel): at most
+	// the stop's drain of the other slot's long poll and the wait for the
+	// broker to notice it abandoned (none if that poll was between two
+	// tries at the stop), not the poll's 30 s.
+	if d, most := time.Since(finished), queen.AnswerOnItsWay+queen.AbandonNoticed; d > most {
+		t.Fatalf("Execute returned %v after the handler finished, want at most %v", d, most)
 	}
 	if got := rec.get(); !reflect.DeepEqual(got, []string{"p/0"}) {
 		t.Fatalf("handled %v, want only p/0", got)
@@ -579,27 +592,32 @@ func TestConsumeStopGivesBackUnstarted(t *testing.T) {
 // After the grace period the handler's ctx is cancelled; a handler that
 // gives up because of it has its message given back with retry (no retry
 // spent), not failed.
+// In a synctest bubble: the grace period is exact.
 func TestConsumeGracePeriodCancelsHandlers(t *testing.T) {
-	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000; q.RetryLimit = 0 }))
+	qc := queentest.DefaultQueueConfig()
+	qc.RetryDelay, qc.RetryLimit = 3_600_000, 0
+	synctest.Test(t, func(t *testing.T) { gracePeriodCancelsHandlers(t, bubbleEnv(t, queentest.WithDefaultQueueConfig(qc))) })
+}
+
+func gracePeriodCancelsHandlers(t *testing.T, e *env) {
 	e.pushN("q", "p", 1)
 	started := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-started; cancel() }()
 	var stoppedAfter time.Duration
-	err := execute(t, ctx, func(ctx context.Context) error {
-		go func() { <-started; cancel() }()
-		return e.c.Queue("q").Each().
-			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
-				close(started)
-				t0 := time.Now()
-				<-hctx.Done()
-				stoppedAfter = time.Since(t0)
-				return hctx.Err()
-			}).GracePeriod(50 * time.Millisecond).Execute(ctx)
-	})
+	err := e.c.Queue("q").Each().
+		Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+			t0 := time.Now()
+			close(started)
+			<-hctx.Done()
+			stoppedAfter = time.Since(t0)
+			return hctx.Err()
+		}).GracePeriod(50 * time.Millisecond).Execute(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stoppedAfter < 40*time.Millisecond {
+	if stoppedAfter != 50*time.Millisecond {
 		t.Fatalf("handler ctx cancelled after %v, want the 50 ms grace period", stoppedAfter)
 	}
 	if e.srv.DLQCount("q") != 0 {
@@ -610,37 +628,37 @@ func TestConsumeGracePeriodCancelsHandlers(t *testing.T) {
 	}
 }
 
-// Either ctx ends the loop, and the in-flight long poll is abandoned at once.
+// Either ctx ends the loop, and the in-flight long polls are abandoned
+// (after the wait for answers on their way), in a synctest bubble: on its
+// clock, not after the polls' 30 s.
 func TestConsumeStopsOnEitherContext(t *testing.T) {
 	for _, which := range []string{"execute", "consume"} {
 		t.Run(which, func(t *testing.T) {
-			e := newEnv(t)
-			cctx, ccancel := context.WithCancel(context.Background())
-			xctx, xcancel := context.WithCancel(context.Background())
-			defer ccancel()
-			defer xcancel()
-			done := make(chan error, 1)
-			go func() {
-				done <- e.c.Queue("q").Concurrency(2).
-					Consume(cctx, func(context.Context, *queen.Message) error { return nil }).Execute(xctx)
-			}()
-			awaitRequests(t, e.srv, queentest.RoutePop, 2)
-			start := time.Now()
-			if which == "execute" {
-				xcancel()
-			} else {
-				ccancel()
-			}
-			select {
-			case err := <-done:
-				if err != nil {
+			synctest.Test(t, func(t *testing.T) {
+				e := bubbleEnv(t)
+				cctx, ccancel := context.WithCancel(context.Background())
+				xctx, xcancel := context.WithCancel(context.Background())
+				defer ccancel()
+				defer xcancel()
+				done := make(chan error, 1)
+				go func() {
+					done <- e.c.Queue("q").Concurrency(2).
+						Consume(cctx, func(context.Context, *queen.Message) error { return nil }).Execute(xctx)
+				}()
+				awaitRequests(t, e.srv, queentest.RoutePop, 2)
+				start := time.Now()
+				if which == "execute" {
+					xcancel()
+				} else {
+					ccancel()
+				}
+				if err := <-done; err != nil {
 					t.Fatalf("Execute = %v, want nil", err)
 				}
-			case <-time.After(15 * time.Second):
-				// The margin is what the test tells apart: a stop that
-				// waited for its long polls would take their 30 s.
-				t.Fatalf("the 30 s long polls were not abandoned (%v after the cancel)", time.Since(start))
-			}
+				if d := time.Since(start); d != queen.AnswerOnItsWay {
+					t.Fatalf("stopped %v after the cancel, want %v (the 30 s long polls abandoned)", d, queen.AnswerOnItsWay)
+				}
+			})
 		})
 	}
 }

@@ -4,3 +4,11 @@ package queen
 // loops take, so that the package's tests can renew every few
 // milliseconds. It exists only in test builds.
 func SetMinRenewMillis(c *Client, ms int) { c.minRenewMs = ms }
+
+// AnswerOnItsWay is how long a stop waits for the pops already on the wire
+// before it abandons them, and AbandonNoticed how long the acks it holds
+// back then wait, for the tests of the queen_test package.
+const (
+	AnswerOnItsWay = answerOnItsWay
+	AbandonNoticed = abandonNoticed
+)
