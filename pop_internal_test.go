@@ -516,3 +516,22 @@ func TestDecodePopReadsWhatEncodingJSONReads(t *testing.T) {
 		})
 	}
 }
+
+func FuzzDecodePop(f *testing.F) {
+	addGoldenSeeds(f, func(b []byte) { f.Add(b, false); f.Add(b, true) }, "pop_", "error_")
+	c := &Client{log: slog.New(slog.DiscardHandler)}
+	f.Fuzz(func(t *testing.T, body []byte, conflation bool) {
+		res, err := c.decodePop(body, "/api/v1/pop/queue/q", conflation)
+		if err != nil {
+			if res != nil {
+				t.Fatalf("result %+v with error %v", res, err)
+			}
+			return
+		}
+		for i, m := range res.messages {
+			if m == nil || len(m.Raw) == 0 {
+				t.Fatalf("message %d: %+v", i, m)
+			}
+		}
+	})
+}
