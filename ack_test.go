@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queen-go/queen/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -286,5 +287,36 @@ func TestRenewAnswers(t *testing.T) {
 		_, err := c.Renew(context.Background(), popped("a", "g", "L1"))
 		var be *BrokerError
 		require.ErrorAs(t, err, &be)
+	})
+}
+
+func FuzzDecodeAcks(f *testing.F) {
+	addGoldenSeeds(f, func(b []byte) { f.Add(b, uint8(1)); f.Add(b, uint8(3)) }, "ack_")
+	f.Fuzz(func(t *testing.T, body []byte, n uint8) {
+		items := make([]wire.AckItem, int(n%8)+1)
+		for i := range items {
+			items[i] = wire.AckItem{TransactionID: "tx", PartitionID: "p", Status: "completed"}
+		}
+		res, err := decodeAcks(body, "/api/v1/ack/batch", items)
+		if err == nil && len(res) != len(items) {
+			t.Fatalf("%d results for %d acks", len(res), len(items))
+		}
+		if res != nil && len(res) != len(items) {
+			t.Fatalf("partial results: %d for %d", len(res), len(items))
+		}
+		_ = err
+	})
+}
+
+func FuzzDecodeRenew(f *testing.F) {
+	addGoldenSeeds(f, func(b []byte) { f.Add(b) }, "renew_")
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := decodeRenew(body, "L1", "/api/v1/lease/L1/extend")
+		if r.LeaseID != "L1" {
+			t.Fatalf("lease id %q", r.LeaseID)
+		}
+		if err == nil && !r.Success && r.Error == "" {
+			t.Fatal("a failed renewal without a reason")
+		}
 	})
 }

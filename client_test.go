@@ -1,132 +1,126 @@
-package queen
+package queen_test
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
 )
 
-// countingRT counts the requests that go through the user's own client.
-type countingRT struct {
-	n    atomic.Int32
-	next http.RoundTripper
-}
-
-func (c *countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.next.RoundTrip(r)
-}
-
-func TestWithHTTPClient(t *testing.T) {
-	rec, _ := newRecorder(t, answer{status: 201, body: `[{"index":0,"status":"queued"}]`})
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	rt := &countingRT{next: tr}
-	c, err := New(rec.srv.URL, WithHTTPClient(&http.Client{Transport: rt}))
-	require.NoError(t, err)
-	defer c.Close(context.Background())
-	_, err = c.Queue("q").Push(1).Execute(context.Background())
-	require.NoError(t, err)
-	assert.Equal(t, int32(1), rt.n.Load())
-}
-
-func TestWithRequestTimeout(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
+// A base URL whose path ends in the API's own /api/v1 would have every
+// request go to /api/v1/api/v1/...: New refuses it, saying which base URL
+// to give instead.
+func TestNewRefusesTheAPIPath(t *testing.T) {
+	for _, tc := range []struct{ url, base string }{
+		{"http://host:8099/api/v1", "http://host:8099"},
+		{"http://host:8099/api/v1/", "http://host:8099"},
+		{"https://gw/queen/api/v1", "https://gw/queen"},
+	} {
+		c, err := queen.New(tc.url)
+		if c != nil || !errors.Is(err, queen.ErrInvalidURL) || !errors.Is(err, queen.ErrInvalidArgument) {
+			t.Fatalf("New(%q) = %v, %v; want ErrInvalidURL", tc.url, c, err)
 		}
-	}))
-	defer srv.Close()
-	defer close(release)
-	c, err := New(srv.URL, WithRequestTimeout(50*time.Millisecond), WithRetryPolicy(RetryPolicy{MaxAttempts: 1}))
-	require.NoError(t, err)
-	defer c.Close(context.Background())
-	// The broker never answers: only the request timeout ends the call
-	// (the 30 s below guards against a hang; it measures nothing).
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Queue("q").Push(1).Execute(context.Background())
-		done <- err
-	}()
-	select {
-	case err = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the request timeout did not end a call the broker never answers")
+		if !strings.Contains(err.Error(), "ends in /api/v1") || !strings.Contains(err.Error(), `"`+tc.base+`"`) {
+			t.Errorf("New(%q): %q does not name the path and the base URL %q", tc.url, err, tc.base)
+		}
 	}
-	require.Error(t, err)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	if _, err := queen.New("http://a:6632", queen.WithURLs("http://b:6632/api/v1")); !errors.Is(err, queen.ErrInvalidURL) {
+		t.Errorf("a failover URL ending in /api/v1: %v", err)
+	}
+	// A prefix that merely contains the words is a prefix.
+	for _, u := range []string{"http://gw/api/v1x", "http://gw/api/v1/queen", "http://gw/v1"} {
+		c, err := queen.New(u)
+		if err != nil {
+			t.Errorf("New(%q): %v", u, err)
+			continue
+		}
+		_ = c.Close(context.Background())
+	}
 }
 
-func TestWithLogger(t *testing.T) {
-	var logs bytes.Buffer
-	busy := answer{status: 503, body: golden(t, "broker-2.x/error_503_no_leader.json")}
-	_, c := newRecorderOpts(t, []Option{
-		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
-		WithRetryPolicy(RetryPolicy{MaxAttempts: 2, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}),
-	}, busy)
-	_, err := c.Queue("q").Push(1).Execute(context.Background())
-	require.Error(t, err)
-	assert.NotEmpty(t, logs.String(), "retries are logged to the logger given")
-}
-
-// Close waits for the calls in flight, and stops waiting when its ctx
-// ends, with ctx.Err(). Calls after Close fail with ErrClosed.
-func TestCloseHonoursCtx(t *testing.T) {
-	arrived, release := make(chan struct{}, 1), make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		arrived <- struct{}{}
-		<-release
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`[{"index":0,"status":"queued"}]`))
-	}))
-	defer srv.Close()
-	unblock := sync.OnceFunc(func() { close(release) })
-	defer unblock() // before srv.Close, should the test fail early
-	c, err := New(srv.URL, WithRetryPolicy(RetryPolicy{MaxAttempts: 1}))
-	require.NoError(t, err)
-
-	callErr := make(chan error, 1)
-	go func() {
-		_, err := c.Queue("q").Push(1).Execute(context.Background())
-		callErr <- err
-	}()
-	<-arrived
-
-	start := time.Now() // before the deadline is set: no pause can shorten the wait measured
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	err = c.Close(ctx)
-	assert.ErrorIs(t, err, context.DeadlineExceeded, "a call is in flight")
-	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond, "Close waited for its ctx")
-	_, err = c.Queue("q").Push(1).Execute(context.Background())
-	assert.ErrorIs(t, err, ErrClosed)
-	assert.ErrorIs(t, err, ErrNotSent, "nothing goes out after Close")
-
-	// Without a deadline, Close returns once the call in flight is done.
-	closed := make(chan error, 1)
-	go func() { closed <- c.Close(context.Background()) }()
-	select {
-	case err := <-closed:
-		t.Fatalf("Close = %v while a call is in flight", err)
-	case <-time.After(20 * time.Millisecond):
+// A base URL with a proxy's path prefix is served: requests go to the
+// prefix + /api/v1/..., and a refusal or a failure names the URL really
+// requested.
+func TestProxyPrefixIsServed(t *testing.T) {
+	broker := queentest.Start(t)
+	target, err := url.Parse(broker.URL)
+	if err != nil {
+		t.Fatal(err)
 	}
-	unblock()
-	require.NoError(t, <-callErr, "the call in flight got its answer")
-	require.NoError(t, <-closed)
+	var mu sync.Mutex
+	var paths []string
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		rest, ok := strings.CutPrefix(r.URL.Path, "/queen/")
+		if !ok {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, "<html>\n  <head><title>502 Bad Gateway</title></head>\n  <body>no route</body>\n</html>\n")
+			return
+		}
+		r.URL.Path, r.URL.RawPath = "/"+rest, ""
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(gw.Close)
 
-	// Nothing in flight: at once, even with an ended ctx.
-	ended, cancelEnded := context.WithCancel(context.Background())
-	cancelEnded()
-	assert.NoError(t, c.Close(ended))
+	c, err := queen.New(gw.URL+"/queen/", queen.WithRetryPolicy(queen.RetryPolicy{MaxAttempts: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	ctx := t.Context()
+	if _, err := c.Queue("orders").Push(map[string]int{"n": 1}).Execute(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := c.Queue("orders").Batch(1).Wait(false).Pop(ctx)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("pop through the prefix: %d messages, %v", len(msgs), err)
+	}
+	mu.Lock()
+	got := append([]string(nil), paths...)
+	mu.Unlock()
+	if len(got) != 2 || got[0] != "/queen/api/v1/push" || got[1] != "/queen/api/v1/pop/queue/orders" {
+		t.Fatalf("the gateway saw %q; want the prefix before /api/v1 once", got)
+	}
+
+	// The gateway refuses another prefix with an HTML page: the error names
+	// the URL requested, the status, the content type and an excerpt.
+	other, err := queen.New(gw.URL+"/other", queen.WithRetryPolicy(queen.RetryPolicy{MaxAttempts: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close(context.Background()) })
+	_, err = other.Queue("orders").Push(1).Execute(ctx)
+	var be *queen.BrokerError
+	if !errors.As(err, &be) {
+		t.Fatalf("push = %v; want a *BrokerError", err)
+	}
+	want := "queen: broker answered 502 to POST " + gw.URL + "/other/api/v1/push (text/html): " +
+		"<html> <head><title>502 Bad Gateway</title></head> <body>no route</body> </html>"
+	if err.Error() != want {
+		t.Errorf("message\n %q\nwant\n %q", err, want)
+	}
+	if be.URL != gw.URL+"/other/api/v1/push" || be.Path != "/api/v1/push" || be.ContentType != "text/html" ||
+		!strings.HasPrefix(string(be.Body), "<html>\n  <head>") {
+		t.Errorf("BrokerError = %+v", be)
+	}
+
+	// No answer at all: the transport's error names the URL too.
+	gw.Close()
+	_, err = c.Queue("orders").Push(1).Execute(ctx)
+	if err == nil || !strings.Contains(err.Error(), "POST "+gw.URL+"/queen/api/v1/push: no answer after 1 attempt(s)") {
+		t.Errorf("push to a closed gateway: %v", err)
+	}
 }

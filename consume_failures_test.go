@@ -1,578 +1,471 @@
-package queen
+package queen_test
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/queen-go/queen/queentest"
-	"io"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
 )
 
-func failMsg(p, txn string) *Message { return &Message{PartitionID: p, TransactionID: txn} }
-
-// A message's failures are counted across its deliveries: retry while at
-// most the limit, dlq (with the error, or a default) at the one past it;
-// completed and dlq end the count; a retry chosen by the handler counts
-// nothing; an unknown rule sends what was chosen.
-func TestFailureCounterApply(t *testing.T) {
-	fc := newFailureCounter(100)
-	rule := retryRule{known: true, limit: 2}
-	a, b := failMsg("p", "a"), failMsg("p", "b")
-	statuses := func(s []Settlement) string {
-		var out []string
-		for _, x := range s {
-			out = append(out, string(x.Status)+":"+x.Error)
-		}
-		return strings.Join(out, ",")
+// A handler's Poison error dead-letters its message at first delivery,
+// with the error's text, though the queue's RetryLimit (2) has retries
+// left: under Consume, with AutoAck(false), and from an OnError whose zero
+// Outcome leaves the choice to the loop. Under ConsumeBatch it
+// dead-letters the whole batch. An OnError that maps it to Complete wins.
+func TestPoisonDeadLettersAtOnce(t *testing.T) {
+	type want struct {
+		dead      []int // dead-lettered, by n
+		completed []int // handled with success, by n
 	}
-	for round, want := range []string{"retry:boom,retry:", "retry:boom,retry:", "dlq:boom,retry:"} {
-		chosen := []Settlement{{Message: a, Status: StatusFailed, Error: "boom"}, {Message: b, Status: StatusRetry}}
-		sent, retried := fc.apply(rule, chosen)
-		assert.Equal(t, want, statuses(sent), "round %d", round)
-		assert.Equal(t, round < 2, retried, "round %d", round)
-		assert.Equal(t, StatusFailed, chosen[0].Status, "the chosen outcomes stay as they were")
+	cases := []struct {
+		name  string
+		batch bool
+		ackOff,
+		onErrZero, onErrComplete, poisonLast bool
+		want want
+	}{
+		{name: "consume", want: want{dead: []int{2}, completed: []int{1, 3}}},
+		// The poison message last: a 2.x partition's cursor passes a message
+		// when a later one is acked, as the handler acks its own before the
+		// pop's batch ack.
+		{name: "autoack-off", ackOff: true, poisonLast: true, want: want{dead: []int{2}, completed: []int{1, 3}}},
+		// The poison message in the middle: the loop gives back the rest of
+		// its partition (as after a failure), so the handler's own ack of 3
+		// comes only after the dead-lettering, in a later pop.
+		{name: "autoack-off-middle", ackOff: true, want: want{dead: []int{2}, completed: []int{1, 3}}},
+		{name: "onerror-zero", onErrZero: true, want: want{dead: []int{2}, completed: []int{1, 3}}},
+		{name: "onerror-complete", onErrComplete: true, want: want{completed: []int{1, 3}}},
+		{name: "batch", batch: true, want: want{dead: []int{1, 2, 3}}},
 	}
-	assert.Equal(t, 0, fc.count(a), "a dead-letter ends the count")
-	assert.Equal(t, 0, fc.count(b), "a retry counts nothing")
-
-	sent, _ := fc.apply(rule, []Settlement{{Message: b, Status: StatusFailed}})
-	assert.Equal(t, StatusRetry, sent[0].Status)
-	fc.apply(rule, []Settlement{{Message: b, Status: StatusCompleted}})
-	assert.Equal(t, 0, fc.count(b), "a completion ends the count")
-
-	// RetryLimit 0: the first failure dead-letters, with a default reason.
-	sent, _ = fc.apply(retryRule{known: true}, []Settlement{{Message: a, Status: StatusFailed}})
-	assert.Equal(t, "dlq:failed 1 times", statuses(sent))
-
-	// A 2.x queue with its dead-letter queue off: past the limit the loop
-	// sends failed (the broker drops it once its count is spent), and goes
-	// on doing so for that message.
-	off := retryRule{known: true, limit: 1, dlqOff: true}
-	for _, want := range []AckStatus{StatusRetry, StatusFailed, StatusFailed} {
-		sent, _ = fc.apply(off, []Settlement{{Message: a, Status: StatusFailed}})
-		assert.Equal(t, want, sent[0].Status)
-	}
-
-	// Rule unknown: the broker counts.
-	sent, retried := fc.apply(retryRule{}, []Settlement{{Message: b, Status: StatusFailed}})
-	assert.Equal(t, StatusFailed, sent[0].Status)
-	assert.False(t, retried)
-}
-
-// The counter forgets its oldest counts past its bound, and keeps its
-// bookkeeping bounded when messages come and go.
-func TestFailureCounterBounded(t *testing.T) {
-	fc := newFailureCounter(3)
-	for i := range 5 {
-		fc.failed(failMsg("p", fmt.Sprint(i)))
-	}
-	assert.Equal(t, 3, fc.size())
-	assert.Equal(t, 0, fc.count(failMsg("p", "0")), "the oldest is forgotten")
-	assert.Equal(t, 1, fc.count(failMsg("p", "4")))
-	for i := range 1000 {
-		m := failMsg("q", fmt.Sprint(i))
-		fc.failed(m)
-		fc.done(m)
-	}
-	assert.LessOrEqual(t, len(fc.order), 2*3+1)
-}
-
-// With the queue's retryDelay known, a failure given back with retry (which
-// the broker gives out again at once) waits that long in the loop before
-// its ack, so the message comes back no earlier than a failed ack would
-// have it; a stop ends the wait at once.
-func TestConsumeHoldsFailedForRetryDelay(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeBroker(10)
-		f.rule = &retryRule{known: true, limit: 2, delay: 10 * time.Second}
-		f.add("p", 1)
-		var mu sync.Mutex
-		var at []time.Time
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 2,
-			func(context.Context, *Message) error {
+	for _, p := range queentest.Profiles() {
+		for _, tc := range cases {
+			t.Run(string(p)+"/"+tc.name, func(t *testing.T) {
+				e := newEnv(t, withQueueConfig(retryQueue), withProfile(p))
+				if tc.poisonLast {
+					e.push("q", "p", map[string]int{"n": 1}, map[string]int{"n": 3}, map[string]any{"n": "two"})
+				} else {
+					e.push("q", "p", map[string]int{"n": 1}, map[string]any{"n": "two"}, map[string]int{"n": 3})
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				var mu sync.Mutex
+				deliveries := map[string]int{}
+				var completed []int
+				type order struct{ N int }
+				handle := func(ctx context.Context, m *queen.Message) error {
+					mu.Lock()
+					defer mu.Unlock()
+					deliveries[string(m.Raw)]++
+					o, err := queen.Decode[order](m)
+					if err != nil {
+						return queen.Poison(err)
+					}
+					completed = append(completed, o.N)
+					if tc.ackOff {
+						_, err := e.c.Ack(ctx, m, true, queen.AckOptions{ConsumerGroup: "g"})
+						return err
+					}
+					return nil
+				}
+				qb := e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).Batch(3).Limit(3)
+				if tc.ackOff {
+					qb = qb.AutoAck(false)
+				}
+				var cb *queen.ConsumeBuilder
+				if tc.batch {
+					cb = qb.ConsumeBatch(ctx, func(ctx context.Context, msgs []*queen.Message) error {
+						if len(msgs) != 3 {
+							return fmt.Errorf("batch of %d, want 3", len(msgs))
+						}
+						for _, m := range msgs {
+							if err := handle(ctx, m); err != nil {
+								return fmt.Errorf("batch: %w", err)
+							}
+						}
+						return nil
+					})
+				} else {
+					cb = qb.Consume(ctx, handle)
+				}
+				var seen []error
+				if tc.onErrZero || tc.onErrComplete {
+					cb.OnError(func(_ context.Context, _ *queen.Message, err error) queen.Outcome {
+						mu.Lock()
+						seen = append(seen, err)
+						mu.Unlock()
+						if tc.onErrComplete {
+							return queen.Complete()
+						}
+						return queen.Outcome{}
+					})
+				}
+				if err := cb.Execute(ctx); err != nil {
+					t.Fatalf("Execute: %v", err)
+				}
+				page, err := e.c.Admin().ListDLQ(ctx, "q", queen.DLQListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var dead []int
+				for _, d := range page.Messages {
+					n := map[string]int{`{"n":1}`: 1, `{"n":"two"}`: 2, `{"n":3}`: 3}[string(d.Payload)]
+					dead = append(dead, n)
+					if !strings.Contains(d.Error, "decode message") {
+						t.Errorf("dead letter %d has reason %q, want the decode error's text", n, d.Error)
+					}
+				}
+				sort.Ints(dead)
 				mu.Lock()
 				defer mu.Unlock()
-				at = append(at, time.Now())
-				if len(at) == 1 {
-					return errors.New("once")
+				if fmt.Sprint(dead) != fmt.Sprint(tc.want.dead) {
+					t.Errorf("dead-lettered %v, want %v", dead, tc.want.dead)
 				}
-				return nil
+				if fmt.Sprint(completed) != fmt.Sprint(tc.want.completed) && !tc.batch {
+					t.Errorf("completed %v, want %v", completed, tc.want.completed)
+				}
+				if n := deliveries[`{"n":"two"}`]; n != 1 {
+					t.Errorf("the poison message was delivered %d times, want 1 (no retry spent)", n)
+				}
+				for _, err := range seen {
+					if _, ok := errors.AsType[*queen.PoisonError](err); !ok {
+						t.Errorf("OnError got %v, which errors.As does not find a *PoisonError in", err)
+					}
+				}
+				if (tc.onErrZero || tc.onErrComplete) && len(seen) == 0 {
+					t.Error("OnError was not called")
+				}
+				if left := e.peek("q", "g"); len(left) != 0 {
+					t.Errorf("%d messages left for the group, want none", len(left))
+				}
 			})
-		require.NoError(t, e.run())
-		require.Len(t, at, 2)
-		assert.GreaterOrEqual(t, at[1].Sub(at[0]), 10*time.Second, "the message came back before retryDelay")
-		assert.Less(t, at[1].Sub(at[0]), 11*time.Second)
-		assert.Equal(t, StatusRetry, f.settles()[0][0].Status)
-		assert.Empty(t, f.left())
-	})
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeBroker(10)
-		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour}
-		f.add("p", 1)
-		ctx, cancel := context.WithCancel(context.Background())
-		e, _ := testEngine(t, ctx, f, engineConfig{each: true}, 0,
-			func(context.Context, *Message) error { return errors.New("fails") })
-		time.AfterFunc(time.Second, cancel)
-		start := time.Now()
-		require.NoError(t, e.run())
-		assert.Less(t, time.Since(start), 2*time.Second, "the stop did not end the hold")
-		require.Len(t, f.settles(), 1)
-		assert.Equal(t, StatusRetry, f.settles()[0][0].Status)
-	})
-}
-
-// When the queue's settings cannot be read, failures go out as failed (the
-// broker counts), said once at Warn; the settings are asked for at the
-// start and once more at the first failure, no more.
-func TestConsumeUnreadableRuleFallsBack(t *testing.T) {
-	f := newFakeBroker(1)
-	f.add("p", 3)
-	e, logs := testEngine(t, context.Background(), f, engineConfig{each: true}, 3,
-		func(context.Context, *Message) error { return errors.New("fails") })
-	require.NoError(t, runEngine(t, e))
-	for _, s := range f.settles() {
-		assert.Equal(t, StatusFailed, s[0].Status)
+		}
 	}
-	assert.Equal(t, 2, f.ruleReads)
-	assert.Equal(t, 1, strings.Count(logs.String(), "could not read the queue's retryLimit"), logs.String())
 }
 
-// A consume loop on a queue the broker does not know warns once that its
-// first pop creates it (a typo in the name?); on a queue that exists it
-// says nothing (issue 21 point 10).
-func TestConsumeWarnsOfUnknownQueue(t *testing.T) {
+// Poison wraps its error: errors.Is reaches the cause, the text is the
+// cause's, and Poison(nil) is nil.
+func TestPoisonWraps(t *testing.T) {
+	cause := errors.New("bad payload")
+	err := fmt.Errorf("order 7: %w", queen.Poison(cause))
+	if !errors.Is(err, cause) {
+		t.Error("errors.Is does not reach the cause")
+	}
+	if p, ok := errors.AsType[*queen.PoisonError](err); !ok || p.Err != cause {
+		t.Errorf("errors.As found %v, %v", p, ok)
+	}
+	if got := queen.Poison(cause).Error(); got != "bad payload" {
+		t.Errorf("text %q, want the cause's", got)
+	}
+	if queen.Poison(nil) != nil {
+		t.Error("Poison(nil) is not nil")
+	}
+}
+
+// retryQueue is the queue of the RetryLimit tests: retryLimit 2, no
+// retryDelay, a dead-letter queue.
+func retryQueue(q *queentest.QueueConfig) {
+	q.RetryLimit, q.RetryDelay, q.DeadLetterQueue = 2, 0, true
+}
+
+// Through the loop, RetryLimit counts each message's own failures: with
+// RetryLimit 2 and Batch(10), messages 1, 4 and 7 of one partition failing
+// once each are all completed at their second delivery, none
+// dead-lettered (the broker alone would dead-letter message 7 at its first
+// failure: TestBrokerCountsRetriesPerPartition). The same failures given
+// back with Retry() dead-letter nothing either.
+func TestRetryLimitCountsAcrossUnfinishedLeases(t *testing.T) {
+	for _, p := range queentest.Profiles() {
+		for _, outcome := range []string{"fail", "retry"} {
+			t.Run(string(p)+"/"+outcome, func(t *testing.T) {
+				e := newEnv(t, withQueueConfig(retryQueue), withProfile(p))
+				for i := 1; i <= 10; i++ {
+					e.push("q", "p", map[string]int{"n": i})
+				}
+				var mu sync.Mutex
+				failed := map[int]bool{}
+				var completed []int
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				cb := e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).Batch(10).Each().Limit(13).
+					Consume(ctx, func(_ context.Context, m *queen.Message) error {
+						n := int(m.Data["n"].(float64))
+						mu.Lock()
+						defer mu.Unlock()
+						if (n == 1 || n == 4 || n == 7) && !failed[n] {
+							failed[n] = true
+							return fmt.Errorf("message %d fails once", n)
+						}
+						completed = append(completed, n)
+						return nil
+					})
+				if outcome == "retry" {
+					cb.OnError(func(context.Context, *queen.Message, error) queen.Outcome { return queen.Retry() })
+				}
+				if err := cb.Execute(ctx); err != nil {
+					t.Fatalf("Execute: %v", err)
+				}
+				page, err := e.c.Admin().ListDLQ(ctx, "q", queen.DLQListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if len(page.Messages) != 0 {
+					t.Fatalf("dead letters %+v, want none (each message failed once)", page.Messages)
+				}
+				if want := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}; fmt.Sprint(completed) != fmt.Sprint(want) {
+					t.Fatalf("completed %v, want %v", completed, want)
+				}
+			})
+		}
+	}
+}
+
+// The broker's own counting, through raw acks (Pop and SettleBatch, as
+// the loop sent them before it counted itself): per partition and group,
+// across the leases that end unfinished. With retryLimit 2, messages 1, 4
+// and 7 failing once each, message 7 is dead-lettered at its first
+// failure, retryCount 2.
+func TestBrokerCountsRetriesPerPartition(t *testing.T) {
 	for _, p := range queentest.Profiles() {
 		t.Run(string(p), func(t *testing.T) {
-			var logs bytes.Buffer
-			var mu sync.Mutex
-			log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
-			srv := queentest.Start(t, queentest.WithProfile(p))
-			c, err := New(srv.URL, WithLogger(log))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = c.Close(context.Background()) })
-			_, err = c.Queue("orders").Push(1).Execute(t.Context())
-			require.NoError(t, err)
-			for _, q := range []string{"orders", "ordres"} {
-				err := c.Queue(q).Wait(false).IdleMillis(50).Consume(t.Context(), func(context.Context, *Message) error { return nil }).Execute(t.Context())
-				require.NoError(t, err)
+			e := newEnv(t, withQueueConfig(retryQueue), withProfile(p))
+			for i := 1; i <= 10; i++ {
+				e.push("q", "p", map[string]int{"n": i})
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			out := logs.String()
-			assert.Equal(t, 1, strings.Count(out, "the queue does not exist on the broker"), out)
-			assert.Contains(t, out, "queue=ordres")
-			assert.NotContains(t, out, "queue=orders ")
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			failed := map[int]bool{}
+			var completed []int
+			for round := 0; len(completed) < 9 && round < 10; round++ {
+				msgs, err := e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).Batch(10).Wait(false).Pop(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var acks []queen.Settlement
+				for i, m := range msgs {
+					n := int(m.Data["n"].(float64))
+					if (n == 1 || n == 4 || n == 7) && !failed[n] {
+						failed[n] = true
+						acks = append(acks, queen.Settlement{Message: m, Status: queen.StatusFailed, Error: "once"})
+						for _, r := range msgs[i+1:] {
+							acks = append(acks, queen.Settlement{Message: r, Status: queen.StatusRetry})
+						}
+						break
+					}
+					completed = append(completed, n)
+					acks = append(acks, queen.Settlement{Message: m, Status: queen.StatusCompleted})
+				}
+				if len(acks) > 0 {
+					if _, err := e.c.SettleBatch(ctx, acks, queen.AckOptions{ConsumerGroup: "g"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			page, err := e.c.Admin().ListDLQ(ctx, "q", queen.DLQListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Messages) != 1 {
+				t.Fatalf("dead letters = %+v, want message 7 alone", page.Messages)
+			}
+			dl := page.Messages[0]
+			var body struct{ N int }
+			if err := json.Unmarshal(dl.Payload, &body); err != nil || body.N != 7 || dl.RetryCount != 2 {
+				t.Fatalf("dead letter = n %d (%v), retryCount %d; want n 7 with retryCount 2", body.N, err, dl.RetryCount)
+			}
+			if want := []int{1, 2, 3, 4, 5, 6, 8, 9, 10}; fmt.Sprint(completed) != fmt.Sprint(want) {
+				t.Fatalf("completed %v, want %v (7 dead-lettered at its first failure)", completed, want)
+			}
 		})
 	}
 }
 
-// A settle with no failure forgets the counts of the messages it completed
-// (a message that failed once and then completed in a pop of its own).
-func TestFailureCounterForgetsCompleted(t *testing.T) {
-	fc := newFailureCounter(10)
-	m, other := &Message{PartitionID: "p", TransactionID: "a"}, &Message{PartitionID: "p", TransactionID: "b"}
-	fc.failed(m)
-	fc.failed(other)
-	fc.settled([]Settlement{{Message: m, Status: StatusCompleted}, {Message: other, Status: StatusRetry}})
-	assert.Equal(t, 0, fc.count(m))
-	assert.Equal(t, 1, fc.count(other), "a retry keeps the count")
-	assert.Equal(t, 1, fc.size())
+// workload is issue 20's: 400 messages over 4 partitions, every 7th of a
+// partition failing once, one poison message (p1, i 50) failing always.
+type workload struct {
+	mu         sync.Mutex
+	deliveries map[string]int
+	completed  map[string]int
 }
 
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
+const (
+	workParts   = 4
+	workPerPart = 100
+	workRetries = 2                                              // the queue's retryLimit
+	workOnce    = workParts * (workPerPart / 7)                  // messages that fail once: 56
+	workCalls   = workParts*workPerPart + workOnce + workRetries // handler calls in all
+)
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
+func workKey(round int, part string, i int) string { return fmt.Sprintf("%d/%s/%d", round, part, i) }
 
-// SettleHook gives, per message, the outcome the loop chose, the status it
-// sent and the broker's answer: a Fail with retries left goes out as retry
-// (lease released), the one past the limit as dlq (dead-lettered); outside
-// the loop the outcome is the status sent (issue 21 point 6).
-func TestSettleHookSaysChosenSentAnswered(t *testing.T) {
-	rec := &recHook{}
-	_, c := hookClient(t, nil, rec)
-	_, err := c.Queue("work").Config(QueueConfig{RetryLimit: Ptr(1), RetryDelay: Ptr(time.Duration(0)), DeadLetterQueue: Ptr(true)}).Create().Execute(t.Context())
-	require.NoError(t, err)
-	_, err = c.Queue("work").Push(1, 2).Execute(t.Context())
-	require.NoError(t, err)
-	err = c.Queue("work").Batch(1).Each().Limit(2).
-		Consume(t.Context(), func(context.Context, *Message) error { return errors.New("poison") }).
-		Execute(t.Context())
-	require.NoError(t, err)
-	msgs := popAll(t, c, "work", "")
-	require.Len(t, msgs, 1)
-	_, err = c.SettleBatch(t.Context(), []Settlement{{Message: msgs[0], Status: StatusCompleted}}, AckOptions{})
-	require.NoError(t, err)
+func poisonKey(round int) string { return workKey(round, "p1", 50) }
 
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	var got []SettledMessage
-	for _, s := range rec.settle {
-		require.Len(t, s.Messages, len(s.Settlements))
-		got = append(got, s.Messages...)
+func (w *workload) push(e *env, round int) {
+	for p := range workParts {
+		part := fmt.Sprintf("p%d", p)
+		payloads := make([]any, workPerPart)
+		for i := range payloads {
+			payloads[i] = map[string]any{"r": round, "p": part, "i": i}
+		}
+		e.push("q", part, payloads...)
 	}
-	assert.Equal(t, []SettledMessage{
-		{Outcome: StatusFailed, Sent: StatusRetry, Answer: AnswerLeaseReleased},
-		{Outcome: StatusFailed, Sent: StatusDLQ, Answer: AnswerDeadLettered},
-		{Outcome: StatusCompleted, Sent: StatusCompleted, Answer: AnswerLeaseReleased},
-	}, got)
 }
 
-// failureRequests runs issue 20's failures (4 partitions of 100, every
-// 7th message failing once) through the engine over the fake broker, one
-// slot, Batch(50), and returns the requests it sent (pops, batch acks,
-// reads of the queue's settings) and the failures. known: the queue's
-// retry settings can be read (the loop counts), or not (the broker does).
-func failureRequests(tb testing.TB, known bool, fail bool) (requests, failures int) {
-	f := newFakeBroker(50)
-	if known {
-		f.rule = &retryRule{known: true, limit: 2}
+func (w *workload) handle(_ context.Context, m *queen.Message) error {
+	k := workKey(int(m.Data["r"].(float64)), m.Data["p"].(string), int(m.Data["i"].(float64)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deliveries[k]++
+	i := int(m.Data["i"].(float64))
+	switch {
+	case k == poisonKey(int(m.Data["r"].(float64))):
+		return errors.New("poison")
+	case (i+1)%7 == 0 && w.deliveries[k] == 1:
+		return errors.New("fails once")
 	}
-	for p := range 4 {
-		f.add(fmt.Sprintf("p%d", p), 100)
+	w.completed[k]++
+	return nil
+}
+
+// run consumes one round through the loop: Each(), Batch(50),
+// Concurrency(2), autoAck, until every call the round needs was made.
+func (w *workload) run(t *testing.T, e *env) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := e.c.Queue("q").Each().Batch(50).Concurrency(2).Limit(workCalls).Consume(ctx, w.handle).Execute(ctx)
+	if err != nil {
+		t.Fatalf("Execute: %v", err)
 	}
+}
+
+// check asserts a round's counts: the poison delivered 1 + RetryLimit
+// times and dead-lettered, every other message completed once, the 56 that
+// failed once at their second delivery.
+func (w *workload) check(t *testing.T, round int) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	once := 0
+	for p := range workParts {
+		part := fmt.Sprintf("p%d", p)
+		for i := range workPerPart {
+			k := workKey(round, part, i)
+			switch {
+			case k == poisonKey(round):
+				if w.deliveries[k] != 1+workRetries || w.completed[k] != 0 {
+					t.Errorf("poison %s delivered %d times (completed %d), want %d", k, w.deliveries[k], w.completed[k], 1+workRetries)
+				}
+			case (i+1)%7 == 0:
+				once++
+				if w.deliveries[k] != 2 || w.completed[k] != 1 {
+					t.Errorf("%s (fails once) delivered %d times, completed %d; want 2 and 1", k, w.deliveries[k], w.completed[k])
+				}
+			default:
+				if w.deliveries[k] != 1 || w.completed[k] != 1 {
+					t.Errorf("%s delivered %d times, completed %d; want 1 and 1", k, w.deliveries[k], w.completed[k])
+				}
+			}
+		}
+	}
+	if once != workOnce {
+		t.Fatalf("the workload has %d messages that fail once, want %d", once, workOnce)
+	}
+}
+
+// Issue 20's workload through the loop, on both profiles: 0 of the 56
+// messages that failed once are dead-lettered, the poison message is
+// delivered exactly 1 + RetryLimit times and then dead-lettered (with its
+// error, retryCount 0: the loop never spent the broker's count), every
+// other message is completed; and the same in a second round on the same
+// queue, after the first round's dead-letter on the same partition.
+func TestRetryLimitPerMessageWorkload(t *testing.T) {
+	for _, p := range queentest.Profiles() {
+		t.Run(string(p), func(t *testing.T) {
+			e := newEnv(t, withQueueConfig(retryQueue), withProfile(p))
+			w := &workload{deliveries: map[string]int{}, completed: map[string]int{}}
+			for round := 1; round <= 2; round++ {
+				w.push(e, round)
+				w.run(t, e)
+				w.check(t, round)
+				page, err := e.c.Admin().ListDLQ(context.Background(), "q", queen.DLQListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, dl := range page.Messages {
+					var body struct {
+						R int
+						P string
+						I int
+					}
+					if err := json.Unmarshal(dl.Payload, &body); err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, workKey(body.R, body.P, body.I))
+					if dl.Error != "poison" || dl.RetryCount != 0 {
+						t.Errorf("dead letter %s: error %q, retryCount %d; want \"poison\", 0", got[len(got)-1], dl.Error, dl.RetryCount)
+					}
+				}
+				sort.Strings(got)
+				want := []string{poisonKey(1), poisonKey(2)}[:round]
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("round %d: dead letters %v, want %v", round, got, want)
+				}
+			}
+			if n := e.srv.LeasedCount("q", ""); n != 0 {
+				t.Fatalf("%d messages left leased", n)
+			}
+		})
+	}
+}
+
+// A 2.x queue whose dead-letter queue is off: the failure past RetryLimit
+// goes out as failed, and the broker drops the message once its own
+// per-partition count is spent (here at the next failure: the loop's
+// retries charged nothing). Nothing is dead-lettered, and the partition's
+// other messages are completed.
+func TestRetryLimitWithoutDLQDrops(t *testing.T) {
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) {
+		q.RetryLimit, q.RetryDelay, q.DeadLetterQueue, q.DLQAfterMaxRetries = 1, 0, false, false
+	}))
+	e.push("q", "p", map[string]int{"n": 1}, map[string]int{"n": 2}, map[string]int{"n": 3})
 	var mu sync.Mutex
-	seen := map[string]bool{}
-	limit := 400 + 56
-	if !fail {
-		limit = 400
-	}
-	e, _ := testEngine(tb, context.Background(), f, engineConfig{each: true}, limit,
-		func(_ context.Context, m *Message) error {
+	calls := map[int]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := e.c.Queue("q").Batch(10).Each().Limit(5).
+		Consume(ctx, func(_ context.Context, m *queen.Message) error {
+			n := int(m.Data["n"].(float64))
 			mu.Lock()
 			defer mu.Unlock()
-			i := int(m.Offset)
-			if fail && (i+1)%7 == 0 && !seen[m.TransactionID] {
-				seen[m.TransactionID] = true
-				failures++
-				return errors.New("once")
+			calls[n]++
+			if n == 2 {
+				return errors.New("poison")
 			}
 			return nil
-		})
-	if err := e.run(); err != nil {
-		tb.Fatal(err)
+		}).Execute(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.parts["p0"])+len(f.parts["p1"])+len(f.parts["p2"])+len(f.parts["p3"]) != 0 {
-		tb.Fatal("messages left")
-	}
-	return len(f.pops) + len(f.acks) + f.ruleReads, failures
-}
-
-// The loop's own count costs at most one request per failure over the
-// broker's count, and in fact none: its retry and dlq ride in the pop's
-// batch ack, as failed did, and the queue's settings are read once per
-// loop. (A failure itself costs what it always did, about one pop and one
-// ack for the rest of its partition: logged, not asserted.)
-func TestFailureCostsAtMostOneRequest(t *testing.T) {
-	clean, _ := failureRequests(t, true, false)
-	loop, n := failureRequests(t, true, true)
-	broker, _ := failureRequests(t, false, true)
-	t.Logf("requests: %d without failures, %d with %d failures counted by the loop, %d counted by the broker", clean, loop, n, broker)
-	if n != 56 {
-		t.Fatalf("%d failures, want 56", n)
-	}
-	if loop-broker > n {
-		t.Fatalf("the loop's count sent %d requests, the broker's %d: more than one per failure", loop, broker)
-	}
-	if loop-broker > 1 {
-		t.Fatalf("the loop's count sent %d requests, the broker's %d: want at most the one read of the queue's settings more", loop, broker)
-	}
-}
-
-// BenchmarkFailureCost reports what the loop's count costs per failure
-// over the broker's (count-req/failure: at most one, in fact about zero),
-// and what a failure costs over the same messages without failures
-// (extra-req/failure: the pop and ack of the rest of its partition, the
-// same under both counts).
-func BenchmarkFailureCost(b *testing.B) {
-	var clean, loop, broker, n int
-	for b.Loop() {
-		clean, _ = failureRequests(b, true, false)
-		loop, n = failureRequests(b, true, true)
-		broker, _ = failureRequests(b, false, true)
-	}
-	b.ReportMetric(float64(loop-clean)/float64(n), "extra-req/failure")
-	b.ReportMetric(float64(loop-broker)/float64(n), "count-req/failure")
-}
-
-// The queue's settings: from the queue's view (2.x options); a view
-// without them (0.15.1, get_queue_v2) sends the loop to the failed
-// message's view (queueConfig); an unknown queue is errQueueUnknown. Each
-// read is one request.
-func TestRetryRuleReads(t *testing.T) {
-	var mu sync.Mutex
-	var paths []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		paths = append(paths, r.URL.Path)
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case "/api/v1/resources/queues/v2":
-			_, _ = io.WriteString(w, `{"name":"v2","options":{"retryLimit":4,"retryDelay":250,"leaseTime":60,"deadLetterQueue":false,"dlqAfterMaxRetries":false}}`)
-		case "/api/v1/resources/queues/v015":
-			_, _ = io.WriteString(w, `{"id":"7d1c","name":"v015","namespace":null,"task":null,"createdAt":"2026-12-01T10:00:00.000Z","partitions":[],"totals":{"total":1,"pending":1,"processing":0,"completed":0,"failed":0,"deadLetter":0}}`)
-		case "/api/v1/messages/pid-1/txn-1":
-			_, _ = io.WriteString(w, `{"id":"m","queueConfig":{"leaseTime":300,"retryLimit":1,"retryDelay":1000,"ttl":3600,"priority":0}}`)
-		default:
-			w.WriteHeader(http.StatusNotFound)
-			_, _ = io.WriteString(w, `{"error":"Queue not found"}`)
-		}
-	}))
-	defer srv.Close()
-	c, err := New(srv.URL, WithRetryPolicy(RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}))
-	require.NoError(t, err)
-	defer c.Close(context.Background())
-	read := func(q string, m *Message) (retryRule, error) {
-		b, err := newClientBroker(c.Queue(q))
-		require.NoError(t, err)
-		return b.retryRule(t.Context(), m)
-	}
-	r, err := read("v2", nil)
-	require.NoError(t, err)
-	assert.Equal(t, retryRule{known: true, limit: 4, delay: 250 * time.Millisecond, lease: time.Minute, dlqOff: true}, r)
-
-	_, err = read("v015", nil)
-	require.Error(t, err, "a view without retryLimit and no message to ask about")
-	r, err = read("v015", &Message{PartitionID: "pid-1", TransactionID: "txn-1"})
-	require.NoError(t, err)
-	assert.Equal(t, retryRule{known: true, limit: 1, delay: time.Second, lease: 300 * time.Second}, r)
-
-	_, err = read("typo", nil)
-	require.ErrorIs(t, err, errQueueUnknown)
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Equal(t, []string{"/api/v1/resources/queues/v2", "/api/v1/resources/queues/v015",
-		"/api/v1/resources/queues/v015", "/api/v1/messages/pid-1/txn-1", "/api/v1/resources/queues/typo"}, paths)
-}
-
-// Without RenewLease the hold ends by half the pops' lease (LeaseSeconds
-// over the queue's leaseTime), so that the retry ack finds the lease.
-func TestConsumeHoldEndsBeforeTheLease(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeBroker(10)
-		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour, lease: 300 * time.Second}
-		f.add("p", 1)
-		var mu sync.Mutex
-		var at []time.Time
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, lease: 20 * time.Second}, 2,
-			func(context.Context, *Message) error {
-				mu.Lock()
-				defer mu.Unlock()
-				at = append(at, time.Now())
-				if len(at) == 1 {
-					return errors.New("once")
-				}
-				return nil
-			})
-		require.NoError(t, e.run())
-		require.Len(t, at, 2)
-		assert.GreaterOrEqual(t, at[1].Sub(at[0]), 9*time.Second)
-		assert.Less(t, at[1].Sub(at[0]), 11*time.Second, "the hold outlasted half the lease")
-	})
-}
-
-// A pop of two partitions, one with a failure held for retryDelay: the
-// other partition's outcomes are acked at once, the held one after the
-// hold (two requests: one more than without the hold).
-func TestConsumeHoldAcksOtherPartitionsAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeBroker(10)
-		f.rule = &retryRule{known: true, limit: 2, delay: 10 * time.Second}
-		f.add("a", 1)
-		f.add("b", 2)
-		var mu sync.Mutex
-		failed := false
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
-			func(_ context.Context, m *Message) error {
-				mu.Lock()
-				defer mu.Unlock()
-				if m.PartitionID == "a" && !failed {
-					failed = true
-					return errors.New("once")
-				}
-				return nil
-			})
-		require.NoError(t, e.run())
-		s := f.settles()
-		require.GreaterOrEqual(t, len(s), 2)
-		require.Len(t, s[0], 2, "partition b's acks first")
-		for _, a := range s[0] {
-			assert.Equal(t, "b", a.Message.PartitionID)
-			assert.Equal(t, StatusCompleted, a.Status)
-		}
-		require.Len(t, s[1], 1)
-		assert.Equal(t, "a", s[1][0].Message.PartitionID)
-		assert.Equal(t, StatusRetry, s[1][0].Status)
-		assert.Empty(t, f.left())
-	})
-}
-
-// Without RenewLease a hold ends by half the shorter of the pops' LeaseTime
-// and the queue's lease: a 0.15.1 broker ignores the pops' and leases for
-// the queue's time, so the longer one could outlast the real lease.
-func TestHoldForTakesTheShorterLease(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rule := retryRule{known: true, delay: time.Minute, lease: 30 * time.Second}
-		b := &batch{poppedAt: time.Now()}
-		long := &engine{cfg: engineConfig{lease: 10 * time.Minute}}
-		assert.Equal(t, 15*time.Second, long.holdFor(b, rule))
-		short := &engine{cfg: engineConfig{lease: 10 * time.Second}}
-		assert.Equal(t, 5*time.Second, short.holdFor(b, rule))
-		none := &engine{}
-		assert.Equal(t, 15*time.Second, none.holdFor(b, rule))
-	})
-}
-
-// A pop held for retryDelay occupies no handler: with Concurrency(1), the
-// messages of another partition, pushed when the first one failed and so
-// popped later, are handled during the hold, long before retryDelay. The
-// held partition stays leased meanwhile (its lease renewed under
-// RenewLease), so nothing of it comes again; a stop ends the hold at once
-// and sends its retry ack.
-func TestConsumeHoldFreesTheHandler(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeBroker(10)
-		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour}
-		f.add("a", 1)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var mu sync.Mutex
-		var handled []string
-		bDone := make(chan struct{})
-		e, _ := testEngine(t, ctx, f, engineConfig{each: true, slots: 1, renewEvery: time.Second, renewSecs: 3}, 0,
-			func(_ context.Context, m *Message) error {
-				mu.Lock()
-				handled = append(handled, m.TransactionID)
-				mu.Unlock()
-				switch m.TransactionID {
-				case "a/0":
-					f.add("b", 2) // b comes in a later pop
-					return errors.New("fails")
-				case "b/0":
-					time.Sleep(5 * time.Second) // a's hold goes on meanwhile
-				case "b/1":
-					close(bDone)
-				}
-				return nil
-			})
-		start := time.Now()
-		done := make(chan error, 1)
-		go func() { done <- e.run() }()
-		<-bDone
-		synctest.Wait() // b's ack is sent
-		assert.Less(t, time.Since(start), time.Minute, "b waited for a's hold (retryDelay 1 h)")
-		require.Len(t, f.settles(), 1, "only b is acked during a's hold")
-		assert.Equal(t, []string{"b/0:completed", "b/1:completed"}, statuses(f.settles()))
-		f.mu.Lock()
-		aLease, renewed := f.leased["a"], f.renews["L1"]
-		f.mu.Unlock()
-		assert.Equal(t, "L1", aLease, "a's partition is not leased by its pop during the hold")
-		assert.GreaterOrEqual(t, renewed, 4, "a's lease is not renewed during the hold")
-
-		stopAt := time.Now()
-		cancel()
-		require.NoError(t, <-done)
-		assert.Less(t, time.Since(stopAt), time.Second, "the stop did not end the hold at once")
-		assert.Equal(t, []string{"b/0:completed", "b/1:completed", "a/0:retry"}, statuses(f.settles()))
-		assert.Equal(t, []string{"a/0"}, f.left(), "a/0 is given back")
-		mu.Lock()
-		defer mu.Unlock()
-		assert.Equal(t, []string{"a/0", "b/0", "b/1"}, handled, "a came again during its hold")
-	})
-}
-
-// A held pop is not settled: it still counts against the pops the loop
-// may hold (at most twice Concurrency in all, held ones included), so a
-// queue whose every partition fails does not pile up held pops. With
-// Concurrency(1), a and b are held, c is not popped until a hold ends.
-func TestConsumeHeldPopsAreBounded(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeBroker(10)
-		f.maxPart = 1 // a pop per partition
-		f.rule = &retryRule{known: true, limit: 5, delay: time.Hour}
-		for _, p := range []string{"a", "b", "c"} {
-			f.add(p, 1)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var mu sync.Mutex
-		var handled []string
-		e, _ := testEngine(t, ctx, f, engineConfig{each: true, slots: 1}, 0,
-			func(_ context.Context, m *Message) error {
-				mu.Lock()
-				defer mu.Unlock()
-				handled = append(handled, m.TransactionID)
-				return errors.New("fails")
-			})
-		done := make(chan error, 1)
-		go func() { done <- e.run() }()
-		time.Sleep(time.Minute) // well within the holds
-		synctest.Wait()
-		f.mu.Lock()
-		pops := len(f.pops)
-		f.mu.Unlock()
-		assert.Equal(t, 2, pops, "the loop popped while it held 2×Concurrency pops")
-		mu.Lock()
-		assert.Equal(t, []string{"a/0", "b/0"}, handled)
-		mu.Unlock()
-		assert.Empty(t, f.settles(), "a hold ended before retryDelay")
-		cancel()
-		require.NoError(t, <-done)
-		assert.ElementsMatch(t, []string{"a/0:retry", "b/0:retry"}, statuses(f.settles()), "the stop sends both held acks, in either order")
-		assert.Equal(t, []string{"a/0", "b/0", "c/0"}, f.left())
-	})
-}
-
-// A lease lost during a hold (told by a renewal) ends the hold and sends
-// nothing for the held partition, at once and at the stop, and the loop
-// goes on.
-func TestConsumeHoldLeaseLostSendsNothing(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeBroker(10)
-		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour}
-		f.add("a", 1)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		e, logs := testEngine(t, ctx, f, engineConfig{each: true, slots: 1, renewEvery: time.Second, renewSecs: 3}, 0,
-			func(_ context.Context, m *Message) error {
-				f.mu.Lock()
-				f.lost[m.LeaseID] = true // the next renewal says so
-				f.mu.Unlock()
-				return errors.New("fails")
-			})
-		done := make(chan error, 1)
-		go func() { done <- e.run() }()
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
-		assert.Contains(t, logs.String(), "lease lost while held for retryDelay")
-		assert.Empty(t, f.settles(), "an ack went for a lost lease")
-		f.mu.Lock()
-		renewed := f.renews["L1"]
-		f.mu.Unlock()
-		assert.Equal(t, 1, renewed, "the renewals went on after the lease was lost")
-		cancel()
-		require.NoError(t, <-done)
-		assert.Empty(t, f.settles(), "an ack went for a lost lease at the stop")
-	})
+	if want := map[int]int{1: 1, 2: 3, 3: 1}; fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("deliveries %v, want %v (the poison: retry, failed charged, failed dropped)", calls, want)
+	}
+	if n := e.srv.DLQCount("q"); n != 0 {
+		t.Fatalf("%d dead letters, want none (the queue has no dead-letter queue)", n)
+	}
+	if left := e.peek("q", ""); len(left) != 0 {
+		t.Fatalf("left %v", keys(left))
+	}
 }

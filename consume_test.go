@@ -10,7 +10,11 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"reflect"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +24,7 @@ import (
 
 	"github.com/queen-go/queen"
 	"github.com/queen-go/queen/queentest"
+	"go.uber.org/goleak"
 )
 
 func noRetryDelay(q *queentest.QueueConfig) { q.RetryDelay = 0 }
@@ -949,4 +954,853 @@ func TestConsumeStopWaitsForAnswerOnItsWay(t *testing.T) {
 	if n := len(e.peek("q", "")); int32(n) != 10-handled.Load() {
 		t.Fatalf("%d messages back, want %d", n, 10-handled.Load())
 	}
+}
+
+// A renewal that fails on the way (503, network) is not a lost lease: the
+// handler's ctx stays alive and its outcome is acked.
+func TestConsumeRenewTransientFailureKeepsHandler(t *testing.T) {
+	e := newEnv(t, withRetry(queen.RetryPolicy{MaxAttempts: 1, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}))
+	e.pushN("q", "p", 1)
+	e.srv.FailNext(queentest.RouteRenew, 3, 503, 0)
+	var cancelled atomic.Bool
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").RenewLease(true, 5).Each().Limit(1).
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				awaitRequests(t, e.srv, queentest.RouteRenew, 5)
+				cancelled.Store(hctx.Err() != nil)
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cancelled.Load() {
+		t.Fatal("a renewal that failed on the way cancelled the handler")
+	}
+	if e.acks() != 1 || e.srv.LeasedCount("q", "") != 0 || len(e.peek("q", "")) != 0 {
+		t.Fatal("the handler's outcome was not acked")
+	}
+}
+
+// Renewals go on during the grace period (they do not use the cancelled
+// ctx): a handler that runs past its lease after the stop keeps it, and its
+// outcome is acked.
+func TestConsumeRenewalsGoOnDuringGrace(t *testing.T) {
+	e := newEnv(t, withFakeClock(), withQueueConfig(func(q *queentest.QueueConfig) { q.LeaseTime = 2 }))
+	e.pushN("q", "p", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- e.c.Queue("q").RenewLease(true, 5).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				close(started)
+				<-finish
+				return nil
+			}).GracePeriod(time.Minute).Execute(ctx)
+	}()
+	<-started
+	cancel()
+	for range 10 { // 8 s of broker time after the stop, lease 2 s; each renewal extends it by 1 s
+		n := e.srv.Requests(queentest.RouteRenew)
+		awaitRequests(t, e.srv, queentest.RouteRenew, n+2)
+		e.clock.Advance(800 * time.Millisecond)
+	}
+	close(finish)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard
+		t.Fatal("Execute did not return")
+	}
+	if left := e.peek("q", ""); len(left) != 0 {
+		t.Fatalf("the message came back (%v): its lease ran out during the grace period", keys(left))
+	}
+}
+
+// A panic in an outcome callback is recovered like a handler's: the message
+// is acked failed with the panic, the panic is logged, the loop goes on.
+func TestConsumeCallbackPanics(t *testing.T) {
+	for _, which := range []string{"OnSuccess", "OnError"} {
+		t.Run(which, func(t *testing.T) {
+			e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+			e.pushN("q", "p", 2)
+			var rec recorder
+			err := execute(t, context.Background(), func(ctx context.Context) error {
+				cb := e.c.Queue("q").Batch(1).Each().Limit(3).
+					Consume(ctx, func(_ context.Context, m *queen.Message) error {
+						if rec.add(key(m)) == 1 && which == "OnError" {
+							return errors.New("first")
+						}
+						return nil
+					})
+				if which == "OnSuccess" {
+					var once atomic.Bool
+					cb.OnSuccess(func(context.Context, *queen.Message) queen.Outcome {
+						if once.CompareAndSwap(false, true) {
+							panic("callback kaboom")
+						}
+						return queen.Complete()
+					})
+				} else {
+					cb.OnError(func(context.Context, *queen.Message, error) queen.Outcome { panic("callback kaboom") })
+				}
+				return cb.Execute(ctx)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.get(); strings.Join(got, ",") != "p/0,p/0,p/1" {
+				t.Fatalf("handled %v, want p/0 twice then p/1", got)
+			}
+			first := e.spy.ackRequests()[0].Items[0]
+			// A first failure (retryLimit 3 left) goes back with retry, its text kept.
+			if first.Status != "retry" || !strings.Contains(first.Error, "callback kaboom") {
+				t.Fatalf("first ack %+v, want retry with the panic", first)
+			}
+			if !strings.Contains(e.logs.String(), "callback kaboom") {
+				t.Fatal("the callback's panic was not logged")
+			}
+		})
+	}
+}
+
+// Consume without Each() still calls the handler once per message (Each is
+// implied by its signature), and settles the pop in one batch ack.
+func TestConsumeImpliesEach(t *testing.T) {
+	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+	e.pushN("q", "a", 3)
+	e.pushN("q", "b", 2)
+	var rec recorder
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(5).Partitions(2).Limit(5).
+			Consume(ctx, func(_ context.Context, m *queen.Message) error {
+				if rec.add(key(m)) == 1 {
+					return errors.New("first fails")
+				}
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a/0 fails: a/1, a/2 given back (retry) in the same ack; b goes on;
+	// then a/0 comes back, first of its partition (the Limit caps that pop
+	// to the two messages left).
+	if got := strings.Join(rec.get(), ","); got != "a/0,b/0,b/1,a/0,a/1" {
+		t.Fatalf("handled %s", got)
+	}
+	if a := e.spy.ackRequests(); len(a) != 2 || len(a[0].Items) != 5 || len(a[1].Items) != 2 {
+		t.Fatalf("acks %+v, want one batch ack per pop (5 items, then 2)", a)
+	}
+}
+
+// ConsumeBatch with OnError and no Each(): the callback is asked for each
+// message of the failed batch, in order, until it fails one; the rest of
+// that partition is given back (retry) without a call, the other
+// partitions are still asked.
+func TestConsumeBatchOnErrorPerMessage(t *testing.T) {
+	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+	e.pushN("q", "a", 3)
+	e.pushN("q", "b", 2)
+	var asked recorder
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(5).Partitions(2).Limit(5).
+			ConsumeBatch(ctx, func(context.Context, []*queen.Message) error { return errors.New("bulk insert") }).
+			OnError(func(_ context.Context, m *queen.Message, err error) queen.Outcome {
+				asked.add(key(m))
+				if key(m) == "a/1" {
+					return queen.Fail(err)
+				}
+				return queen.DLQ(err)
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(asked.get(), ","); got != "a/0,a/1,b/0,b/1" {
+		t.Fatalf("OnError asked for %s", got)
+	}
+	var got []string
+	for _, it := range e.spy.ackRequests()[0].Items {
+		got = append(got, it.Status)
+	}
+	if strings.Join(got, ",") != "dlq,retry,retry,dlq,dlq" { // a/1's Fail: a first failure, sent retry
+		t.Fatalf("acked %v", got)
+	}
+	if e.srv.DLQCount("q") != 3 {
+		t.Fatalf("DLQ holds %d, want 3", e.srv.DLQCount("q"))
+	}
+	if left := keys(e.peek("q", "")); strings.Join(left, ",") != "a/1,a/2" {
+		t.Fatalf("left %v, want a/1 a/2", left)
+	}
+}
+
+// The ctx a handler gets carries the values of the ctx given to Consume.
+func TestConsumeHandlerCtxValues(t *testing.T) {
+	type key struct{}
+	e := newEnv(t)
+	e.pushN("q", "p", 1)
+	var got any
+	cctx := context.WithValue(context.Background(), key{}, "tenant-7")
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Each().Limit(1).
+			Consume(cctx, func(hctx context.Context, _ *queen.Message) error {
+				got = hctx.Value(key{})
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "tenant-7" {
+		t.Fatalf("handler ctx value %v, want the Consume ctx's", got)
+	}
+}
+
+// A failed ack spends a retry: with a retry limit of 1 the second failure
+// dead-letters the message. A Retry outcome spends none: three in a row
+// dead-letter nothing.
+func TestConsumeFailureSpendsRetry(t *testing.T) {
+	for _, retry := range []bool{false, true} {
+		t.Run(map[bool]string{false: "failed", true: "retry"}[retry], func(t *testing.T) {
+			e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 0; q.RetryLimit = 1 }))
+			e.pushN("q", "p", 1)
+			var calls atomic.Int32
+			err := execute(t, context.Background(), func(ctx context.Context) error {
+				cb := e.c.Queue("q").Each().IdleMillis(300).
+					Consume(ctx, func(context.Context, *queen.Message) error {
+						calls.Add(1)
+						return errors.New("boom")
+					})
+				if retry {
+					cb = cb.OnError(func(context.Context, *queen.Message, error) queen.Outcome {
+						if calls.Load() == 3 {
+							return queen.Complete()
+						}
+						return queen.Retry()
+					})
+				}
+				return cb.Execute(ctx)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCalls, wantDLQ := int32(2), 1
+			if retry {
+				wantCalls, wantDLQ = 3, 0
+			}
+			if calls.Load() != wantCalls || e.srv.DLQCount("q") != wantDLQ {
+				t.Fatalf("%d calls, %d dead letters; want %d and %d", calls.Load(), e.srv.DLQCount("q"), wantCalls, wantDLQ)
+			}
+		})
+	}
+}
+
+// A conflating consume hands the handler only the newest message of the
+// partition, and its ack retires the older ones.
+func TestConsumeConflation(t *testing.T) {
+	e := newEnv(t)
+	e.pushN("prices", "EURUSD", 3)
+	var rec recorder
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("prices").Group("repricer").SubscriptionMode(queen.SubscriptionModeAll).Conflation(true).
+			Each().Limit(1).
+			Consume(ctx, func(_ context.Context, m *queen.Message) error {
+				rec.add(key(m))
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rec.get(), ","); got != "EURUSD/2" {
+		t.Fatalf("handled %s, want only the newest (EURUSD/2)", got)
+	}
+	if left := e.peek("prices", "repricer"); len(left) != 0 {
+		t.Fatalf("left %v: the ack did not retire the older messages", keys(left))
+	}
+}
+
+// A conflating consume against a broker that does not conflate (no echo)
+// ends with ErrConflationUnsupported and hands the handler nothing.
+func TestConsumeConflationUnsupported(t *testing.T) {
+	body, err := os.ReadFile(filepath.Join("testdata", "broker-0.15.1", "pop_group_three.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/health" {
+			// A 0.15.1 broker's report (no engine): the generation a
+			// group's first pop asks for.
+			_, _ = w.Write([]byte(`{"status":"healthy","database":"connected","version":"1.0.0"}`))
+			return
+		}
+		_, _ = w.Write(body)
+	}))
+	defer srv.Close()
+	c, err := queen.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var calls atomic.Int32
+	err = execute(t, context.Background(), func(ctx context.Context) error {
+		return c.Queue("t1").Group("G").Conflation(true).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error { calls.Add(1); return nil }).Execute(ctx)
+	})
+	if !errors.Is(err, queen.ErrConflationUnsupported) || calls.Load() != 0 {
+		t.Fatalf("Execute = %v after %d handler calls, want ErrConflationUnsupported and none", err, calls.Load())
+	}
+}
+
+// meeting is a handler that holds each call until want handlers run at
+// once (or meetTimeout passes, which it records as a failure, so that a loop
+// that cannot run them at once fails rather than hangs), and checks on the
+// way that one partition's messages run one at a time and in order.
+type meeting struct {
+	want int
+
+	mu      sync.Mutex
+	running map[string]int // partition -> handlers running
+	last    map[string]int // partition -> last message handled
+	now     int
+	most    int
+	atPeak  []string // partitions running when want of them first ran
+	bad     []string
+	done    []string        // keys handled, in order
+	leases  map[string]bool // lease ids of the handled messages: one per pop
+	txKey   map[string]string
+	all     chan struct{}
+	allOnce sync.Once
+}
+
+// idleStop ends these runs once every message is done: 1.5 s with no
+// pop in hand, a margin no gap between the pops of a busy run comes near,
+// on a loaded machine too.
+const idleStop = 1500
+
+const meetTimeout = 20 * time.Second // a hang guard: handlers that run at once meet within milliseconds
+
+func newMeeting(want int) *meeting {
+	return &meeting{want: want, running: map[string]int{}, last: map[string]int{},
+		leases: map[string]bool{}, txKey: map[string]string{}, all: make(chan struct{})}
+}
+
+func (mt *meeting) handle(_ context.Context, m *queen.Message) error {
+	p, i := m.Data["p"].(string), int(m.Data["i"].(float64))
+	mt.mu.Lock()
+	mt.running[p]++
+	if mt.running[p] > 1 {
+		mt.bad = append(mt.bad, "two handlers at once on partition "+p)
+	}
+	if last, ok := mt.last[p]; ok && i <= last {
+		mt.bad = append(mt.bad, fmt.Sprintf("%s: message %d after %d", p, i, last))
+	}
+	mt.last[p] = i
+	mt.leases[m.LeaseID] = true
+	mt.txKey[m.TransactionID] = key(m)
+	mt.now++
+	mt.most = max(mt.most, mt.now)
+	if mt.now == mt.want && mt.atPeak == nil {
+		for q, n := range mt.running {
+			if n > 0 {
+				mt.atPeak = append(mt.atPeak, q)
+			}
+		}
+		mt.allOnce.Do(func() { close(mt.all) })
+	}
+	mt.mu.Unlock()
+
+	select {
+	case <-mt.all:
+	case <-time.After(meetTimeout):
+		mt.mu.Lock()
+		mt.bad = append(mt.bad, fmt.Sprintf("waited %v for %d handlers at once; at most %d ran", meetTimeout, mt.want, mt.most))
+		mt.mu.Unlock()
+		mt.allOnce.Do(func() { close(mt.all) }) // the others need not wait too
+	}
+
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	mt.running[p]--
+	mt.now--
+	mt.done = append(mt.done, key(m))
+	return nil
+}
+
+// check fails t unless want handlers ran at once on want distinct
+// partitions, never two of one partition, and every message of parts×per
+// was handled once.
+func (mt *meeting) check(t *testing.T, parts, per int) {
+	t.Helper()
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	if len(mt.bad) > 0 {
+		t.Fatalf("%v", mt.bad)
+	}
+	if mt.most != mt.want || len(mt.atPeak) != mt.want {
+		t.Fatalf("at most %d handlers ran at once (on %v); want %d on %d partitions", mt.most, mt.atPeak, mt.want, mt.want)
+	}
+	seen := map[string]bool{}
+	for _, k := range mt.done {
+		if seen[k] {
+			t.Fatalf("%s handled twice", k)
+		}
+		seen[k] = true
+	}
+	if len(seen) != parts*per {
+		t.Fatalf("handled %d messages, want %d", len(seen), parts*per)
+	}
+}
+
+// checkOneAckPerPop fails t unless the broker got exactly one ack request
+// per pop that delivered messages (one lease id each), and every ack
+// request settles the messages of one pop, each partition's in order,
+// partition after partition.
+func (mt *meeting) checkOneAckPerPop(t *testing.T, e *env) {
+	t.Helper()
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	if n := e.acks(); n != len(mt.leases) {
+		t.Fatalf("%d ack requests (ack %d, ack/batch %d) for %d pops; want one per pop",
+			n, e.srv.Requests(queentest.RouteAck), e.srv.Requests(queentest.RouteAckBatch), len(mt.leases))
+	}
+	if e.spy == nil {
+		return
+	}
+	for _, a := range e.spy.ackRequests() {
+		var parts []string
+		last := map[string]int{}
+		for _, it := range a.Items {
+			if it.LeaseID != a.Items[0].LeaseID {
+				t.Fatalf("one ack request settles two pops: %+v", a.Items)
+			}
+			k, ok := mt.txKey[it.TransactionID]
+			if !ok {
+				t.Fatalf("ack of a message no handler got: %+v", it)
+			}
+			_, n, _ := strings.Cut(k, "/")
+			i, _ := strconv.Atoi(n)
+			p := it.PartitionID
+			if len(parts) == 0 || parts[len(parts)-1] != p {
+				for _, q := range parts {
+					if q == p {
+						t.Fatalf("ack items not in partition order: partition %s comes back after %v", p, parts)
+					}
+				}
+				parts = append(parts, p)
+			}
+			if prev, ok := last[p]; ok && i <= prev {
+				t.Fatalf("ack items of partition %s out of order: %d after %d", p, i, prev)
+			}
+			last[p] = i
+		}
+	}
+}
+
+// The page's worker ("Running a consumer for real"): Concurrency(4) runs
+// four handlers at once, on four partitions, whatever sizes the pops: the
+// autopilot (one pop may take every ready partition), a Limit with no
+// Batch, a Limit with Partitions(1), a pinned pop over many partitions.
+// Each pop is still settled with one ack request.
+func TestConsumeConcurrencyRunsHandlersOnDistinctPartitions(t *testing.T) {
+	const parts, per = 5, 3
+	for _, tc := range []struct {
+		name string
+		opts func(*queen.QueueBuilder) *queen.QueueBuilder
+	}{
+		{"the page's worker (autopilot)", func(q *queen.QueueBuilder) *queen.QueueBuilder { return q }},
+		{"Limit(200) without Batch", func(q *queen.QueueBuilder) *queen.QueueBuilder { return q.Limit(200) }},
+		{"Limit(200) and Partitions(1)", func(q *queen.QueueBuilder) *queen.QueueBuilder { return q.Limit(200).Partitions(1) }},
+		{"Limit(15): ends with the Limit", func(q *queen.QueueBuilder) *queen.QueueBuilder { return q.Limit(parts * per) }},
+		{"Batch(100) and Partitions(8)", func(q *queen.QueueBuilder) *queen.QueueBuilder { return q.Batch(100).Partitions(8) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, withSpy())
+			for p := range parts {
+				e.pushN("tasks", fmt.Sprint("p", p), per)
+			}
+			mt := newMeeting(4)
+			err := execute(t, context.Background(), func(ctx context.Context) error {
+				qb := e.c.Queue("tasks").
+					Group("workers").
+					SubscriptionMode(queen.SubscriptionModeAll).
+					Concurrency(4).
+					RenewLease(true, 10000).
+					IdleMillis(idleStop).
+					Each()
+				return tc.opts(qb).Consume(ctx, mt.handle).Execute(ctx)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mt.check(t, parts, per)
+			mt.checkOneAckPerPop(t, e)
+			if n := e.srv.LeasedCount("tasks", "workers"); n != 0 {
+				t.Fatalf("%d leased after Execute returned", n)
+			}
+			if left := e.peek("tasks", "workers"); len(left) != 0 {
+				t.Fatalf("left %v, want every task done", keys(left))
+			}
+		})
+	}
+}
+
+// ConsumeBatch with Each() is the same: per message, four at once.
+func TestConsumeBatchEachConcurrency(t *testing.T) {
+	e := newEnv(t)
+	for p := range 4 {
+		e.pushN("q", fmt.Sprint("p", p), 3)
+	}
+	mt := newMeeting(4)
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).Concurrency(4).Each().IdleMillis(idleStop).
+			ConsumeBatch(ctx, func(ctx context.Context, msgs []*queen.Message) error {
+				if len(msgs) != 1 {
+					t.Errorf("Each() gave the handler %d messages", len(msgs))
+				}
+				return mt.handle(ctx, msgs[0])
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt.check(t, 4, 3)
+	mt.checkOneAckPerPop(t, e)
+}
+
+// One pop over four partitions, handled by four handlers at once, is
+// settled with ONE batch ack: the pop's outcomes, partition after
+// partition, each in order.
+func TestConsumeOnePopManyPartitionsOneAck(t *testing.T) {
+	e := newEnv(t, withSpy())
+	for p := range 4 {
+		e.pushN("q", fmt.Sprint("p", p), 3)
+	}
+	mt := newMeeting(4)
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).
+			Batch(12).Partitions(4).Concurrency(4).Each().IdleMillis(idleStop).
+			Consume(ctx, mt.handle).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt.check(t, 4, 3)
+	if len(mt.leases) != 1 {
+		t.Fatalf("%d pops delivered the messages, want the first one all 12", len(mt.leases))
+	}
+	if a, b := e.srv.Requests(queentest.RouteAck), e.srv.Requests(queentest.RouteAckBatch); a != 0 || b != 1 {
+		t.Fatalf("ack requests: ack %d, ack/batch %d; want one batch ack for the pop", a, b)
+	}
+	acks := e.spy.ackRequests()
+	if len(acks) != 1 || len(acks[0].Items) != 12 {
+		t.Fatalf("acks %+v, want one of 12 items", acks)
+	}
+	mt.checkOneAckPerPop(t, e)
+	for _, it := range acks[0].Items {
+		if it.Status != "completed" {
+			t.Fatalf("acked %+v, want completed", it)
+		}
+	}
+	if n := e.srv.LeasedCount("q", "g"); n != 0 {
+		t.Fatalf("%d leased after Execute returned", n)
+	}
+}
+
+// A stop while some partitions of a pop wait for a free handler: the
+// running ones finish and are acked, the waiting ones are given back with
+// retry, all in the pop's one batch ack; nothing stays leased.
+func TestConsumeStopGivesBackWaitingPartitions(t *testing.T) {
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }), withSpy())
+	for p := range 4 {
+		e.pushN("q", fmt.Sprint("p", p), 2)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var rec recorder
+	second := make(chan struct{})
+	err := execute(t, ctx, func(ctx context.Context) error {
+		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).
+			Batch(8).Partitions(4).Concurrency(2).Each().
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				switch rec.add(key(m)) {
+				case 1: // waits for a second handler, on another partition
+					select {
+					case <-second:
+					case <-time.After(meetTimeout):
+					}
+				case 2: // two handlers run: the stop
+					cancel()
+					close(second)
+				}
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rec.get()
+	if len(got) != 2 || got[0][:2] == got[1][:2] {
+		t.Fatalf("handled %v, want the first message of two partitions", got)
+	}
+	acks := e.spy.ackRequests()
+	if len(acks) != 1 || len(acks[0].Items) != 8 {
+		t.Fatalf("acks %+v, want the pop's 8 messages in one ack", acks)
+	}
+	completed := 0
+	for _, it := range acks[0].Items {
+		switch it.Status {
+		case "completed":
+			completed++
+		case "retry":
+		default:
+			t.Fatalf("acked %+v, want completed or retry", it)
+		}
+	}
+	if completed != 2 {
+		t.Fatalf("%d completed, want the 2 handled", completed)
+	}
+	if n := e.srv.LeasedCount("q", "g"); n != 0 {
+		t.Fatalf("%d leased after Execute returned", n)
+	}
+	if left := e.peek("q", "g"); len(left) != 6 {
+		t.Fatalf("given back %v, want the 6 not handled, at once", keys(left))
+	}
+}
+
+// A lost lease cancels only the handlers of its pop: another pop's handler,
+// running at the same time, goes on and is acked.
+func TestConsumeLostLeaseCancelsOnlyItsHandlers(t *testing.T) {
+	renewals := newRenewWatch()
+	e := newEnv(t, withHooks(renewals))
+	e.pushN("q", "a", 1)
+	e.pushN("q", "b", 1)
+	type call struct {
+		m    *queen.Message
+		hctx context.Context
+	}
+	calls := make(chan call, 2)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	causes := map[string]error{}
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		go func() {
+			a, b := <-calls, <-calls
+			lost := a
+			if key(b.m) == "a/0" {
+				lost = b
+			}
+			// Release partition a's lease behind the loop's back: its next
+			// renewal finds no live lease.
+			give := []queen.Settlement{{Message: lost.m, Status: queen.StatusRetry}}
+			if _, err := e.c.SettleBatch(context.Background(), give, queen.AckOptions{ConsumerGroup: "g"}); err != nil {
+				t.Error(err)
+			}
+			select {
+			case <-lost.hctx.Done():
+			case <-time.After(30 * time.Second): // a hang guard
+				t.Error("the handler of the lost lease was not cancelled")
+			}
+			if !renewals.await(2) { // a few more renewals of the other lease
+				t.Error("no renewal after the lost lease")
+			}
+			close(release)
+		}()
+		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).
+			Partitions(1).Concurrency(2).RenewLease(true, 5).Each().Limit(2).
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				calls <- call{m, hctx}
+				select {
+				case <-release:
+				case <-time.After(30 * time.Second): // a hang guard
+				}
+				mu.Lock()
+				causes[key(m)] = context.Cause(hctx)
+				mu.Unlock()
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(causes["a/0"], queen.ErrLeaseLost) {
+		t.Fatalf("a/0's ctx: %v, want ErrLeaseLost", causes["a/0"])
+	}
+	if causes["b/0"] != nil {
+		t.Fatalf("b/0's ctx was cancelled (%v): another pop's lease was lost", causes["b/0"])
+	}
+	left := e.peek("q", "g")
+	if got := keys(left); !reflect.DeepEqual(got, []string{"a/0"}) {
+		t.Fatalf("left %v, want a/0 only (b/0 acked completed)", got)
+	}
+}
+
+// After Execute returns, no goroutine of the loop is left: slots,
+// supervisor, renewers and long polls are all gone (the client's and the
+// broker's pooled connections are closed before the check).
+func TestConsumeLeavesNoGoroutine(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	e := newEnv(t, withFakeClock())
+	for p := range 4 {
+		e.pushN("q", fmt.Sprint("p", p), 3)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{}, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.c.Queue("q").Batch(3).Partitions(1).Concurrency(6).RenewLease(true, 5).IdleMillis(60_000).Each().
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				started <- struct{}{}
+				<-hctx.Done() // ends with the grace period
+				return hctx.Err()
+			}).GracePeriod(20 * time.Millisecond).Execute(ctx)
+	}()
+	for range 4 {
+		<-started
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := e.srv.LeasedCount("q", ""); n != 0 {
+		t.Fatalf("%d messages still leased after Execute returned", n)
+	}
+	_ = e.c.Close(context.Background())
+	e.srv.Close()
+	goleak.VerifyNone(t, before)
+}
+
+// A handler that ends its goroutine (runtime.Goexit, as t.FailNow in a
+// handler does) stops the loop with an error; its message and the
+// unstarted ones are given back, and no renewer is left behind.
+func TestConsumeHandlerGoexit(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	renewals := newRenewWatch()
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }), withHooks(renewals))
+	e.pushN("q", "p", 3)
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(3).RenewLease(true, 5).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				if !renewals.await(2) { // a renewer runs when the goroutine ends
+					t.Error("no renewal")
+				}
+				runtime.Goexit()
+				return nil
+			}).Execute(ctx)
+	})
+	if err == nil || !strings.Contains(err.Error(), "Goexit") {
+		t.Fatalf("Execute = %v, want the handler's Goexit reported", err)
+	}
+	if n := e.srv.LeasedCount("q", ""); n != 0 {
+		t.Fatalf("%d still leased after Execute returned", n)
+	}
+	if left := e.peek("q", ""); len(left) != 3 {
+		t.Fatalf("given back %v, want all 3 at once", keys(left))
+	}
+	_ = e.c.Close(context.Background())
+	e.srv.Close()
+	goleak.VerifyNone(t, before)
+}
+
+// The same with a pop's partitions handled side by side: one handler ends
+// its goroutine while another of the pop runs and two partitions wait for a
+// slot. The loop stops with the error; the running handler's outcome is
+// acked, everything else is given back; no renewer, slot or poller is left.
+func TestConsumeHandlerGoexitSideBySide(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	renewals := newRenewWatch()
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }), withHooks(renewals))
+	for p := range 4 {
+		e.pushN("q", fmt.Sprint("p", p), 2)
+	}
+	var calls atomic.Int32
+	second := make(chan struct{})
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Group("g").SubscriptionMode(queen.SubscriptionModeAll).
+			Batch(8).Partitions(4).Concurrency(2).RenewLease(true, 5).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error {
+				if calls.Add(1) == 1 {
+					select { // the other slot's handler ends its goroutine meanwhile
+					case <-second:
+					case <-time.After(30 * time.Second): // a hang guard
+						return errors.New("no second handler ran at once")
+					}
+					if !renewals.await(2) { // the loop stops meanwhile; its renewals go on
+						t.Error("no renewal")
+					}
+					return nil
+				}
+				close(second)
+				runtime.Goexit()
+				return nil
+			}).Execute(ctx)
+	})
+	if err == nil || !strings.Contains(err.Error(), "Goexit") {
+		t.Fatalf("Execute = %v, want the handler's Goexit reported", err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d handler calls, want 2", n)
+	}
+	if n := e.srv.LeasedCount("q", "g"); n != 0 {
+		t.Fatalf("%d still leased after Execute returned", n)
+	}
+	if left := e.peek("q", "g"); len(left) != 7 {
+		t.Fatalf("given back %v, want 7 (all but the one completed)", keys(left))
+	}
+	_ = e.c.Close(context.Background())
+	e.srv.Close()
+	goleak.VerifyNone(t, before)
+}
+
+// A stop during a hold for retryDelay (3_600_000 ms here), with
+// Concurrency(1) and a later pop of another partition handled during the
+// hold: the hold ends at once, the held message is given back (its retry
+// ack sent), nothing stays leased and no goroutine of the loop is left.
+func TestConsumeStopDuringHoldLeavesNoGoroutine(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	e := newEnv(t, withQueueConfig(func(q *queentest.QueueConfig) { q.RetryDelay = 3_600_000 }))
+	e.pushN("q", "a", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var rec recorder
+	err := execute(t, ctx, func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(5).Partitions(1).RenewLease(true, 5).Each().
+			Consume(ctx, func(hctx context.Context, m *queen.Message) error {
+				switch rec.add(key(m)); key(m) {
+				case "a/0": // b comes in a later pop, handled during a's hold
+					_, err := e.c.Queue("q").Partition("b").Push(
+						map[string]any{"p": "b", "i": 0}, map[string]any{"p": "b", "i": 1}).Execute(hctx)
+					if err != nil {
+						return fmt.Errorf("push b: %w", err)
+					}
+					return errors.New("fails")
+				case "b/1":
+					cancel() // the stop, during a's hold
+				}
+				return nil
+			}).Execute(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(rec.get(), ","), "a/0,b/0,b/1"; got != want {
+		t.Fatalf("handled %s, want %s", got, want)
+	}
+	// a's held retry ack went (nothing leased, a/0 back at once), b's
+	// completions too (b is gone).
+	if n := e.srv.LeasedCount("q", ""); n != 0 {
+		t.Fatalf("%d still leased after Execute returned", n)
+	}
+	if left := e.peek("q", ""); len(left) != 1 || key(left[0]) != "a/0" {
+		t.Fatalf("given back %v, want a/0 alone, at once", keys(left))
+	}
+	_ = e.c.Close(context.Background())
+	e.srv.Close()
+	goleak.VerifyNone(t, before)
 }

@@ -1,415 +1,386 @@
-package queen
+package queen_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"log/slog"
-	"math"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
-	"github.com/queen-go/queen/internal/transport"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
 )
 
-// Every bad input fails with its own sentinel, which also matches
-// ErrInvalidArgument, and nothing reaches the broker.
-func TestBadInputSendsNothing(t *testing.T) {
-	ctx := context.Background()
-	pop := func(b func(c *Client) *QueueBuilder) func(c *Client) error {
-		return func(c *Client) error { _, err := b(c).Pop(ctx); return err }
+// A refusal whose body is not the broker's JSON envelope (a proxy's page,
+// say) says its status and content type and quotes the start of the body,
+// on one line; the whole body stays on BrokerError.Body.
+func TestBrokerErrorQuotesANonJSONBody(t *testing.T) {
+	page := "Service Unavailable\n\n" + strings.Repeat("upstream connect error or disconnect/reset before headers. ", 20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, page)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := queen.New(srv.URL, queen.WithRetryPolicy(queen.RetryPolicy{MaxAttempts: 1}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	push := func(p func(c *Client) *PushBuilder) func(c *Client) error {
-		return func(c *Client) error { _, err := p(c).Execute(ctx); return err }
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	_, err = c.Queue("q").Push(1).Execute(t.Context())
+	var be *queen.BrokerError
+	if !errors.As(err, &be) {
+		t.Fatalf("push = %v; want a *BrokerError", err)
 	}
-	msg := popped("tx", "g", "L")
-	tests := []struct {
-		name string
-		call func(c *Client) error
-		want error
-	}{
-		{"conflation without a group", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Conflation(true) }), ErrConflationNeedsGroup},
-		{"conflation with commit on delivery", pop(func(c *Client) *QueueBuilder {
-			return c.Queue("q").Group("g").Conflation(true).CommitOnDelivery(true)
-		}), ErrConflationWithCommitOnDelivery},
-		{"partitions 0", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Partitions(0) }), ErrPartitionsOutOfRange},
-		{"partitions 65", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Partitions(65) }), ErrPartitionsOutOfRange},
-		{"partitions -1", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Partitions(-1) }), ErrPartitionsOutOfRange},
-		{"negative batch", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Batch(-1) }), ErrNegativeBatch},
-		{"timeout 60001", pop(func(c *Client) *QueueBuilder { return c.Queue("q").TimeoutMillis(60001) }), ErrTimeoutOutOfRange},
-		{"negative timeout", pop(func(c *Client) *QueueBuilder { return c.Queue("q").TimeoutMillis(-5) }), ErrTimeoutOutOfRange},
-		{"unknown subscription mode", pop(func(c *Client) *QueueBuilder {
-			return c.Queue("q").Group("g").SubscriptionMode("latest")
-		}), ErrInvalidSubscription},
-		{"subscriptionFrom not a time", pop(func(c *Client) *QueueBuilder {
-			return c.Queue("q").Group("g").SubscriptionFrom("yesterday")
-		}), ErrInvalidSubscription},
-		{"subscriptionMode new in queue mode (it only applies to a group)", pop(func(c *Client) *QueueBuilder {
-			return c.Queue("q").SubscriptionMode(SubscriptionModeNew)
-		}), ErrInvalidSubscription},
-		{"subscriptionFrom in queue mode (it only applies to a group)", pop(func(c *Client) *QueueBuilder {
-			return c.Queue("q").SubscriptionFrom("2026-10-22T00:00:00Z")
-		}), ErrInvalidSubscription},
-		{"task on a named queue (discovery pops only)", pop(func(c *Client) *QueueBuilder { return c.Queue("q").Task("billing") }), ErrInvalidOption},
-		{"negative lease time", pop(func(c *Client) *QueueBuilder { return c.Queue("q").LeaseTime(-time.Nanosecond) }), ErrInvalidOption},
-		{"lease time the broker cannot store", pop(func(c *Client) *QueueBuilder {
-			return c.Queue("q").LeaseTime((math.MaxInt32 + 1) * time.Second)
-		}), ErrInvalidOption},
-		{"negative lease time: consume", func(c *Client) error {
-			return c.Queue("q").LeaseTime(-time.Second).Consume(ctx, func(context.Context, *Message) error { return nil }).Execute(ctx)
-		}, ErrInvalidOption},
-		{"empty queue: pop", pop(func(c *Client) *QueueBuilder { return c.Queue("") }), ErrEmptyQueue},
-		{"empty namespace: pop", pop(func(c *Client) *QueueBuilder { return c.Namespace("") }), ErrEmptyQueue},
-		{"empty queue: push", push(func(c *Client) *PushBuilder { return c.Queue("").Push(1) }), ErrEmptyQueue},
-		{"empty queue: create", func(c *Client) error { _, err := c.Queue("").Create().Execute(ctx); return err }, ErrEmptyQueue},
-		{"sink hold name the broker refuses", func(c *Client) error {
-			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHold: Ptr("lake/1")}).Create().Execute(ctx)
-			return err
-		}, ErrInvalidOption},
-		{"sink hold name over 64 bytes", func(c *Client) error {
-			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHold: Ptr(strings.Repeat("a", 65))}).Create().Execute(ctx)
-			return err
-		}, ErrInvalidOption},
-		{"sink hold ceiling under a minute", func(c *Client) error {
-			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHoldMax: Ptr(59 * time.Second)}).Create().Execute(ctx)
-			return err
-		}, ErrInvalidOption},
-		{"sink hold ceiling over a year", func(c *Client) error {
-			_, err := c.Queue("q").Config(QueueConfig{RetentionSinkHoldMax: Ptr(365*24*time.Hour + time.Nanosecond)}).Create().Execute(ctx)
-			return err
-		}, ErrInvalidOption},
-		{"empty queue: delete", func(c *Client) error { _, err := c.Queue("").Delete().Execute(ctx); return err }, ErrEmptyQueue},
-		{"non-UUID trace id", push(func(c *Client) *PushBuilder { return c.Queue("q").Push(1).TraceID("trace-1") }), ErrInvalidTraceID},
-		{"UUID without dashes", push(func(c *Client) *PushBuilder {
-			return c.Queue("q").Push(1).TraceID("5f0c7d1e3b2a4c8d9e6f0a1b2c3d4e5f")
-		}), ErrInvalidTraceID},
-		{"non-UUID trace id on an item", push(func(c *Client) *PushBuilder {
-			return c.Queue("q").Push(1, Item{Payload: 2, TraceID: "not-a-uuid"})
-		}), ErrInvalidTraceID},
-		{"invalid JSON raw payload", push(func(c *Client) *PushBuilder { return c.Queue("q").Push(json.RawMessage(`{"a":`)) }), ErrInvalidPayload},
-		{"invalid JSON bytes payload", push(func(c *Client) *PushBuilder { return c.Queue("q").Push(1, []byte("not json")) }), ErrInvalidPayload},
-		{"payload that cannot be encoded", push(func(c *Client) *PushBuilder { return c.Queue("q").Push(make(chan int)) }), ErrInvalidPayload},
-		{"push of nothing", push(func(c *Client) *PushBuilder { return c.Queue("q").Push() }), ErrNoMessages},
-		{"more transaction ids than payloads", push(func(c *Client) *PushBuilder {
-			return c.Queue("q").Push(1).TransactionIDs("a", "b")
-		}), ErrInvalidOption},
-		{"ack of nil", func(c *Client) error { _, err := c.Ack(ctx, nil, true, AckOptions{}); return err }, ErrNotAckable},
-		{"ack of a message not from a pop", func(c *Client) error {
-			_, err := c.Ack(ctx, &Message{TransactionID: "tx"}, true, AckOptions{})
-			return err
-		}, ErrNotAckable},
-		{"unknown ack status", func(c *Client) error { _, err := c.Settle(ctx, msg, "done", AckOptions{}); return err }, ErrUnknownStatus},
-		{"empty batch ack", func(c *Client) error { _, err := c.SettleBatch(ctx, nil, AckOptions{}); return err }, ErrNoMessages},
-		{"batch ack across groups", func(c *Client) error {
-			_, err := c.SettleBatch(ctx, []Settlement{{Message: popped("a", "g1", "L"), Status: StatusCompleted},
-				{Message: popped("b", "g2", "L"), Status: StatusCompleted}}, AckOptions{})
-			return err
-		}, ErrInvalidOption},
-		{"renew of nothing", func(c *Client) error { _, err := c.Renew(ctx); return err }, ErrNoMessages},
-		{"renew of a message without a lease", func(c *Client) error { _, err := c.Renew(ctx, popped("a", "g", "")); return err }, ErrNotAckable},
-		{"renew for zero", func(c *Client) error { _, err := c.RenewFor(ctx, 0, msg); return err }, ErrInvalidOption},
-		{"consume option out of range", func(c *Client) error {
-			return c.Queue("q").Concurrency(0).Consume(ctx, func(context.Context, *Message) error { return nil }).Execute(ctx)
-		}, ErrInvalidOption},
-		{"name that escapes its path", pop(func(c *Client) *QueueBuilder { return c.Queue("..") }), ErrInvalidName},
+	msg := err.Error()
+	prefix := "queen: broker answered 500 to POST " + srv.URL + "/api/v1/push (text/plain; charset=utf-8): Service Unavailable upstream connect error"
+	if !strings.HasPrefix(msg, prefix) || !strings.HasSuffix(msg, "…") || strings.Contains(msg, "\n") {
+		t.Errorf("message %q; want it to start %q, on one line, cut with …", msg, prefix)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rec, c := newRecorder(t)
-			err := tt.call(c)
-			require.Error(t, err)
-			assert.ErrorIs(t, err, tt.want)
-			assert.ErrorIs(t, err, ErrInvalidArgument)
-			var be *BrokerError
-			assert.False(t, errors.As(err, &be), "no broker answer is involved")
-			assert.Zero(t, rec.hits(), "nothing may be sent")
-		})
+	if n := len(be.Message); n > 200+len("…") {
+		t.Errorf("the excerpt has %d bytes", n)
+	}
+	if string(be.Body) != page || be.Status != 500 || be.ContentType != "text/plain; charset=utf-8" {
+		t.Errorf("BrokerError = %+v", be)
+	}
+
+	// The broker's envelope: its code and message, no content type.
+	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":"queue name too long","code":"name_too_long"}`)
+	}))
+	t.Cleanup(srv2.Close)
+	c2, err := queen.New(srv2.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c2.Close(context.Background()) })
+	_, err = c2.Queue("q").Push(1).Execute(t.Context())
+	if want := "queen: broker answered 400 to POST " + srv2.URL + "/api/v1/push (name_too_long): queue name too long"; err == nil || err.Error() != want {
+		t.Errorf("message %v; want %q", err, want)
 	}
 }
 
-// Sentinels are distinct from one another.
-func TestSentinelsAreDistinct(t *testing.T) {
-	all := []error{ErrInvalidURL, ErrEmptyQueue, ErrConflationNeedsGroup, ErrConflationWithCommitOnDelivery,
-		ErrPartitionsOutOfRange, ErrNegativeBatch, ErrTimeoutOutOfRange, ErrInvalidSubscription, ErrInvalidTraceID,
-		ErrInvalidPayload, ErrNoMessages, ErrNotAckable, ErrUnknownStatus, ErrCommitOnDeliveryConsume, ErrInvalidOption,
-		ErrEmptyTransaction, ErrInvalidSeek, ErrEmptyGroup, ErrEmptyPartition, ErrNotReplayable, ErrInvalidName}
-	for i, a := range all {
-		assert.ErrorIs(t, a, ErrInvalidArgument)
-		for j, b := range all {
-			if i != j {
-				assert.NotErrorIs(t, a, b)
+// Each refusal of a message before the wire says what is wrong with it.
+func TestNotAckableSaysWhy(t *testing.T) {
+	c, err := queen.New("http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	ctx := t.Context()
+	noLease := &queen.Message{ID: "m", TransactionID: "t", PartitionID: "p"}
+	_, ackNil := c.Ack(ctx, nil, true, queen.AckOptions{})
+	_, ackEmpty := c.Ack(ctx, &queen.Message{}, true, queen.AckOptions{})
+	_, renewNil := c.Renew(ctx, nil)
+	_, renewNoLease := c.Renew(ctx, noLease)
+	_, txEmpty := c.Transaction().Ack(&queen.Message{}, queen.StatusCompleted).Commit(ctx)
+	for _, tc := range []struct {
+		name     string
+		err      error
+		want     string
+		unwanted []string
+	}{
+		{"Ack(nil)", ackNil, "ack 0: queen: message cannot be acknowledged: nil message", []string{"transactionId"}},
+		{"Ack(no ids)", ackEmpty, "ack 0: queen: message cannot be acknowledged: missing transactionId or partitionId", nil},
+		{"Renew(nil)", renewNil, "message 0: queen: message cannot be acknowledged: nil message", []string{"delivery", "transactionId"}},
+		{"Renew(no lease)", renewNoLease, "message 0: queen: message cannot be acknowledged: no lease (committed on delivery?)", []string{"transactionId"}},
+		{"Transaction Ack(no ids)", txEmpty, "missing transactionId or partitionId", nil},
+	} {
+		if !errors.Is(tc.err, queen.ErrNotAckable) || !errors.Is(tc.err, queen.ErrInvalidArgument) {
+			t.Errorf("%s = %v; want ErrNotAckable", tc.name, tc.err)
+			continue
+		}
+		if !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: %q does not say %q", tc.name, tc.err, tc.want)
+		}
+		for _, u := range tc.unwanted {
+			if strings.Contains(tc.err.Error(), u) {
+				t.Errorf("%s: %q speaks of %q", tc.name, tc.err, u)
 			}
 		}
 	}
-	for _, e := range []error{ErrClosed, ErrConflationUnsupported, ErrNotSupported, ErrLeaseLost} {
-		assert.NotErrorIs(t, e, ErrInvalidArgument)
+}
+
+// A payload that does not decode names the message by its id and its
+// transaction id.
+func TestDecodeErrorNamesTheMessage(t *testing.T) {
+	m := &queen.Message{ID: "0192-msg", TransactionID: "txn-7", Raw: json.RawMessage(`"not a number"`)}
+	_, err := queen.Decode[int](m)
+	if err == nil || !strings.Contains(err.Error(), `decode message "0192-msg" (transactionId "txn-7"): `) {
+		t.Errorf("Decode = %v", err)
+	}
+	_, err = queen.Decode[int](&queen.Message{TransactionID: "txn-8", Raw: json.RawMessage(`[]`)})
+	if err == nil || !strings.Contains(err.Error(), `decode message with transactionId "txn-8": `) {
+		t.Errorf("Decode of a message without an id = %v", err)
+	}
+	_, err = queen.Decode[int](&queen.Message{Raw: json.RawMessage(`[]`)})
+	if err == nil || !strings.Contains(err.Error(), "decode message without an id: ") || strings.Contains(err.Error(), `""`) {
+		t.Errorf("Decode of a message without ids = %v", err)
+	}
+	if !utf8.ValidString(err.Error()) {
+		t.Error("invalid UTF-8")
 	}
 }
 
-func TestNewRefusesBadURLs(t *testing.T) {
-	rec, _ := newRecorder(t)
-	for _, tt := range []struct {
-		name string
-		url  string
-		opts []Option
-	}{
-		{"empty", "", nil},
-		{"no scheme", "localhost:6632", nil},
-		{"not http", "ftp://broker:21", nil},
-		{"no host", "http://", nil},
-		{"query", "http://broker:6632/?x=1", nil},
-		{"fragment", "http://broker:6632/#top", nil},
-		{"unparsable", "http://[::1", nil},
-		{"empty query", "http://broker:6632/?", nil},
-		{"user info", "http://user:secret@broker:6632", nil},
-		{"bad failover URL", rec.srv.URL, []Option{WithURLs("broker-2:6632")}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := New(tt.url, tt.opts...)
-			assert.Nil(t, c)
-			assert.ErrorIs(t, err, ErrInvalidURL)
-			assert.ErrorIs(t, err, ErrInvalidArgument)
-		})
+// A call none of whose attempts reached the broker fails with ErrNotSent,
+// never ErrOutcomeUnknown: nothing was stored or applied.
+
+func TestNotSentAgainstRefusingBroker(t *testing.T) {
+	srv := queentest.Start(t)
+	ctx := t.Context()
+	msg := leasedTask(t, retryingClient(t, srv.URL))
+	srv.RefuseConnections(time.Hour) // the listener is down; Close ends the window
+	// A client with no connection yet: a request written on a connection
+	// the broker closed as the window began may have reached it (its
+	// outcome is unknown), and that is not what this test is about.
+	c := retryingClient(t, srv.URL)
+
+	check := func(name string, err error) {
+		t.Helper()
+		if !errors.Is(err, queen.ErrNotSent) || errors.Is(err, queen.ErrOutcomeUnknown) {
+			t.Errorf("%s: %v; want ErrNotSent only", name, err)
+		}
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" {
+			t.Errorf("%s: %v; want the dial error kept", name, err)
+		}
 	}
-	for _, tt := range []struct {
-		name string
-		opt  Option
-	}{
-		{"negative timeout", WithRequestTimeout(-time.Second)},
-		{"negative idle connections", WithIdleConns(-1)},
-		{"negative retry attempts", WithRetryPolicy(RetryPolicy{MaxAttempts: -1})},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := New(rec.srv.URL, tt.opt)
-			assert.Nil(t, c)
-			assert.ErrorIs(t, err, ErrInvalidOption)
-			assert.ErrorIs(t, err, ErrInvalidArgument)
-		})
-	}
-	assert.Zero(t, rec.hits())
+	_, err := c.Queue("tasks").Partition("p").Push(map[string]int{"n": 2}).Execute(ctx)
+	check("Push.Execute", err)
+	_, err = c.Ack(ctx, msg, true, queen.AckOptions{ConsumerGroup: "workers"})
+	check("Ack", err)
+	_, err = c.SettleBatch(ctx, []queen.Settlement{{Message: msg, Status: queen.StatusCompleted}}, queen.AckOptions{ConsumerGroup: "workers"})
+	check("SettleBatch", err)
+	_, err = c.Transaction().Queue("results").Push(map[string]int{"n": 3}).Commit(ctx)
+	check("Transaction.Commit", err)
 }
 
-// A broker refusal is one *BrokerError, found with errors.As through any
-// wrapping, carrying status, code, message and Retry-After.
-func TestBrokerErrorThroughWrappers(t *testing.T) {
-	ctx := context.Background()
-	ops := map[string]func(c *Client) error{
-		// Wait(false): a short pop (a waiting one: TestWaitingPopIsBounded).
-		"pop":    func(c *Client) error { _, err := c.Queue("q").Wait(false).Pop(ctx); return err },
-		"push":   func(c *Client) error { _, err := c.Queue("q").Push(1).Execute(ctx); return err },
-		"ack":    func(c *Client) error { _, err := c.Ack(ctx, popped("a", "g", "L"), true, AckOptions{}); return err },
-		"renew":  func(c *Client) error { _, err := c.Renew(ctx, popped("a", "g", "L")); return err },
-		"create": func(c *Client) error { _, err := c.Queue("q").Create().Execute(ctx); return err },
-		"delete": func(c *Client) error { _, err := c.Queue("q").Delete().Execute(ctx); return err },
+// With nothing listening at all (a closed listener): the same, and the
+// error says how many attempts were refused.
+func TestNotSentClosedListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	answers := []struct {
-		name       string
-		answer     answer
-		status     int
-		code       string
-		msg        string
-		retryAfter time.Duration
-		temporary  bool
+	url := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	c := retryingClient(t, url)
+	_, err = c.Queue("q").Push(map[string]int{"n": 1}).Execute(t.Context())
+	if !errors.Is(err, queen.ErrNotSent) {
+		t.Fatalf("Execute: %v; want ErrNotSent", err)
+	}
+	t.Log(err)
+}
+
+// Calls the broker does not apply idempotently (Transaction.Commit,
+// Admin.ReplayDLQ) are not retried once they may have reached the broker:
+// the outcome is reported unknown, never guessed.
+
+// retryingClient is a client for url that retries as a user's would (the
+// default four attempts), quickly.
+func retryingClient(t *testing.T, url string) *queen.Client {
+	t.Helper()
+	c, err := queen.New(url, queen.WithRetryPolicy(queen.RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(t.Context()) })
+	return c
+}
+
+// leasedTask pushes one task to queue "tasks" and pops it for group
+// "workers".
+func leasedTask(t *testing.T, c *queen.Client) *queen.Message {
+	t.Helper()
+	mustPush(t, c, "tasks", "p", map[string]int{"n": 1})
+	msgs := popAll(t, c, "tasks", "workers")
+	if len(msgs) != 1 {
+		t.Fatalf("popped %d", len(msgs))
+	}
+	return msgs[0]
+}
+
+func TestCommitAnswerLostIsOutcomeUnknown(t *testing.T) {
+	srv := queentest.Start(t)
+	c := retryingClient(t, srv.URL)
+	ctx := t.Context()
+	msg := leasedTask(t, c)
+
+	srv.ResetCounters()
+	srv.DropNextResponses(queentest.RouteTransaction, 1)
+	res, err := c.Transaction().
+		Queue("results").Partition("p").Push(queen.Item{Payload: map[string]string{"done": "1"}, TransactionID: "result-1"}).
+		Ack(msg, queen.StatusCompleted, queen.AckOptions{ConsumerGroup: "workers"}).
+		Commit(ctx)
+	if !errors.Is(err, queen.ErrOutcomeUnknown) {
+		t.Fatalf("Commit = %+v, %v; want ErrOutcomeUnknown", res, err)
+	}
+	var te *queen.TransactionError
+	if res != nil || errors.Is(err, queen.ErrRolledBack) || errors.As(err, &te) {
+		t.Fatalf("Commit = %+v, %v; an unknown outcome is not a rollback", res, err)
+	}
+	if !strings.HasPrefix(err.Error(), "queen: outcome unknown: transport: POST "+srv.URL+"/api/v1/transaction: ") {
+		t.Fatalf("message %q", err)
+	}
+	if n := srv.Requests(queentest.RouteTransaction); n != 1 {
+		t.Fatalf("the transaction was sent %d times, want once", n)
+	}
+
+	// It was applied: the push is stored once and the task is settled.
+	read, err := c.Queue("results").Fetch(ctx, []string{"p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs := read["p"].Records; len(recs) != 1 || recs[0].TransactionID != "result-1" {
+		t.Fatalf("results = %+v; want the pushed message once", read["p"])
+	}
+	if srv.LeasedCount("tasks", "workers") != 0 {
+		t.Fatal("the task is still leased: the ack was not applied")
+	}
+	if got := popAll(t, c, "tasks", "workers"); len(got) != 0 {
+		t.Fatalf("acked task came back: %v", payloads(got))
+	}
+}
+
+func TestReplayDLQAnswerLostIsOutcomeUnknown(t *testing.T) {
+	srv := queentest.Start(t)
+	c := retryingClient(t, srv.URL)
+	ctx := t.Context()
+	msg := leasedTask(t, c)
+	if _, err := c.Transaction().Ack(msg, queen.StatusDLQ, queen.AckOptions{ConsumerGroup: "workers"}).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	page, err := c.Admin().ListDLQ(ctx, "tasks", queen.DLQListOptions{})
+	if err != nil || len(page.Messages) != 1 {
+		t.Fatalf("dlq = %+v, %v", page, err)
+	}
+	dl := page.Messages[0]
+
+	srv.ResetCounters()
+	srv.DropNextResponses(queentest.RouteDLQ, 1)
+	rr, err := c.Admin().ReplayDLQ(ctx, dl)
+	if !errors.Is(err, queen.ErrOutcomeUnknown) {
+		t.Fatalf("ReplayDLQ = %+v, %v; want ErrOutcomeUnknown", rr, err)
+	}
+	var be *queen.BrokerError
+	if errors.As(err, &be) {
+		t.Fatalf("ReplayDLQ = %v; want no broker answer (a retry's 404 says the replay did not happen)", err)
+	}
+	if n := srv.Requests(queentest.RouteDLQ); n != 1 {
+		t.Fatalf("the replay was sent %d times, want once", n)
+	}
+
+	// It was applied: the row left the DLQ and the message is back.
+	if n := srv.DLQCount("tasks"); n != 0 {
+		t.Fatalf("DLQCount = %d; the replay was not applied", n)
+	}
+	back := popAll(t, c, "tasks", "workers")
+	if len(back) != 1 || back[0].TransactionID != "dlq:"+dl.ID {
+		t.Fatalf("back = %v", back)
+	}
+}
+
+// The answers the broker sends without applying (429, 503) are still
+// retried; the others are final, and those that may follow an applied
+// request say the outcome is unknown.
+func TestNonIdempotentCallsAndStatuses(t *testing.T) {
+	const committed = `{"transactionId":"t","success":true,"results":[{"index":0,"type":"push","success":true,"transactionId":"x","messageId":"m","queueName":"q"}]}`
+	const replayed = `{"success":true,"result":"moved","queue":"q","partition":"p"}`
+	envelope := func(code string) string { return `{"error":"injected","code":"` + code + `"}` }
+	calls := map[string]func(*queen.Client) error{
+		"commit": func(c *queen.Client) error {
+			_, err := c.Transaction().Queue("q").Push(1).Commit(t.Context())
+			return err
+		},
+		"replay": func(c *queen.Client) error {
+			_, err := c.Admin().ReplayDLQ(t.Context(), queen.DeadLetter{ID: "row"})
+			return err
+		},
+	}
+	tests := []struct {
+		status  int
+		body    string
+		retried bool
+		unknown bool
 	}{
-		{"429 with Retry-After seconds", answer{status: 429, body: golden(t, "broker-2.x/error_429_overloaded.json"), header: map[string]string{"Retry-After": "3"}},
-			429, "overloaded", "admission budget full", 3 * time.Second, true},
-		{"503 no_leader, fractional Retry-After", answer{status: 503, body: golden(t, "broker-2.x/error_503_no_leader.json"), header: map[string]string{"Retry-After": "1.5"}},
-			503, "no_leader", "no leader elected", 1500 * time.Millisecond, true},
-		{"400 bad_body", answer{status: 400, body: golden(t, "broker-2.x/error_400_bad_body.json")},
-			400, "bad_body", "expected value", 0, false},
-		{"403 with a plain-text body", answer{status: 403, body: "forbidden here"},
-			403, "", "forbidden here", 0, false},
-		{"401 without a body", answer{status: 401},
-			401, "", "Unauthorized", 0, false},
+		{http.StatusServiceUnavailable, envelope("retry"), true, false},
+		{http.StatusServiceUnavailable, envelope("no_leader"), true, false},
+		{http.StatusTooManyRequests, envelope("overloaded"), true, false},
+		{http.StatusServiceUnavailable, envelope("outcome_unknown"), false, true},
+		{http.StatusInternalServerError, envelope("internal"), false, true},
+		{http.StatusBadGateway, `bad gateway`, false, true},
+		{http.StatusGatewayTimeout, `gateway timeout`, false, true},
+		{http.StatusInsufficientStorage, envelope("storage_full"), false, false},
+		{http.StatusBadRequest, envelope("bad_request"), false, false},
 	}
-	for opName, op := range ops {
-		for _, a := range answers {
-			t.Run(opName+"/"+a.name, func(t *testing.T) {
-				rec, c := newRecorder(t, a.answer)
-				err := op(c)
-				wrapped := fmt.Errorf("outer: %w", fmt.Errorf("middle: %w", err))
-				var be *BrokerError
-				require.ErrorAs(t, wrapped, &be)
-				assert.Equal(t, a.status, be.Status)
-				assert.Equal(t, a.code, be.Code)
-				assert.Contains(t, be.Message, a.msg)
-				assert.Equal(t, a.retryAfter, be.RetryAfter)
-				assert.Equal(t, a.temporary, be.Temporary())
-				assert.Contains(t, be.Error(), fmt.Sprint(a.status))
-				assert.NotErrorIs(t, err, ErrInvalidArgument)
-				assert.Equal(t, 1, rec.hits())
+	for name, call := range calls {
+		for _, tc := range tests {
+			t.Run(name+" "+strconv.Itoa(tc.status)+" "+tc.body, func(t *testing.T) {
+				var mu sync.Mutex
+				hits := 0
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.ReadAll(r.Body)
+					mu.Lock()
+					hits++
+					first := hits == 1
+					mu.Unlock()
+					if first {
+						w.WriteHeader(tc.status)
+						_, _ = io.WriteString(w, tc.body)
+						return
+					}
+					if name == "commit" {
+						_, _ = io.WriteString(w, committed)
+						return
+					}
+					_, _ = io.WriteString(w, replayed)
+				}))
+				t.Cleanup(srv.Close)
+				err := call(retryingClient(t, srv.URL))
+				mu.Lock()
+				defer mu.Unlock()
+				if tc.retried {
+					if err != nil || hits != 2 {
+						t.Fatalf("err = %v after %d requests; want success on the retry", err, hits)
+					}
+					return
+				}
+				var be *queen.BrokerError
+				if hits != 1 || !errors.As(err, &be) || be.Status != tc.status {
+					t.Fatalf("err = %v after %d requests; want the broker's %d, not retried", err, hits, tc.status)
+				}
+				if got := errors.Is(err, queen.ErrOutcomeUnknown); got != tc.unknown {
+					t.Fatalf("errors.Is(%v, ErrOutcomeUnknown) = %v, want %v", err, got, tc.unknown)
+				}
+				if tc.unknown && !strings.HasPrefix(err.Error(), "queen: outcome unknown: broker answered ") {
+					t.Fatalf("message %q", err)
+				}
 			})
 		}
 	}
 }
 
-func TestRetryAfterHTTPDate(t *testing.T) {
-	at := time.Now().Add(20 * time.Second).UTC().Format(http.TimeFormat)
-	_, c := newRecorder(t, answer{status: 503, body: `{"error":"busy","code":"retry"}`, header: map[string]string{"Retry-After": at}})
-	_, err := c.Queue("q").Wait(false).Pop(context.Background())
-	var be *BrokerError
-	require.ErrorAs(t, err, &be)
-	assert.InDelta(t, 20*time.Second, be.RetryAfter, float64(2*time.Second))
-}
-
-// A 4xx is never retried, even when the policy allows many attempts.
-func TestClientErrorsAreNotRetried(t *testing.T) {
-	rec, c := newRecorderOpts(t, []Option{WithRetryPolicy(RetryPolicy{MaxAttempts: 5, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})},
-		answer{status: 400, body: golden(t, "broker-2.x/error_400_bad_body.json")})
-	_, err := c.Queue("q").Push(1).Execute(context.Background())
-	var be *BrokerError
-	require.ErrorAs(t, err, &be)
-	assert.Equal(t, 1, rec.hits())
-}
-
-func TestClosedClientSendsNothing(t *testing.T) {
-	rec, c := newRecorder(t)
-	require.NoError(t, c.Close(context.Background()))
-	require.NoError(t, c.Close(context.Background()), "closing twice is fine")
-	_, err := c.Queue("q").Push(1).Execute(context.Background())
-	assert.ErrorIs(t, err, ErrClosed)
-	_, err = c.Queue("q").Pop(context.Background())
-	assert.ErrorIs(t, err, ErrClosed)
-	assert.Zero(t, rec.hits())
-}
-
-func TestRequestHeaders(t *testing.T) {
-	rec, c := newRecorderOpts(t, []Option{WithBearerToken("s3cret")}, answer{status: 201, body: `[{"index":0,"status":"queued"}]`})
-	_, err := c.Queue("q").Push(1).Execute(context.Background())
-	require.NoError(t, err)
-	h := rec.only(t).Header
-	assert.Equal(t, "Bearer s3cret", h.Get("Authorization"))
-	assert.Equal(t, "application/json", h.Get("Accept"))
-	assert.Equal(t, "application/json", h.Get("Content-Type"))
-}
-
-// The client fails over to the next URL when the first one is down.
-func TestFailoverToTheNextURL(t *testing.T) {
-	rec, _ := newRecorder(t, answer{status: 201, body: `[{"index":0,"status":"queued"}]`})
-	down, _ := newRecorder(t)
-	down.srv.Close() // nothing listens there any more
-	c, err := New(down.srv.URL, WithURLs(rec.srv.URL),
-		WithRetryPolicy(RetryPolicy{MaxAttempts: 3, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}))
-	require.NoError(t, err)
-	defer c.Close(context.Background())
-	res, err := c.Queue("q").Push(1).Execute(context.Background())
-	require.NoError(t, err)
-	assert.Equal(t, PushQueued, res[0].Status)
-	assert.Equal(t, 1, rec.hits())
-}
-
-// A cancelled ctx stops a call; the error says so.
-func TestContextCancelled(t *testing.T) {
-	_, c := newRecorder(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := c.Queue("q").Pop(ctx)
-	assert.ErrorIs(t, err, context.Canceled)
-}
-
-// A waiting pop has the attempt budget of every other call: on a broker
-// that answers 503 it gives up after MaxAttempts with the last answer, and
-// on a dead broker after MaxAttempts refused connections with the network
-// error, saying how many attempts it made.
-func TestWaitingPopIsBounded(t *testing.T) {
-	busy := answer{status: 503, body: golden(t, "broker-2.x/error_503_no_leader.json")}
-	policy := WithRetryPolicy(RetryPolicy{MaxAttempts: 3, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
-	// The ctx only keeps a pop that never gives up from hanging the test.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rec, c := newRecorderOpts(t, []Option{policy}, busy)
-	_, err := c.Queue("t1").Wait(true).Pop(ctx)
-	var be *BrokerError
-	require.ErrorAs(t, err, &be)
-	assert.Equal(t, 503, be.Status)
-	assert.Equal(t, 3, be.Attempts)
-	assert.Contains(t, err.Error(), "(after 3 attempts)")
-	assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a 503 was not served")
-	assert.Equal(t, 3, rec.hits())
-
-	// A retried 503 that then succeeds is the success.
-	rec2, c2 := newRecorderOpts(t, []Option{policy}, busy, busy, ok200(t, "broker-0.15.1/pop_queue_mode_three.json"))
-	msgs, err := c2.Queue("t1").Pop(context.Background())
-	require.NoError(t, err)
-	assert.Len(t, msgs, 3)
-	assert.Equal(t, 3, rec2.hits())
-
-	// Dead broker: a closed port.
-	dead, _ := newRecorder(t)
-	dead.srv.Close()
-	c3, err := New(dead.srv.URL, policy)
-	require.NoError(t, err)
-	defer c3.Close(context.Background())
-	_, err = c3.Queue("t1").Group("g").Wait(true).TimeoutMillis(30000).Pop(ctx)
-	require.Error(t, err)
-	// Bounded by the attempts, not by the wait or a ctx: the network
-	// error, not the ctx's.
-	assert.NotErrorIs(t, err, context.DeadlineExceeded, "bounded by the attempts, not by the wait or a ctx")
-	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
-	var op *net.OpError
-	require.ErrorAs(t, err, &op)
-	assert.Equal(t, "dial", op.Op)
-	assert.NotErrorIs(t, err, ErrOutcomeUnknown, "a refused connection sent nothing")
-	assert.Contains(t, err.Error(), "no answer after 3 attempt(s)")
-
-	// Cancelled while waiting between attempts: the ctx error.
-	// The cancel comes once the client has decided to retry (its Debug
-	// record of the retry, logged as the 30 s wait begins), so during that
-	// wait. A cancel before that decision, even once the 503 is read (its
-	// RequestHook ran), returns the answer instead: a pop takes an answer
-	// received as its ctx ends.
-	waiting := make(chan struct{}, 1)
-	ctx4, cancel4 := context.WithCancel(context.Background())
-	rec4, c4 := newRecorderOpts(t, []Option{policy, WithLogger(slog.New(retryLogged(waiting)))},
-		answer{status: 503, body: "{}", header: map[string]string{"Retry-After": "30"}})
-	go func() {
-		<-waiting
-		cancel4()
-	}()
-	_, err = c4.Queue("t1").Pop(ctx4)
-	assert.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, 1, rec4.hits(), "cancelled during the wait before the second attempt")
-}
-
-// BrokerError.Temporary is the client's one retry rule (the transport's
-// retries and the consume loop follow it too).
-func TestTemporaryIsTheRetryRule(t *testing.T) {
-	want := map[int]bool{
-		400: false, 401: false, 403: false, 404: false, 409: false, 413: false,
-		408: true, 429: true, 500: true, 502: true, 503: true, 504: true, 507: true,
-		501: false, 505: false, 506: false, 508: false, 510: false, 511: false,
+// Idempotent calls keep retrying what the broker applied: a push whose
+// answer was lost is sent again and answered as a duplicate.
+func TestIdempotentCallsStillRetryAfterSend(t *testing.T) {
+	srv := queentest.Start(t)
+	c := retryingClient(t, srv.URL)
+	srv.DropNextResponses(queentest.RoutePush, 1)
+	res, err := c.Queue("q").Push(queen.Item{Payload: 1, TransactionID: "once"}).Execute(t.Context())
+	if err != nil || len(res) != 1 {
+		t.Fatalf("push = %+v, %v", res, err)
 	}
-	for status, temporary := range want {
-		assert.Equal(t, temporary, (&BrokerError{Status: status}).Temporary(), "Temporary of %d", status)
-	}
-	for status := 100; status < 600; status++ {
-		assert.Equal(t, transport.Retryable(status), (&BrokerError{Status: status}).Temporary(), "Temporary of %d", status)
+	if n := srv.Requests(queentest.RoutePush); n != 2 {
+		t.Fatalf("%d push requests, want the lost one and its retry", n)
 	}
 }
-
-// retryLogged is a slog.Handler that signals on ch when the client logs
-// that it retries a request (the Debug record of WithLogger), which it does
-// once it has decided to, right before the wait between the attempts.
-type retryLogged chan struct{}
-
-func (retryLogged) Enabled(context.Context, slog.Level) bool { return true }
-
-func (ch retryLogged) Handle(_ context.Context, r slog.Record) error {
-	if r.Level == slog.LevelDebug && r.Message == "queen transport: retrying" {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	return nil
-}
-
-func (ch retryLogged) WithAttrs([]slog.Attr) slog.Handler { return ch }
-func (ch retryLogged) WithGroup(string) slog.Handler      { return ch }

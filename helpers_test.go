@@ -161,3 +161,38 @@ func golden(t testing.TB, name string) string {
 func ok200(t testing.TB, name string) answer {
 	return answer{status: http.StatusOK, body: golden(t, name)}
 }
+
+// The response decoders face whatever a broker, a proxy or a broken
+// network hands them: they may fail, never panic. Run one with, e.g.,
+//
+//	go test -run '^$' -fuzz FuzzDecodePop .
+//
+// A plain `go test` runs the seed corpus (every golden body) only.
+
+// addGoldenSeeds adds every testdata file whose name starts with one of
+// the prefixes, plus a few hostile bodies.
+func addGoldenSeeds(f *testing.F, add func(body []byte), prefixes ...string) {
+	f.Helper()
+	for _, dir := range []string{"broker-0.15.1", "broker-2.x"} {
+		entries, err := os.ReadDir(filepath.Join("testdata", dir))
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, e := range entries {
+			for _, p := range prefixes {
+				if strings.HasPrefix(e.Name(), p) {
+					b, err := os.ReadFile(filepath.Join("testdata", dir, e.Name()))
+					if err != nil {
+						f.Fatal(err)
+					}
+					add(b)
+				}
+			}
+		}
+	}
+	for _, s := range []string{"", "null", "[]", "{}", "[null]", `[{}]`, `{"messages":null}`, `{"messages":[null]}`,
+		`{"messages":[{"data":}]}`, `{"success":false,"error":"lease_held"}`, `[{"index":-1}]`, `[{"index":99}]`,
+		`{"error":null}`, `"text"`, `42`, "\x00\xff", `[{"status":"queued"},{"status":"queued"}]`} {
+		add([]byte(s))
+	}
+}

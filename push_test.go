@@ -312,3 +312,23 @@ func TestDecodePushAnswerReadsWhatEncodingJSONReads(t *testing.T) {
 		})
 	}
 }
+
+func FuzzDecodePush(f *testing.F) {
+	addGoldenSeeds(f, func(b []byte) { f.Add(b, uint8(1)); f.Add(b, uint8(3)) }, "push_")
+	f.Fuzz(func(t *testing.T, body []byte, n uint8) {
+		items := make([]wire.PushItem, int(n%8)+1)
+		for i := range items {
+			items[i] = wire.PushItem{Queue: "q", Payload: []byte("1"), TransactionID: "tx"}
+		}
+		res, err := decodePush(201, body, items)
+		if res != nil && len(res) != len(items) {
+			t.Fatalf("%d results for %d items", len(res), len(items))
+		}
+		if pe, ok := err.(*PushError); ok {
+			_ = pe.Error() // must not panic either
+			if len(pe.Failed) == 0 {
+				t.Fatal("push error without a failed item")
+			}
+		}
+	})
+}

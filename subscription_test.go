@@ -1,451 +1,494 @@
-package queen
+package queen_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
-	"net/http"
-	"sync"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// On a 0.15.1 broker a group's start point travels only until the group
-// is registered: the first pop asks the broker whether the group exists on
-// the queue; once a pop was answered the start point is never sent again
-// (PROTOCOL.md §16: there, subscriptionMode=new on a registered group can
-// skip messages). A start time is the exception: it goes on every pop.
-func TestSubscriptionOnlyOnTheRegisteringPop(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		build func(c *Client) *QueueBuilder
-		mode  string
-		from  string
-		every bool
-	}{
-		{"unset mode: new", func(c *Client) *QueueBuilder { return c.Queue("orders").Group("g") }, "new", "", false},
-		{"all", func(c *Client) *QueueBuilder {
-			return c.Queue("orders").Group("g").SubscriptionMode(SubscriptionModeAll)
-		}, "all", "", false},
-		{"from now", func(c *Client) *QueueBuilder {
-			return c.Queue("orders").Group("g").SubscriptionFrom("now")
-		}, "all", "now", false},
-		{"from a time", func(c *Client) *QueueBuilder {
-			return c.Queue("orders").Group("g").SubscriptionFrom("2026-10-22T00:00:00Z")
-		}, "all", "2026-10-22T00:00:00Z", true},
-		{"from a time, pinned", func(c *Client) *QueueBuilder {
-			return c.Queue("orders").Partition("p1").Group("g").SubscriptionFrom("2026-10-22T00:00:00Z")
-		}, "all", "2026-10-22T00:00:00Z", true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			rec, c := newRecorder(t) // the group is unknown (404), pops are empty
-			rec.health = &health015
-			ctx := context.Background()
-			for range 3 {
-				_, err := tt.build(c).Pop(ctx)
-				require.NoError(t, err)
-			}
-			reqs := rec.all()
-			require.Len(t, reqs, 3)
-			assert.Equal(t, tt.mode, reqs[0].Query.Get("subscriptionMode"), "registering pop")
-			assert.Equal(t, tt.from, reqs[0].Query.Get("subscriptionFrom"), "registering pop")
-			for _, r := range reqs[1:] {
-				if tt.every {
-					assert.Equal(t, tt.from, r.Query.Get("subscriptionFrom"), "a start time goes on every pop: %s", r.RawQuery)
-					continue
+// A group that reads partition by partition (pinned pops) gets the start
+// point it asked for on every partition, on either broker profile. A 2.x
+// broker registers a group only on a queue-wide (or discovery) pop: a
+// pinned pop seeds just its partition, from the start point it carries
+// (rsm/consume/pop.rs pop_pinned), so a client that stopped sending it
+// after the first pinned pop left the next partition to the 2.x default,
+// "new", and the group skipped that partition's backlog. A queue-wide pop
+// after pinned ones registered the group as "new" in the same way, and a
+// second Client trusted the group view, which lists the cursors of pinned
+// pops although the group is not registered.
+func TestPinnedPopsKeepTheGroupsStartPoint(t *testing.T) {
+	for _, p := range queentest.Profiles() {
+		t.Run(string(p), func(t *testing.T) {
+			t.Run("all, partition after partition", func(t *testing.T) {
+				f := newPinnedFixture(t, p)
+				f.push("p1", "a1", "a2")
+				f.push("p2", "b1", "b2")
+				g := func(c *queen.Client) *queen.QueueBuilder {
+					return c.Queue(f.queue).Group("g").SubscriptionMode(queen.SubscriptionModeAll)
 				}
-				assert.False(t, r.Query.Has("subscriptionMode"), "pop of a registered group: %s", r.RawQuery)
-				assert.False(t, r.Query.Has("subscriptionFrom"), "pop of a registered group: %s", r.RawQuery)
-			}
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			require.Len(t, rec.lookups, 1, "one lookup, before the first pop")
-			assert.Equal(t, "/api/v1/consumer-groups/g", rec.lookups[0].Path)
-			assert.Equal(t, 1, rec.healths, "the generation is asked once")
+				assert.Equal(t, []string{"a1", "a2"}, f.popAck(g(f.c).Partition("p1")))
+				assert.Equal(t, []string{"b1", "b2"}, f.popAck(g(f.c).Partition("p2")), "p2's backlog")
+			})
+			t.Run("from a time, partition after partition", func(t *testing.T) {
+				f := newPinnedFixture(t, p)
+				f.push("p1", "a-old")
+				f.push("p2", "b-old")
+				f.clk.Advance(time.Minute)
+				from := f.clk.Now().UTC().Format(time.RFC3339Nano)
+				f.push("p1", "a-new")
+				f.push("p2", "b-new")
+				g := func(c *queen.Client) *queen.QueueBuilder {
+					return c.Queue(f.queue).Group("g").SubscriptionFrom(from)
+				}
+				assert.Equal(t, []string{"a-new"}, f.popAck(g(f.c).Partition("p1")))
+				assert.Equal(t, []string{"b-new"}, f.popAck(g(f.c).Partition("p2")), "p2 from the time")
+			})
+			t.Run("all, pinned then queue-wide", func(t *testing.T) {
+				f := newPinnedFixture(t, p)
+				f.push("p1", "a1")
+				f.push("p2", "b1", "b2")
+				g := func(c *queen.Client) *queen.QueueBuilder {
+					return c.Queue(f.queue).Group("g").SubscriptionMode(queen.SubscriptionModeAll)
+				}
+				assert.Equal(t, []string{"a1"}, f.popAck(g(f.c).Partition("p1")))
+				assert.Equal(t, []string{"b1", "b2"}, f.popAck(g(f.c).Partitions(4)), "p2's backlog")
+			})
+			t.Run("all, a second client", func(t *testing.T) {
+				f := newPinnedFixture(t, p)
+				f.push("p1", "a1")
+				f.push("p2", "b1")
+				g := func(c *queen.Client) *queen.QueueBuilder {
+					return c.Queue(f.queue).Group("g").SubscriptionMode(queen.SubscriptionModeAll)
+				}
+				assert.Equal(t, []string{"a1"}, f.popAck(g(f.c).Partition("p1")))
+				assert.Equal(t, []string{"b1"}, f.popAck(g(f.client()).Partition("p2")), "p2's backlog")
+			})
 		})
 	}
 }
 
-// On 0.15.1, once a pop that carried a start time was answered, only the
-// pops that carry that same time go on carrying it: a pop naming "new" (or
-// nothing, which sends "new") or another time carries no start point, as
-// for a registered group.
-func TestSubscriptionStartTimeKeepsOnlyItself(t *testing.T) {
-	rec, c := newRecorder(t)
-	rec.health = &health015
+type pinnedFixture struct {
+	t     *testing.T
+	clk   *queentest.FakeClock
+	srv   *queentest.Server
+	c     *queen.Client
+	queue string
+}
+
+func newPinnedFixture(t *testing.T, p queentest.Profile) *pinnedFixture {
+	clk := queentest.NewFakeClock(time.Date(2026, 10, 22, 8, 0, 0, 0, time.UTC))
+	f := &pinnedFixture{t: t, clk: clk, srv: queentest.Start(t, queentest.WithProfile(p), queentest.WithClock(clk)), queue: "pinned"}
+	f.c = f.client()
+	return f
+}
+
+func (f *pinnedFixture) client() *queen.Client {
+	c, err := queen.New(f.srv.URL, queen.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+func (f *pinnedFixture) push(part string, ids ...string) {
+	items := make([]any, len(ids))
+	for i, id := range ids {
+		items[i] = queen.Item{Payload: map[string]any{"id": id}, TransactionID: id}
+	}
+	_, err := f.c.Queue(f.queue).Partition(part).Push(items...).Execute(context.Background())
+	require.NoError(f.t, err)
+	f.clk.Advance(time.Second)
+}
+
+// popAck pops once without waiting, completes what came and returns the
+// transaction ids in order.
+func (f *pinnedFixture) popAck(qb *queen.QueueBuilder) []string {
 	ctx := context.Background()
-	const ts = "2026-10-22T00:00:00Z"
-	for _, qb := range []*QueueBuilder{
-		c.Queue("orders").Partition("p1").Group("g").SubscriptionFrom(ts),
-		c.Queue("orders").Partition("p2").Group("g"),
-		c.Queue("orders").Group("g").SubscriptionFrom("2026-10-23T00:00:00Z"),
-		c.Queue("orders").Group("g").SubscriptionFrom("now"),
-		c.Queue("orders").Partition("p2").Group("g").SubscriptionMode(SubscriptionModeNew).SubscriptionFrom(ts),
-	} {
-		_, err := qb.Pop(ctx)
-		require.NoError(t, err)
+	msgs, err := qb.Batch(10).Wait(false).Pop(ctx)
+	require.NoError(f.t, err)
+	var ids []string
+	acks := make([]queen.Settlement, len(msgs))
+	for i, m := range msgs {
+		ids = append(ids, m.TransactionID)
+		acks[i] = queen.Settlement{Message: m, Status: queen.StatusCompleted}
 	}
-	reqs := rec.all()
-	require.Len(t, reqs, 5)
-	assert.Equal(t, ts, reqs[0].Query.Get("subscriptionFrom"))
-	for _, r := range reqs[1:4] {
-		assert.False(t, r.Query.Has("subscriptionMode"), r.RawQuery)
-		assert.False(t, r.Query.Has("subscriptionFrom"), r.RawQuery)
+	if len(acks) > 0 {
+		_, err := f.c.SettleBatch(ctx, acks, queen.AckOptions{ConsumerGroup: "g"})
+		require.NoError(f.t, err)
 	}
-	assert.Equal(t, ts, reqs[4].Query.Get("subscriptionFrom"))
-	assert.Equal(t, "new", reqs[4].Query.Get("subscriptionMode"), "the pop's own mode (the broker reads the time first)")
+	return ids
 }
 
-// On a 2.x broker every pop of a group carries its start point, pinned or
-// queue-wide, and the group view is never asked: the broker keeps the
-// policy of the pop that registered the group, and a pinned pop registers
-// nothing (so the start point must reach the next partition too).
-func TestSubscriptionOnEveryPopOf2x(t *testing.T) {
-	for _, tt := range []struct {
-		name       string
-		build      func(c *Client) *QueueBuilder
-		mode, from string
-	}{
-		{"unset mode: new", func(c *Client) *QueueBuilder { return c.Queue("orders").Group("g") }, "new", ""},
-		{"all, pinned", func(c *Client) *QueueBuilder {
-			return c.Queue("orders").Partition("p1").Group("g").SubscriptionMode(SubscriptionModeAll)
-		}, "all", ""},
-		{"from a time", func(c *Client) *QueueBuilder {
-			return c.Queue("orders").Group("g").SubscriptionFrom("2026-10-22T00:00:00Z")
-		}, "all", "2026-10-22T00:00:00Z"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			rec, c := newRecorder(t, answer{status: http.StatusNoContent})
-			rec.lookup = &answer{status: http.StatusOK, body: `{"orders":{"conflation":false,"kind":"queen","partitions":[{"partition":"p1","offsetLag":0}]}}`}
-			for range 3 {
-				_, err := tt.build(c).Pop(context.Background())
-				require.NoError(t, err)
-			}
-			_, err := c.Queue("orders").Partition("p2").Group("g").SubscriptionMode(SubscriptionModeAll).Pop(context.Background())
-			require.NoError(t, err)
-			reqs := rec.all()
-			require.Len(t, reqs, 4)
-			for _, r := range reqs[:3] {
-				assert.Equal(t, tt.mode, r.Query.Get("subscriptionMode"), r.RawQuery)
-				assert.Equal(t, tt.from, r.Query.Get("subscriptionFrom"), r.RawQuery)
-			}
-			assert.Equal(t, "all", reqs[3].Query.Get("subscriptionMode"), "another partition: %s", reqs[3].RawQuery)
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			assert.Empty(t, rec.lookups, "the group view lists cursors, not registrations: not asked")
-			assert.Equal(t, 1, rec.healths)
-		})
+// A group read through pinned pops in mode new on a 2.x broker gets every
+// message pushed after its first pop, in the three cases where the broker
+// starts a partition at its tail again because it kept the start of a
+// pinned pop only in memory (rsm/consume: pop.rs pop_pinned, load.rs seed
+// and register, mod.rs reset): (a) the first pinned pop named a partition
+// that did not exist yet, (b) the broker restarted, (c) a queue-wide pop
+// of the group registered it. Before the client fixed a start time, each
+// of these lost the message pushed in between. What was pushed well before
+// the group's first pop stays unread.
+func TestPinnedNewGroupKeepsItsStart2x(t *testing.T) {
+	setup := func(t *testing.T) *pinnedFixture {
+		f := newPinnedFixture(t, queentest.Profile2x)
+		f.push("p1", "a-old")
+		f.clk.Advance(time.Minute) // the cost: up to a second before the first pop may be read
+		return f
 	}
+	g := func(f *pinnedFixture) *queen.QueueBuilder { return f.c.Queue(f.queue).Group("g") }
+
+	t.Run("a: a partition that did not exist yet", func(t *testing.T) {
+		f := setup(t)
+		assert.Empty(t, f.popAck(g(f).Partition("p2")), "p2 does not exist yet")
+		f.push("p2", "b-new")
+		assert.Equal(t, []string{"b-new"}, f.popAck(g(f).Partition("p2")))
+		assert.Empty(t, f.popAck(g(f).Partition("p1")), "p1's old backlog stays unread")
+	})
+	t.Run("b: a broker restart", func(t *testing.T) {
+		f := setup(t)
+		assert.Empty(t, f.popAck(g(f).Partition("p1")))
+		f.push("p1", "a-new")
+		f.restart()
+		assert.Equal(t, []string{"a-new"}, f.popAck(g(f).Partition("p1")))
+	})
+	t.Run("c: a queue-wide pop registers the group", func(t *testing.T) {
+		f := setup(t)
+		assert.Empty(t, f.popAck(g(f).Partition("p1")))
+		f.push("p1", "a-new")
+		assert.Equal(t, []string{"a-new"}, f.popAck(g(f).Partitions(4)))
+	})
+	t.Run("now is new", func(t *testing.T) {
+		f := setup(t)
+		now := func() *queen.QueueBuilder { return g(f).SubscriptionFrom("now") }
+		assert.Empty(t, f.popAck(now().Partition("p1")))
+		f.push("p1", "a-new")
+		f.restart()
+		assert.Equal(t, []string{"a-new"}, f.popAck(now().Partition("p1")))
+	})
 }
 
-// When the broker's generation cannot be learned, a pop that would carry a
-// start point is not sent: on one generation leaving it out skips
-// messages, on the other sending it does.
-func TestSubscriptionGenerationFailureFailsThePop(t *testing.T) {
-	rec, c := newRecorder(t)
-	rec.health = &answer{status: http.StatusOK, body: `<html>not a broker</html>`}
-	_, err := c.Queue("orders").Group("g").Pop(context.Background())
-	var be *BrokerError
-	require.ErrorAs(t, err, &be)
-	assert.Contains(t, err.Error(), `consumer group "g" of queue "orders"`)
-	assert.Contains(t, err.Error(), "GET /health")
-	assert.Zero(t, rec.hits(), "no pop sent")
-	// Queue mode has no start point and needs no generation.
-	_, err = c.Queue("orders").Pop(context.Background())
+// A group read only through queue-wide pops is registered by the broker,
+// durably: its pops keep "new" and the group view says so. A group first
+// read through a pinned pop shows its fixed start time there instead.
+func TestPinnedStartLeavesQueueWideGroups2x(t *testing.T) {
+	f := newPinnedFixture(t, queentest.Profile2x)
+	f.push("p1", "a-old")
+	f.clk.Advance(time.Minute)
+	g := func(name string) *queen.QueueBuilder { return f.c.Queue(f.queue).Group(name) }
+	assert.Empty(t, f.popAck(g("wide").Partitions(4)))
+	assert.Empty(t, f.popAck(g("wide").Partition("p1")))
+	assert.Empty(t, f.popAck(g("g").Partition("p1")))
+	assert.Empty(t, f.popAck(g("g").Partitions(4)))
+	groups, err := f.c.Admin().ListConsumerGroups(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 1, rec.hits())
+	modes := map[string]string{}
+	for _, cg := range groups {
+		modes[cg.Name] = cg.SubscriptionMode
+	}
+	assert.Equal(t, "new", modes["wide"])
+	assert.Equal(t, "timestamp", modes["g"], "a group first read pinned registers with its fixed time")
 }
 
-// A group that already has a position on the queue (another process
-// registered it) never gets a start point, from the first pop on.
-func TestSubscriptionNotSentForAnExistingGroup(t *testing.T) {
-	for name, body := range map[string]string{
-		"2.x-shaped detail": `{"orders":{"conflation":false,"kind":"queen","partitions":[{"partition":"Default","offsetLag":0}]}}`,
-		"0.15.1 detail":     `{"orders":{"partitions":[{"partition":"p1","workerId":null,"offsetLag":3}]},"other":{"partitions":[]}}`,
-	} {
-		t.Run(name, func(t *testing.T) {
-			rec, c := newRecorder(t)
-			rec.health = &health015
-			rec.lookup = &answer{status: http.StatusOK, body: body}
-			for range 2 {
-				_, err := c.Queue("orders").Group("g").SubscriptionMode(SubscriptionModeNew).Pop(context.Background())
-				require.NoError(t, err)
-			}
-			for _, r := range rec.all() {
-				assert.False(t, r.Query.Has("subscriptionMode"), r.RawQuery)
-			}
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			assert.Len(t, rec.lookups, 1)
-		})
+// restart restarts the broker and waits until it answers again: the
+// Client's kept-alive connections were cut, and a pop sent on one is not
+// sent again (it may have reached the broker).
+func (f *pinnedFixture) restart() {
+	f.srv.Restart(0)
+	_, err := f.c.Admin().Health(context.Background())
+	require.NoError(f.t, err)
+}
+
+// No sequence of pops, failed and retry acks, acks left out (lease
+// expiry), restarted workers (a new Client, which knows nothing of the
+// group) and seeks back in time makes a consumer group skip a message, on
+// either broker profile (PROTOCOL.md §16: on 0.15.1 a subscriptionMode=new
+// sent for a group whose cursor is back at a partition's start would move
+// the cursor to the end). Each seeded run ends with a drain; every message
+// the group owes must have been acked completed by then.
+func TestNoSequenceSkipsAMessage(t *testing.T) {
+	for _, p := range queentest.Profiles() {
+		for seed := range 24 {
+			t.Run(fmt.Sprintf("%s/seed=%d", p, seed), func(t *testing.T) {
+				t.Parallel()
+				noSkipRun(t, p, uint64(seed))
+			})
+		}
 	}
 }
 
-// The group exists on another queue only, or the broker answers null
-// (0.15.1 for a group it does not know): the pop registers it.
-func TestSubscriptionSentWhenTheGroupIsElsewhere(t *testing.T) {
-	for name, body := range map[string]string{
-		"other queue": `{"invoices":{"partitions":[]}}`,
-		"null":        `null`,
-		"empty":       `{}`,
-	} {
-		t.Run(name, func(t *testing.T) {
-			rec, c := newRecorder(t)
-			rec.health = &health015
-			rec.lookup = &answer{status: http.StatusOK, body: body}
-			_, err := c.Queue("orders").Group("g").Pop(context.Background())
-			require.NoError(t, err)
-			assert.Equal(t, "new", rec.only(t).Query.Get("subscriptionMode"))
-		})
-	}
+type noSkip struct {
+	t     *testing.T
+	rnd   *rand.Rand
+	clk   *queentest.FakeClock
+	srv   *queentest.Server
+	c     *queen.Client
+	mode  queen.SubscriptionMode // of the registering pop
+	from  string                 // the registering pop's start time, if any
+	prof  queentest.Profile
+	part  map[string]string // transaction id -> its partition
+	pops  int
+	owed  map[string]bool      // transaction id -> the group must still complete it
+	at    map[string]time.Time // transaction id -> when it was pushed
+	seq   int
+	steps []string
 }
 
-// When the lookup fails, the pop is not sent: popping without knowing
-// could skip messages (or read what the group asked to skip).
-func TestSubscriptionLookupFailureFailsThePop(t *testing.T) {
-	rec, c := newRecorder(t)
-	rec.health = &health015
-	rec.lookup = &answer{status: http.StatusUnauthorized, body: `{"error":"Invalid token"}`}
-	_, err := c.Queue("orders").Group("g").Pop(context.Background())
-	var be *BrokerError
-	require.ErrorAs(t, err, &be)
-	assert.Equal(t, http.StatusUnauthorized, be.Status)
-	assert.Contains(t, err.Error(), `consumer group "g"`)
-	assert.Zero(t, rec.hits(), "no pop sent")
-}
+const (
+	noSkipQueue = "noskip"
+	noSkipGroup = "g"
+	noSkipLease = 10 * time.Second
+)
 
-// Queue mode has no start point: no lookup, no mode.
-func TestSubscriptionQueueModeNeverLooksUp(t *testing.T) {
-	rec, c := newRecorder(t)
-	_, err := c.Queue("orders").Pop(context.Background())
-	require.NoError(t, err)
-	assert.False(t, rec.only(t).Query.Has("subscriptionMode"))
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	assert.Empty(t, rec.lookups)
-}
-
-// A failed pop does not register the group: the next pop sends the start
-// point again.
-func TestSubscriptionFailedPopDoesNotRegister(t *testing.T) {
-	rec, c := newRecorder(t,
-		answer{status: http.StatusBadRequest, body: `{"error":"bad"}`},
-		answer{status: http.StatusNoContent})
-	rec.health = &health015
-	_, err := c.Queue("orders").Group("g").Pop(context.Background())
-	require.Error(t, err)
-	_, err = c.Queue("orders").Group("g").Pop(context.Background())
-	require.NoError(t, err)
-	reqs := rec.all()
-	require.Len(t, reqs, 2)
-	assert.Equal(t, "new", reqs[1].Query.Get("subscriptionMode"))
-}
-
-// A group deleted through Admin is forgotten: its next pop registers it
-// anew, with its start point.
-func TestSubscriptionForgottenAfterGroupDelete(t *testing.T) {
-	rec, c := newRecorder(t)
-	rec.health = &health015
+func noSkipRun(t *testing.T, p queentest.Profile, seed uint64) {
 	ctx := context.Background()
-	_, err := c.Queue("orders").Group("g").Pop(ctx)
-	require.NoError(t, err)
-	rec.mu.Lock()
-	rec.answers = []answer{{status: http.StatusOK, body: `{"success":true,"consumerGroup":"g","deletedPartitions":1,"metadataDeleted":true}`}}
-	rec.reqs = nil
-	rec.mu.Unlock()
-	_, err = c.Admin().DeleteConsumerGroup(ctx, "g", DeleteConsumerGroupOptions{})
-	require.NoError(t, err)
-	rec.mu.Lock()
-	rec.answers = nil
-	rec.mu.Unlock()
-	_, err = c.Queue("orders").Group("g").Pop(ctx)
-	require.NoError(t, err)
-	reqs := rec.all()
-	require.Len(t, reqs, 2)
-	assert.Equal(t, "new", reqs[1].Query.Get("subscriptionMode"))
-}
-
-// Pops of several goroutines at a group's start: each pop carries the
-// start point or not, never a half; none is sent twice after an answer.
-func TestSubscriptionConcurrentFirstPops(t *testing.T) {
-	rec, c := newRecorder(t)
-	rec.health = &health015
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			_, err := c.Queue("orders").Group("g").Pop(context.Background())
-			assert.NoError(t, err)
-		})
+	clk := queentest.NewFakeClock(time.Date(2026, 10, 22, 8, 0, 0, 0, time.UTC))
+	s := &noSkip{
+		t: t, rnd: rand.New(rand.NewPCG(seed, 9)), clk: clk,
+		srv:  queentest.Start(t, queentest.WithProfile(p), queentest.WithClock(clk)),
+		owed: map[string]bool{}, at: map[string]time.Time{}, part: map[string]string{}, prof: p,
 	}
-	wg.Wait()
-	_, err := c.Queue("orders").Group("g").Pop(context.Background())
-	require.NoError(t, err)
-	reqs := rec.all()
-	assert.False(t, reqs[len(reqs)-1].Query.Has("subscriptionMode"))
+	s.c = s.client()
+	lease, retries, delay := noSkipLease, 1000, time.Duration(0)
+	if _, err := s.c.Admin().ConfigureQueue(ctx, noSkipQueue, queen.QueueConfig{LeaseTime: &lease, RetryLimit: &retries, RetryDelay: &delay}); err != nil {
+		t.Fatal(err)
+	}
+	// The group registers after a backlog, with "all" (it owes the
+	// backlog), with "new" (it owes only what comes later), or from the
+	// time of a second push (it owes that push and what comes later).
+	// Later pops name any mode, or none, or that same time: it must not
+	// matter once the group exists (as when several programs read with one
+	// group). (The registering pop claims a partition: a 0.15.1 broker
+	// records a group only then.)
+	s.push(1 + s.rnd.IntN(4))
+	switch s.rnd.IntN(3) {
+	case 0:
+		s.mode = queen.SubscriptionModeAll
+	case 1:
+		s.mode = queen.SubscriptionModeNew
+		for id := range s.owed {
+			s.owed[id] = false
+		}
+	default:
+		for id := range s.owed {
+			s.owed[id] = false
+		}
+		clk.Advance(time.Second)
+		s.from = clk.Now().UTC().Format(time.RFC3339Nano)
+		s.push(1 + s.rnd.IntN(3))
+	}
+	s.pop(1 + s.rnd.IntN(5))
+	for range 40 {
+		switch r := s.rnd.IntN(20); {
+		case r < 6:
+			s.push(1 + s.rnd.IntN(3))
+		case r < 15:
+			s.pop(1 + s.rnd.IntN(5))
+		case r < 17:
+			s.step("lease expiry")
+			clk.Advance(noSkipLease + time.Second)
+		case r < 19:
+			s.step("new client")
+			s.c = s.client()
+		default:
+			s.seekBack()
+		}
+		clk.Advance(time.Second)
+	}
+	s.drain()
+	var left []string
+	for id, owed := range s.owed {
+		if owed {
+			left = append(left, id)
+		}
+	}
+	if len(left) > 0 {
+		slices.Sort(left)
+		t.Fatalf("the group skipped %d message(s) %v\nsteps: %v", len(left), left, s.steps)
+	}
 }
 
-// A broker that does not size pops (no autopilot echo on an answer with
-// messages: 0.15.1 hands out one message) gets an explicit batch from then
-// on, for pops that left it to autopilot; a Batch set by the application
-// is never changed.
-func TestLegacyBrokerGetsAnExplicitBatch(t *testing.T) {
-	rec, c := newRecorder(t, ok200(t, "broker-0.15.1/pop_queue_mode_three.json"), answer{status: http.StatusNoContent})
+func (s *noSkip) client() *queen.Client {
+	c, err := queen.New(s.srv.URL, queen.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// builder names the group with the registering start point on the first
+// pop and any mode, or none, or the registering start time, on the later
+// ones.
+func (s *noSkip) builder() *queen.QueueBuilder {
+	b := s.c.Queue(noSkipQueue).Group(noSkipGroup)
+	mode, from := s.mode, s.from
+	if s.pops++; s.pops > 1 {
+		mode, from = []queen.SubscriptionMode{"", queen.SubscriptionModeNew, queen.SubscriptionModeAll, ""}[s.rnd.IntN(4)], ""
+		if mode == "" && s.from != "" && s.rnd.IntN(2) == 0 {
+			from = s.from
+		}
+	}
+	if mode != "" {
+		b = b.SubscriptionMode(mode)
+	}
+	if from != "" {
+		b = b.SubscriptionFrom(from)
+	}
+	return b
+}
+
+func (s *noSkip) step(what string) { s.steps = append(s.steps, what) }
+
+func (s *noSkip) push(n int) {
+	part := fmt.Sprintf("p%d", s.rnd.IntN(3))
+	var ids []string
+	var items []any
+	for range n {
+		s.seq++
+		id := fmt.Sprintf("m%03d", s.seq)
+		ids = append(ids, id)
+		items = append(items, queen.Item{Payload: map[string]any{"id": id}, TransactionID: id})
+	}
+	if _, err := s.c.Queue(noSkipQueue).Partition(part).Push(items...).Execute(context.Background()); err != nil {
+		s.t.Fatal(err)
+	}
+	for _, id := range ids {
+		s.owed[id] = true
+		s.at[id] = s.clk.Now()
+		s.part[id] = part
+	}
+	s.step(fmt.Sprintf("push %v to %s", ids, part))
+}
+
+// pop takes up to batch messages and settles them at random: each
+// partition's messages in order, completed until one is failed or retried;
+// the rest of that partition is given back (retry) or left to its lease.
+func (s *noSkip) pop(batch int) {
 	ctx := context.Background()
-	msgs, err := c.Queue("t1").Pop(ctx)
-	require.NoError(t, err)
-	require.Len(t, msgs, 3)
-	_, err = c.Queue("t1").Pop(ctx)
-	require.NoError(t, err)
-	_, err = c.Queue("t1").Batch(7).Pop(ctx)
-	require.NoError(t, err)
-	_, err = c.Queue("t1").Partitions(4).Pop(ctx)
-	require.NoError(t, err)
-	reqs := rec.all()
-	require.Len(t, reqs, 4)
-	assert.Equal(t, "true", reqs[0].Query.Get("autopilot"))
-	assert.False(t, reqs[0].Query.Has("batch"))
-	assert.Equal(t, "100", reqs[1].Query.Get("batch"), reqs[1].RawQuery)
-	assert.Equal(t, "true", reqs[1].Query.Get("autopilot"), "the partitions stay left to the broker (PROTOCOL.md 3.3)")
-	assert.Equal(t, "7", reqs[2].Query.Get("batch"), "a Batch set by the application is kept")
-	assert.Equal(t, "100", reqs[3].Query.Get("batch"), reqs[3].RawQuery)
-	assert.Equal(t, "4", reqs[3].Query.Get("partitions"), reqs[3].RawQuery)
-	assert.False(t, reqs[3].Query.Has("autopilot"), "both sizes set: no autopilot flag")
-}
-
-// A broker that echoes autopilot keeps sizing the pops.
-func TestAutopilotBrokerKeepsSizing(t *testing.T) {
-	rec, c := newRecorder(t, ok200(t, "broker-2.x/pop_two_partitions_mixed_payloads.json"), answer{status: http.StatusNoContent})
-	ctx := context.Background()
-	_, err := c.Queue("orders").Pop(ctx)
-	require.NoError(t, err)
-	_, err = c.Queue("orders").Pop(ctx)
-	require.NoError(t, err)
-	reqs := rec.all()
-	require.Len(t, reqs, 2)
-	assert.Equal(t, "true", reqs[1].Query.Get("autopilot"))
-	assert.False(t, reqs[1].Query.Has("batch"), reqs[1].RawQuery)
-}
-
-// A pop with subscriptionMode=new answered with a claim and no messages
-// (0.15.1 moved the cursor) is logged at Warn with the partition.
-func TestEmptyClaimIsWarned(t *testing.T) {
-	var buf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rec, c := newRecorderOpts(t, []Option{WithLogger(log)}, ok200(t, "broker-0.15.1/pop_group_new_first_pop_empty.json"))
-	rec.health = &health015
-	msgs, err := c.Queue("t4").Group("G2").SubscriptionMode(SubscriptionModeNew).Pop(context.Background())
-	require.NoError(t, err)
-	assert.Empty(t, msgs)
-	assert.Contains(t, buf.String(), "level=WARN")
-	assert.Contains(t, buf.String(), "partition=pA")
-}
-
-// A real 0.15.1 broker answers a pinned pop of a partition with nothing
-// left (queue mode, or a group's pop with no start point or "all") with a
-// claim and no messages; nothing moved, and nothing is warned of.
-func TestEmptyClaimOfADrainedPartitionIsNotWarned(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		pops []func(*Client) *QueueBuilder
-	}{
-		{"queue mode", []func(*Client) *QueueBuilder{func(c *Client) *QueueBuilder { return c.Queue("orders").Partition("a") }}},
-		{"group, mode all", []func(*Client) *QueueBuilder{func(c *Client) *QueueBuilder {
-			return c.Queue("orders").Partition("a").Group("g").SubscriptionMode(SubscriptionModeAll)
-		}}},
-		{"registered group", []func(*Client) *QueueBuilder{
-			func(c *Client) *QueueBuilder {
-				return c.Queue("orders").Partition("a").Group("g").SubscriptionMode(SubscriptionModeAll)
-			},
-			func(c *Client) *QueueBuilder { return c.Queue("orders").Partition("a").Group("g") },
-			func(c *Client) *QueueBuilder {
-				return c.Queue("orders").Partition("a").Group("g").SubscriptionMode(SubscriptionModeNew)
-			},
-		}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			var buf bytes.Buffer
-			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			answers := make([]answer, len(tt.pops))
-			for i := range answers {
-				answers[i] = ok200(t, "broker-0.15.1/pop_pinned_drained.json")
+	msgs, err := s.builder().Batch(batch).Partitions(1 + s.rnd.IntN(3)).Wait(false).Pop(ctx)
+	if err != nil {
+		s.t.Fatalf("pop: %v", err)
+	}
+	var acks []queen.Settlement
+	broken := map[string]string{} // partition -> what happened to its rest
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.TransactionID)
+		switch broken[m.PartitionID] {
+		case "retry":
+			acks = append(acks, queen.Settlement{Message: m, Status: queen.StatusRetry})
+			continue
+		case "leave":
+			continue
+		}
+		switch r := s.rnd.IntN(10); {
+		case r < 6:
+			acks = append(acks, queen.Settlement{Message: m, Status: queen.StatusCompleted})
+		case r < 9:
+			st := queen.StatusFailed
+			if r == 8 {
+				st = queen.StatusRetry
 			}
-			rec, c := newRecorderOpts(t, []Option{WithLogger(log)}, answers...)
-			rec.health = &health015
-			for _, qb := range tt.pops {
-				msgs, err := qb(c).Wait(false).Pop(context.Background())
-				require.NoError(t, err)
-				assert.Empty(t, msgs)
+			acks = append(acks, queen.Settlement{Message: m, Status: st, Error: "boom"})
+			broken[m.PartitionID] = []string{"retry", "leave"}[s.rnd.IntN(2)]
+		default:
+			broken[m.PartitionID] = "leave" // this one and the rest: left to the lease
+		}
+	}
+	s.step(fmt.Sprintf("pop %d: %v", batch, got))
+	s.settle(acks)
+}
+
+func (s *noSkip) settle(acks []queen.Settlement) {
+	if len(acks) == 0 {
+		return
+	}
+	res, err := s.c.SettleBatch(context.Background(), acks, queen.AckOptions{ConsumerGroup: noSkipGroup})
+	if len(res) != len(acks) {
+		s.t.Fatalf("settle: %d results for %d acks (%v)", len(res), len(acks), err)
+	}
+	var said []string
+	for i, r := range res {
+		said = append(said, fmt.Sprintf("%s=%s:%v", acks[i].Message.TransactionID, acks[i].Status, r.Success))
+	}
+	s.step(fmt.Sprintf("ack %v", said))
+	for i, r := range res {
+		if r.Success && acks[i].Status == queen.StatusCompleted {
+			s.owed[acks[i].Message.TransactionID] = false
+		}
+		if r.DLQ {
+			s.t.Fatalf("%s dead-lettered (retry limit 1000)", acks[i].Message.TransactionID)
+		}
+	}
+}
+
+// seekBack moves the group to the time of a message pushed earlier: every
+// message pushed at or after that time is owed again, and none before it
+// (a seek forward skips them on purpose). On 0.15.1 a partition with
+// nothing before that time has its cursor back at its start, where the
+// group's stored start time applies again (002d_pop_unified_v4.sql): there
+// a group started from a time is owed only what is at or after that time.
+func (s *noSkip) seekBack() {
+	if len(s.at) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(s.at))
+	for id := range s.at {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	to := s.at[ids[s.rnd.IntN(len(ids))]]
+	if _, err := s.c.Admin().SeekConsumerGroup(context.Background(), noSkipGroup, noSkipQueue,
+		queen.SeekConsumerGroupOptions{Timestamp: to.Format(time.RFC3339Nano)}); err != nil {
+		s.t.Fatalf("seek: %v", err)
+	}
+	var start time.Time
+	if s.from != "" && s.prof == queentest.Profile015 {
+		start, _ = time.Parse(time.RFC3339Nano, s.from)
+	}
+	earlier := map[string]bool{} // partition -> it has a message before the seek's time
+	for id, at := range s.at {
+		if at.Before(to) {
+			earlier[s.part[id]] = true
+		}
+	}
+	for id, at := range s.at {
+		s.owed[id] = !at.Before(to) && (earlier[s.part[id]] || !at.Before(start))
+	}
+	s.step("seek to " + to.Format(time.TimeOnly))
+}
+
+// drain pops and completes everything, letting leases run out, until the
+// broker has nothing more for the group.
+func (s *noSkip) drain() {
+	s.step("drain")
+	empty := 0
+	for range 200 {
+		msgs, err := s.builder().Batch(50).Partitions(3).Wait(false).Pop(context.Background())
+		if err != nil {
+			s.t.Fatalf("drain pop: %v", err)
+		}
+		if len(msgs) == 0 {
+			if empty++; empty == 3 {
+				return
 			}
-			assert.Empty(t, buf.String())
-		})
+			s.clk.Advance(noSkipLease + time.Second)
+			continue
+		}
+		empty = 0
+		acks := make([]queen.Settlement, len(msgs))
+		for i, m := range msgs {
+			acks[i] = queen.Settlement{Message: m, Status: queen.StatusCompleted}
+		}
+		s.settle(acks)
 	}
-}
-
-// errors.Is reaches the lookup's cause through the wrapping.
-func TestSubscriptionLookupErrorWraps(t *testing.T) {
-	rec, c := newRecorder(t)
-	rec.health = &health015
-	rec.lookup = &answer{status: http.StatusForbidden, body: `{"error":"Insufficient permissions"}`}
-	_, err := c.Queue("orders").Group("g").Pop(context.Background())
-	var be *BrokerError
-	require.True(t, errors.As(err, &be))
-	assert.Equal(t, "Insufficient permissions", be.Message)
-}
-
-// On 2.x, once a pinned pop of a group in mode new is answered, every later
-// pop of the group, pinned or queue-wide, carries a fixed start time: the
-// answer's Date less the time since the group's first pinned pop was sent,
-// rounded down to the second (the broker keeps a pinned pop's "new" only in
-// memory). Pops with another start point, and groups whose first answered
-// pop was queue-wide, are left as they are.
-func TestPinnedNewGroupGetsAFixedStartTime(t *testing.T) {
-	dated := answer{status: http.StatusNoContent, header: map[string]string{"Date": "Thu, 22 Oct 2026 08:00:05 GMT"}}
-	rec, c := newRecorder(t, dated)
-	ctx := context.Background()
-	g := func(name string) *QueueBuilder { return c.Queue("orders").Group(name) }
-	for _, qb := range []*QueueBuilder{
-		g("g").Partition("p1"), g("g").Partition("p2"), g("g"),
-		g("all").Partition("p1").SubscriptionMode(SubscriptionModeAll), g("all").Partition("p1").SubscriptionMode(SubscriptionModeAll),
-		g("wide"), g("wide").Partition("p1"),
-		g("now").SubscriptionFrom("now").Partition("p1"), g("now").SubscriptionFrom("now"),
-	} {
-		_, err := qb.Wait(false).Pop(ctx)
-		require.NoError(t, err)
-	}
-	reqs := rec.all()
-	require.Len(t, reqs, 9)
-	start := func(r seen) string {
-		return "mode=" + r.Query.Get("subscriptionMode") + " from=" + r.Query.Get("subscriptionFrom")
-	}
-	const fixed = "mode= from=2026-10-22T08:00:04Z"
-	assert.Equal(t, []string{
-		"mode=new from=", fixed, fixed,
-		"mode=all from=", "mode=all from=",
-		"mode=new from=", "mode=new from=",
-		"mode=all from=now", fixed,
-	}, []string{start(reqs[0]), start(reqs[1]), start(reqs[2]), start(reqs[3]), start(reqs[4]),
-		start(reqs[5]), start(reqs[6]), start(reqs[7]), start(reqs[8])})
-
-	// A group deleted through the Client starts again: its next pinned pop
-	// fixes a new time.
-	_, _ = c.Admin().DeleteConsumerGroup(ctx, "g", DeleteConsumerGroupOptions{Queue: "orders"})
-	_, err := g("g").Partition("p1").Wait(false).Pop(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, "mode=new from=", start(rec.all()[len(rec.all())-1]))
-}
-
-// The fixed start time is no later than the moment the broker started any
-// partition for the group: the Date of the answer, less the time the first
-// pinned pop took (a long poll starts its partition when it arrives, and
-// is answered up to its wait later), rounded down to the second.
-func TestFixedStart(t *testing.T) {
-	date := time.Date(2026, 10, 22, 8, 0, 5, 0, time.UTC)
-	assert.Equal(t, "2026-10-22T08:00:04Z", fixedStart(date, time.Millisecond))
-	assert.Equal(t, "2026-10-22T08:00:05Z", fixedStart(date, 0))
-	assert.Equal(t, "2026-10-22T07:59:34Z", fixedStart(date, 30*time.Second+time.Millisecond), "a long poll's wait")
-	assert.Equal(t, "2026-10-22T08:00:05Z", fixedStart(date.In(time.FixedZone("x", 3600)), -time.Second), "UTC; a clock that went back counts as no time")
+	s.t.Fatal("drain did not end")
 }
