@@ -22,6 +22,30 @@ import (
 
 func failMsg(p, txn string) *Message { return &Message{PartitionID: p, TransactionID: txn} }
 
+// failFirst is a handler that records when each call came and fails the
+// first one.
+type failFirst struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (h *failFirst) handle(context.Context, *Message) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.at = append(h.at, time.Now())
+	if len(h.at) == 1 {
+		return errors.New("once")
+	}
+	return nil
+}
+
+// times returns when each call came.
+func (h *failFirst) times() []time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]time.Time(nil), h.at...)
+}
+
 // A message's failures are counted across its deliveries: retry while at
 // most the limit, dlq (with the error, or a default) at the one past it;
 // completed and dlq end the count; a retry chosen by the handler counts
@@ -98,19 +122,10 @@ func TestConsumeHoldsFailedForRetryDelay(t *testing.T) {
 		f := newFakeBroker(10)
 		f.rule = &retryRule{known: true, limit: 2, delay: 10 * time.Second}
 		f.add("p", 1)
-		var mu sync.Mutex
-		var at []time.Time
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 2,
-			func(context.Context, *Message) error {
-				mu.Lock()
-				defer mu.Unlock()
-				at = append(at, time.Now())
-				if len(at) == 1 {
-					return errors.New("once")
-				}
-				return nil
-			})
+		var h failFirst
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 2, h.handle)
 		require.NoError(t, e.run())
+		at := h.times()
 		require.Len(t, at, 2)
 		assert.GreaterOrEqual(t, at[1].Sub(at[0]), 10*time.Second, "the message came back before retryDelay")
 		assert.Less(t, at[1].Sub(at[0]), 11*time.Second)
@@ -373,19 +388,10 @@ func TestConsumeHoldEndsBeforeTheLease(t *testing.T) {
 		f := newFakeBroker(10)
 		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour, lease: 300 * time.Second}
 		f.add("p", 1)
-		var mu sync.Mutex
-		var at []time.Time
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, lease: 20 * time.Second}, 2,
-			func(context.Context, *Message) error {
-				mu.Lock()
-				defer mu.Unlock()
-				at = append(at, time.Now())
-				if len(at) == 1 {
-					return errors.New("once")
-				}
-				return nil
-			})
+		var h failFirst
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, lease: 20 * time.Second}, 2, h.handle)
 		require.NoError(t, e.run())
+		at := h.times()
 		require.Len(t, at, 2)
 		assert.GreaterOrEqual(t, at[1].Sub(at[0]), 9*time.Second)
 		assert.Less(t, at[1].Sub(at[0]), 11*time.Second, "the hold outlasted half the lease")

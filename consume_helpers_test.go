@@ -19,6 +19,7 @@ import (
 
 	"github.com/queen-go/queen"
 	"github.com/queen-go/queen/queentest"
+	"go.uber.org/goleak"
 )
 
 // env is one test's broker (queentest), optional fake clock, client and
@@ -100,6 +101,15 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	queen.SetMinRenewMillis(c, 1) // the tests renew every few ms
 	e.c = c
 	return e
+}
+
+// closeNoLeak closes the client and the broker (their pooled connections
+// too) and fails t if a goroutine not in before is left.
+func (e *env) closeNoLeak(t *testing.T, before goleak.Option) {
+	t.Helper()
+	_ = e.c.Close(context.Background())
+	e.srv.Close()
+	goleak.VerifyNone(t, before)
 }
 
 // push pushes payloads to queue/partition and fails the test on error.

@@ -1671,9 +1671,7 @@ func TestConsumeLeavesNoGoroutine(t *testing.T) {
 	if n := e.srv.LeasedCount("q", ""); n != 0 {
 		t.Fatalf("%d messages still leased after Execute returned", n)
 	}
-	_ = e.c.Close(context.Background())
-	e.srv.Close()
-	goleak.VerifyNone(t, before)
+	e.closeNoLeak(t, before)
 }
 
 // A handler that ends its goroutine (runtime.Goexit, as t.FailNow in a
@@ -1703,9 +1701,7 @@ func TestConsumeHandlerGoexit(t *testing.T) {
 	if left := e.peek("q", ""); len(left) != 3 {
 		t.Fatalf("given back %v, want all 3 at once", keys(left))
 	}
-	_ = e.c.Close(context.Background())
-	e.srv.Close()
-	goleak.VerifyNone(t, before)
+	e.closeNoLeak(t, before)
 }
 
 // The same with a pop's partitions handled side by side: one handler ends
@@ -1753,9 +1749,7 @@ func TestConsumeHandlerGoexitSideBySide(t *testing.T) {
 	if left := e.peek("q", "g"); len(left) != 7 {
 		t.Fatalf("given back %v, want 7 (all but the one completed)", keys(left))
 	}
-	_ = e.c.Close(context.Background())
-	e.srv.Close()
-	goleak.VerifyNone(t, before)
+	e.closeNoLeak(t, before)
 }
 
 // A stop during a hold for retryDelay (3_600_000 ms here), with
@@ -1800,7 +1794,5 @@ func TestConsumeStopDuringHoldLeavesNoGoroutine(t *testing.T) {
 	if left := e.peek("q", ""); len(left) != 1 || key(left[0]) != "a/0" {
 		t.Fatalf("given back %v, want a/0 alone, at once", keys(left))
 	}
-	_ = e.c.Close(context.Background())
-	e.srv.Close()
-	goleak.VerifyNone(t, before)
+	e.closeNoLeak(t, before)
 }

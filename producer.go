@@ -959,10 +959,7 @@ func classify(err error) outcome {
 	if be, ok := errors.AsType[*BrokerError](err); ok && be.Status >= 400 && !transport.MayHaveApplied(be.Status, be.Body) {
 		return outcome{err: err, state: stateNotStored}
 	}
-	if !errors.Is(err, ErrOutcomeUnknown) {
-		err = outcomeUnknown(err)
-	}
-	return outcome{err: err, state: stateUnknown}
+	return outcome{err: outcomeUnknown(err), state: stateUnknown}
 }
 
 func (e *producer) settleAll(ps *partState, batch []*PendingPush, o outcome) {

@@ -115,11 +115,7 @@ func (s *Server) Stop() {
 	s.stopped = true // no connection or request is taken from now on
 	s.lmu.Unlock()
 	s.down() // a pending RefuseConnections or Restart does not reopen
-	s.lmu.Lock()
-	for s.inflight > 0 && !s.closing {
-		s.idle.Wait()
-	}
-	s.lmu.Unlock()
+	s.awaitIdle()
 	s.log.Debug("queentest node stopped", "addr", s.addr)
 }
 

@@ -40,15 +40,21 @@ func (s *Server) Restart(d time.Duration) {
 		return
 	}
 	s.log.Debug("queentest restarting", "down for", d)
+	s.awaitIdle()
+	s.b.mu.Lock()
+	s.b.resetEngine()
+	s.b.mu.Unlock()
+	s.upAfter(gen, d)
+}
+
+// awaitIdle returns once none of s's request handlers runs, or once
+// Close began (Close waits for them itself).
+func (s *Server) awaitIdle() {
 	s.lmu.Lock()
 	for s.inflight > 0 && !s.closing {
 		s.idle.Wait()
 	}
 	s.lmu.Unlock()
-	s.b.mu.Lock()
-	s.b.resetEngine()
-	s.b.mu.Unlock()
-	s.upAfter(gen, d)
 }
 
 // resetEngine drops what the broker's consume engine keeps only in memory,

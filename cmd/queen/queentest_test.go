@@ -98,6 +98,16 @@ func TestScriptAgainstQueentest015(t *testing.T) {
 	}
 }
 
+// shellOK runs the command against the broker at url (QUEEN_URL), no
+// stdin, and wants exit status 0.
+func shellOK(t *testing.T, url string) func(args ...string) result {
+	env := map[string]string{"QUEEN_URL": url}
+	return func(args ...string) result {
+		t.Helper()
+		return runEnv(t, env, "", args...).want(t, exitOK)
+	}
+}
+
 // pop tells on stderr what stdout cannot: an empty queue (exit 0, nothing
 // on stdout), and messages left leased without --ack, with when the lease
 // ends (the pop's time plus the queue's lease time; a 0.15.1 broker does
@@ -106,11 +116,7 @@ func TestPopSaysEmptyAndLeased(t *testing.T) {
 	for _, p := range queentest.Profiles() {
 		t.Run(string(p), func(t *testing.T) {
 			srv := queentest.Start(t, queentest.WithProfile(p))
-			env := map[string]string{"QUEEN_URL": srv.URL}
-			sh := func(args ...string) result {
-				t.Helper()
-				return runEnv(t, env, "", args...).want(t, exitOK)
-			}
+			sh := shellOK(t, srv.URL)
 			r := sh("pop", "orders", "--group", "billing")
 			if r.stdout != "" || r.stderr != "queen pop: no messages in orders for group billing\n" {
 				t.Fatalf("empty pop: stdout %q stderr %q", r.stdout, r.stderr)
@@ -150,11 +156,7 @@ func TestDLQAll(t *testing.T) {
 	for _, p := range queentest.Profiles() {
 		t.Run(string(p), func(t *testing.T) {
 			srv := queentest.Start(t, queentest.WithProfile(p))
-			env := map[string]string{"QUEEN_URL": srv.URL}
-			sh := func(args ...string) result {
-				t.Helper()
-				return runEnv(t, env, "", args...).want(t, exitOK)
-			}
+			sh := shellOK(t, srv.URL)
 			sh("push", "emails", `{"n":1}`, `{"n":2}`, `{"n":3}`, `{"n":4}`, `{"n":5}`)
 			c, err := queen.New(srv.URL)
 			if err != nil {

@@ -22,12 +22,7 @@ func TestBinaryServesAndStops(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}
-	bin := filepath.Join(t.TempDir(), "queentest")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatal(err)
-	}
+	bin := buildBinary(t, t.TempDir())
 	for _, tc := range []struct {
 		args        []string
 		wantVersion string
@@ -99,6 +94,23 @@ func runBinary(t *testing.T, bin string, args, env []string, wantVersion string,
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	awaitExit(t, cmd, "did not stop on SIGTERM")
+}
+
+// buildBinary builds the command into dir and returns its path.
+func buildBinary(t *testing.T, dir string) string {
+	bin := filepath.Join(dir, "queentest")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// awaitExit fails t unless cmd exits with status 0 within 10 s (a hang
+// guard; hang names what did not happen).
+func awaitExit(t *testing.T, cmd *exec.Cmd, hang string) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -107,7 +119,7 @@ func runBinary(t *testing.T, bin string, args, env []string, wantVersion string,
 			t.Fatalf("exit: %v", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("did not stop on SIGTERM")
+		t.Fatal(hang)
 	}
 }
 
@@ -119,12 +131,7 @@ func TestPidfile(t *testing.T) {
 		t.Skip("builds a binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "queentest")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatal(err)
-	}
+	bin := buildBinary(t, dir)
 	pidfile := filepath.Join(dir, "queentest.pid")
 	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-pidfile", pidfile)
 	out, err := cmd.StdoutPipe()
@@ -149,16 +156,7 @@ func TestPidfile(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("did not stop on SIGTERM to the pid in the file")
-	}
+	awaitExit(t, cmd, "did not stop on SIGTERM to the pid in the file")
 	if _, err := os.Stat(pidfile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pidfile after the stop: %v, want it removed", err)
 	}

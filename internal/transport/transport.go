@@ -354,7 +354,7 @@ func (c *call) prepareRetry(req *http.Request) error {
 // ErrNotSent when no attempt may have been sent.
 func (c *call) failure(err error) error {
 	switch {
-	case !c.sent && !c.unknown:
+	case !c.sent: // unknown implies sent
 		return &notSent{c.failureText(err)}
 	case c.maybe && !c.unknown:
 		// A retried call whose attempts ran out after one may have been
