@@ -210,8 +210,9 @@ type CreateBuilder struct {
 // full set for the same result on both). Send it with Execute.
 func (b *QueueBuilder) Create() *CreateBuilder { return &CreateBuilder{qb: b} }
 
-// Replace makes the configure replace every option (those not given go back
-// to the broker's defaults) instead of merging.
+// Replace returns a copy of cb whose configure replaces every option
+// (those not given go back to the broker's defaults) instead of merging;
+// cb is unchanged.
 func (cb *CreateBuilder) Replace() *CreateBuilder {
 	cp := *cb
 	cp.replace = true

@@ -96,8 +96,8 @@ func (b *QueueBuilder) Task(task string) *QueueBuilder {
 	return &cp
 }
 
-// Partition pins the builder to one partition for pushes and pops
-// (Partitions and autopilot then do not apply).
+// Partition returns a copy of b pinned to one partition for pushes and
+// pops (Partitions and autopilot then do not apply); b is unchanged.
 func (b *QueueBuilder) Partition(name string) *QueueBuilder {
 	cp := *b
 	cp.partition = name

@@ -106,8 +106,8 @@ type TransactionPush struct {
 	traceID   string
 }
 
-// Partition sets the partition of the push (default: the broker's
-// "Default" partition).
+// Partition returns a copy of p that pushes to partition name (default:
+// the broker's "Default" partition); p is unchanged.
 func (p *TransactionPush) Partition(name string) *TransactionPush {
 	cp := *p
 	cp.partition = name
