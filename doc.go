@@ -52,7 +52,12 @@
 //     left for a pause: ExampleWithLoadBalancing), WithBearerToken,
 //     WithHTTPClient, WithLogger, WithRequestTimeout and WithRetryPolicy.
 //     It runs no goroutine of its own; Close waits for the calls in flight.
-//   - QueueBuilder (Client.Queue): Push (ExampleQueueBuilder_Push,
+//   - QueueBuilder (Client.Queue): a value, as are PushBuilder,
+//     CreateBuilder, ConsumeBuilder and a transaction's TransactionPush:
+//     every setter returns a changed copy and leaves its receiver
+//     unchanged, so a kept builder may be shared by goroutines
+//     (ExampleQueueBuilder_Partition) and a setter called as a statement
+//     does nothing. Push (ExampleQueueBuilder_Push,
 //     ExamplePushBuilder_TransactionID), Pop (ExampleQueueBuilder_Pop),
 //     Consume and ConsumeBatch (ExampleQueueBuilder_ConsumeBatch),
 //     Config/Create/Delete, and reads by offset: Fetch and ReadPartition

@@ -192,9 +192,14 @@ func queueConfigFromWire(o wire.QueueOptions, ns, task *string) QueueConfig {
 }
 
 // Config sets the options that Create sends.
-func (b *QueueBuilder) Config(cfg QueueConfig) *QueueBuilder { b.config = &cfg; return b }
+func (b *QueueBuilder) Config(cfg QueueConfig) *QueueBuilder {
+	cp := *b
+	cp.config = &cfg
+	return &cp
+}
 
-// CreateBuilder is a pending create-or-configure of a queue.
+// CreateBuilder is a pending create-or-configure of a queue. It is a value
+// like QueueBuilder: Replace returns a changed copy.
 type CreateBuilder struct {
 	qb      *QueueBuilder
 	replace bool
@@ -205,9 +210,14 @@ type CreateBuilder struct {
 // full set for the same result on both). Send it with Execute.
 func (b *QueueBuilder) Create() *CreateBuilder { return &CreateBuilder{qb: b} }
 
-// Replace makes the configure replace every option (those not given go back
-// to the broker's defaults) instead of merging.
-func (cb *CreateBuilder) Replace() *CreateBuilder { cb.replace = true; return cb }
+// Replace returns a copy of cb whose configure replaces every option
+// (those not given go back to the broker's defaults) instead of merging;
+// cb is unchanged.
+func (cb *CreateBuilder) Replace() *CreateBuilder {
+	cp := *cb
+	cp.replace = true
+	return &cp
+}
 
 // configureBody is wire.ConfigureRequest with a pointer namespace: an empty
 // one is sent when nothing else would be, since 0.15.1 fails a configure

@@ -490,7 +490,7 @@ func (c *cli) push(args []string) error {
 	}
 	pb := cl.Queue(queue).Partition(*partition).Push(payloads...)
 	if *txid != "" {
-		pb.TransactionID(*txid)
+		pb = pb.TransactionID(*txid)
 	}
 	res, err := pb.Execute(c.ctx)
 	if res != nil {
@@ -554,19 +554,19 @@ func (c *cli) pop(args []string) error {
 	}
 	qb := cl.Queue(pos[0]).Wait(*wait)
 	if *group != "" {
-		qb.Group(*group)
+		qb = qb.Group(*group)
 	}
 	if *partition != "" {
-		qb.Partition(*partition)
+		qb = qb.Partition(*partition)
 	}
 	if *batch > 0 {
-		qb.Batch(*batch)
+		qb = qb.Batch(*batch)
 	}
 	if *timeoutMs > 0 {
-		qb.TimeoutMillis(*timeoutMs)
+		qb = qb.TimeoutMillis(*timeoutMs)
 	}
 	if *mode != "" {
-		qb.SubscriptionMode(queen.SubscriptionMode(*mode))
+		qb = qb.SubscriptionMode(queen.SubscriptionMode(*mode))
 	}
 	msgs, err := qb.Pop(c.ctx)
 	if err != nil {
