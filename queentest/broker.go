@@ -127,6 +127,11 @@ type cursor struct {
 	released       *releasedLease
 	totalConsumed  int64
 	lastConsumedAt time.Time
+	// deletedBelow: a 0.15.1 cursor at -1 whose last consumed message was
+	// deleted (DELETE /api/v1/messages/...). PostgreSQL's cursor still names
+	// that message, so it is not the NULL cursor of a group that consumed
+	// nothing (null015).
+	deletedBelow bool
 	// intent: the cursor was seeded from the subscription a pinned pop of
 	// an unregistered group carried, and nothing was delivered or sought
 	// since. The 2.x broker keeps no row for it (a first contact that
@@ -568,4 +573,61 @@ func parseTime(s string) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// null015 reports whether c is a NULL 0.15.1 cursor: its group consumed
+// nothing on the partition.
+func (c *cursor) null015() bool { return c.committed < 0 && !c.deletedBelow }
+
+// removeMessage015 deletes the message at offset off of p as 0.15.1's
+// delete_message_v1 does (DELETE FROM queen.messages): it leaves the log,
+// and its dead-letter rows go with it (ON DELETE CASCADE). A cursor, a
+// lease or a dead-letter row past it keeps pointing at the same messages
+// (offsets above off move down by one); a cursor at or past it stays past
+// it, and a repeat of its transactionId is stored again. Callers hold mu.
+func (b *broker) removeMessage015(p *partition, off int64) {
+	m := p.msgs[off]
+	p.msgs = append(p.msgs[:off], p.msgs[off+1:]...)
+	for _, later := range p.msgs[off:] {
+		later.offset--
+	}
+	delete(p.byTxn, m.txn)
+	for txn, o := range p.byTxn {
+		if o > off {
+			p.byTxn[txn] = o - 1
+		}
+	}
+	down := func(o int64) int64 {
+		if o >= off {
+			return o - 1
+		}
+		return o
+	}
+	for _, c := range p.cursors {
+		if c.committed >= off {
+			c.committed--
+			if c.committed < 0 {
+				c.deletedBelow = true
+			}
+		}
+		if l := c.lease; l != nil {
+			l.end = down(l.end)
+			kept := l.delivered[:0]
+			for _, o := range l.delivered {
+				if o != off {
+					kept = append(kept, down(o))
+				}
+			}
+			l.delivered = kept
+		}
+	}
+	for id, r := range b.dlq {
+		switch {
+		case r.pid != p.id:
+		case r.offset == off:
+			delete(b.dlq, id)
+		case r.offset > off:
+			r.offset--
+		}
+	}
 }

@@ -430,6 +430,10 @@ func match(r *http.Request, gen *wire.Generation, legacy bool) (Route, handler, 
 		return RouteDLQ, (*Server).handleDLQRetryByAddress, params
 	case is("GET", wire.RouteMessage):
 		return RouteMessages, (*Server).handleGetMessage015, params
+	case is("DELETE", wire.RouteMessage):
+		// 2.x reads these two segments as sent, like 0.15.1.
+		params, _ = wire.RouteMessage.Match(raw)
+		return RouteMessages, by((*Server).handleDeleteMessage, (*Server).handleDeleteMessage015), params
 	case is("POST", wire.RouteFetch):
 		return RouteFetch, (*Server).handleFetch, nil
 	case is("POST", wire.RouteStatsRefresh):
