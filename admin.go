@@ -535,8 +535,13 @@ func countsFromWire(m *wire.MessageCounts) MessageCounts {
 	return c
 }
 
-// ConfigureQueue is Queue(name).Config(cfg).Create().Execute(ctx): options
-// left nil keep their value (0.15.1 always replaces).
+// ConfigureQueue is Queue(name).Config(cfg).Create().Execute(ctx): on 2.x
+// options left nil keep their value. A 0.15.1 broker replaces the whole
+// configuration: every option left nil goes back to its default (LeaseTime
+// 300 s, RetryLimit 3, RetryDelay 1 s, TTL 1 h, the rest off or 0,
+// Namespace and Task ""), so send the full set for the same result on
+// both. TTL drops nothing on either generation; Retention and MaxWaitTime
+// delete pending messages: docs/ADMIN.md#ttl-retention-and-defaults.
 func (a *Admin) ConfigureQueue(ctx context.Context, name string, cfg QueueConfig) (QueueInfo, error) {
 	return a.c.Queue(name).Config(cfg).Create().Execute(ctx)
 }
