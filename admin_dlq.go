@@ -742,8 +742,12 @@ func letterKeyOf(dl DeadLetter) (letterKey, bool) {
 
 // replayOrder puts letters, listed newest failure first, in the order to
 // replay them: oldest failure first, and each partition's letters in the
-// order of their messages (offset, or on 0.15.1 creation time) in the
-// places that partition's letters held.
+// order of their messages in the places that partition's letters held. A
+// message's place is its offset (2.x), or on 0.15.1 its creation time (to
+// the millisecond in the list) and then its id: the broker orders a
+// partition by (created_at, id), and its ids are time-ordered (UUIDv7).
+// Failure times do not break ties: a batch ack dead-letters a whole pop at
+// one time, listed in no set order.
 func replayOrder(letters []DeadLetter) {
 	slices.Reverse(letters)
 	byPartition := map[[2]string][]int{}
@@ -761,7 +765,10 @@ func replayOrder(letters []DeadLetter) {
 			case x.Offset >= 0 && y.Offset >= 0:
 				return cmp.Compare(x.Offset, y.Offset)
 			case !x.MessageCreatedAt.IsZero() && !y.MessageCreatedAt.IsZero():
-				return x.MessageCreatedAt.Compare(y.MessageCreatedAt)
+				if c := x.MessageCreatedAt.Compare(y.MessageCreatedAt); c != 0 {
+					return c
+				}
+				return strings.Compare(x.MessageID, y.MessageID)
 			}
 			return 0
 		})

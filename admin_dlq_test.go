@@ -402,3 +402,42 @@ func (p *pathLog) take() []string {
 	p.seen = nil
 	return out
 }
+
+// A 0.15.1 broker lists letters newest failure first, to the millisecond,
+// in no set order among equal times (one batch ack dead-letters a whole
+// pop at once), and shows the message's creation to the millisecond too.
+// The replay then orders a partition's letters by message id, the
+// broker's own order among messages created together (time-ordered UUIDv7
+// ids), so that the copies keep the partition's order.
+func TestReplayDeadLetters015OrdersTiesByMessageID(t *testing.T) {
+	const pid = "5bbcbea4-8c8f-41fe-855c-66ef47c23ba8"
+	ids := []string{"01a2352e-ef94-7000-ae01-000000000001", "01a2352e-ef94-7001-ae01-000000000002", "01a2352e-ef94-7002-ae01-000000000003"}
+	entry := func(i int) string {
+		return fmt.Sprintf(`{"id":%q,"transactionId":"t%d","partitionId":%q,"queue":"hooks","partition":"c1","consumerGroup":"g","errorMessage":"x","retryCount":0,"data":{"n":%d},"producerSub":null,"createdAt":"2026-12-02T05:16:38.176Z","failedAt":"2026-12-02T05:16:46.332Z"}`, ids[i], i, pid, i)
+	}
+	var pushed []string
+	_, c := stub015(t, func(r stubReq) (int, string) {
+		switch {
+		case r.Method == http.MethodGet && r.Path == "/api/v1/dlq":
+			return 200, `{"messages":[` + entry(1) + `,` + entry(2) + `,` + entry(0) + `],"pagination":{"limit":100,"offset":0}}`
+		case r.Method == http.MethodGet:
+			txn := r.Path[strings.LastIndex(r.Path, "/")+1:]
+			return 200, `{"id":"m","transactionId":"` + txn + `","partitionId":"` + pid + `","queue":"hooks","partition":"c1","status":"dead_letter","payload":{}}`
+		case r.Method == http.MethodPost:
+			var body struct {
+				Items []struct{ TransactionID string }
+			}
+			_ = json.Unmarshal(r.Body, &body)
+			pushed = append(pushed, body.Items[0].TransactionID)
+			return 201, `[{"index":0,"transaction_id":"` + body.Items[0].TransactionID + `","status":"queued","message_id":"c"}]`
+		}
+		return 200, `{"success":true,"message":"Message deleted successfully"}`
+	})
+	rep, err := c.Admin().ReplayDeadLetters(t.Context(), "hooks", queen.DLQListOptions{})
+	if err != nil || rep.Moved != 3 {
+		t.Fatalf("replay: %+v, %v", rep, err)
+	}
+	if fmt.Sprint(pushed) != "[dlq:t0 dlq:t1 dlq:t2]" {
+		t.Fatalf("copies pushed in the order %v, want the messages' order t0, t1, t2", pushed)
+	}
+}
