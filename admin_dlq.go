@@ -275,7 +275,7 @@ const (
 	ReplayKept = "kept"
 	// ReplayDuplicate: the copy was already stored, by an earlier replay of
 	// the letter or of another group's letter of the same message; nothing
-	// was stored. Removed says whether the letter is still listed.
+	// was stored. Removed says whether the letter is gone from the list.
 	ReplayDuplicate = "duplicate"
 )
 
