@@ -270,8 +270,8 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		if repeatOK && c.released != nil && c.released.id == worker {
 			any := false
 			for i, it := range items {
-				off, ok := p.byTxn[it.txn]
-				if ok && off >= c.released.lo && off <= c.released.hi && off <= c.committed {
+				off, ok, _ := p.resolveTxn(it.txn, c.released.lo, c.released.hi, c.committed)
+				if ok && off <= c.committed {
 					res.per[i] = ackOut{success: true, leaseReleased: true}
 					any = true
 				} else {
@@ -305,14 +305,8 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 	}
 	rs := make([]resolved, len(items))
 	for i, it := range items {
-		off, ok := p.byTxn[it.txn]
-		switch {
-		case !ok:
-		case off > committed0 && off <= end:
-			rs[i] = resolved{off: off, found: true}
-		case off <= committed0:
-			rs[i] = resolved{off: off, below: true}
-		}
+		off, found, below := p.resolveTxn(it.txn, committed0+1, end, committed0)
+		rs[i] = resolved{off: off, found: found, below: below && !found}
 	}
 
 	// The head signal: the lowest signalled position.
@@ -489,4 +483,20 @@ func orDefault(p *string, def string) string {
 		return *p
 	}
 	return def
+}
+
+// resolveTxn finds an acknowledged transactionId in p as the 2.x ack does
+// (rsm/dedup.rs resolve): off is the lowest offset stored under it in
+// [lo, hi] (found), and below reports whether it is also stored at or
+// below committed.
+func (p *partition) resolveTxn(txn string, lo, hi, committed int64) (off int64, found, below bool) {
+	for _, o := range p.byTxn[txn] {
+		if o <= committed {
+			below = true
+		}
+		if o >= lo && o <= hi && !found {
+			off, found = o, true
+		}
+	}
+	return off, found, below
 }

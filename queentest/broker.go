@@ -94,8 +94,8 @@ type partition struct {
 	q         *queue
 	createdAt time.Time
 	lastWrite time.Time
-	msgs      []*message       // offset = index; nothing is ever trimmed
-	byTxn     map[string]int64 // dedup: transactionId -> offset
+	msgs      []*message         // offset = index (0.15.1: a deleted message leaves, removeMessage015)
+	byTxn     map[string][]int64 // transactionId -> the offsets stored under it, ascending
 	cursors   map[string]*cursor
 }
 
@@ -271,7 +271,7 @@ func (b *broker) partitionOf(q *queue, name string, now time.Time) *partition {
 		b.nextPID++
 		p = &partition{
 			id: b.nextPID, uuid: newUUID4(), name: name, q: q, createdAt: now,
-			byTxn: map[string]int64{}, cursors: map[string]*cursor{},
+			byTxn: map[string][]int64{}, cursors: map[string]*cursor{},
 		}
 		q.byName[name] = p
 		q.parts = append(q.parts, p)
@@ -311,6 +311,16 @@ func (b *broker) wireID(p *partition) string {
 }
 
 func (p *partition) lastOffset() int64 { return int64(len(p.msgs)) - 1 }
+
+// firstOffset is the offset of the first message stored under txn. (On
+// 0.15.1 there is never more than one; on 2.x a transactionId is stored
+// again once its dedup window has passed.)
+func (p *partition) firstOffset(txn string) (int64, bool) {
+	if offs := p.byTxn[txn]; len(offs) > 0 {
+		return offs[0], true
+	}
+	return 0, false
+}
 
 // visible reports whether m can be delivered at now (delayedProcessing).
 func (p *partition) visible(m *message, now time.Time) bool {
@@ -591,17 +601,18 @@ func (b *broker) removeMessage015(p *partition, off int64) {
 	for _, later := range p.msgs[off:] {
 		later.offset--
 	}
-	delete(p.byTxn, m.txn)
-	for txn, o := range p.byTxn {
-		if o > off {
-			p.byTxn[txn] = o - 1
-		}
-	}
 	down := func(o int64) int64 {
 		if o >= off {
 			return o - 1
 		}
 		return o
+	}
+	delete(p.byTxn, m.txn)
+	for txn, offs := range p.byTxn {
+		for i, o := range offs {
+			offs[i] = down(o)
+		}
+		p.byTxn[txn] = offs
 	}
 	for _, c := range p.cursors {
 		if c.committed >= off {

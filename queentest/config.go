@@ -9,9 +9,10 @@ import (
 
 // QueueConfig is a queue's configuration: the options of
 // POST /api/v1/configure, with the broker's units. The broker honours
-// LeaseTime, RetryLimit, RetryDelay, DeadLetterQueue / DLQAfterMaxRetries
-// and DelayedProcessing; the other options are stored and reported back as
-// the real broker does, without further effect in this in-memory broker.
+// LeaseTime, RetryLimit, RetryDelay, DeadLetterQueue / DLQAfterMaxRetries,
+// DelayedProcessing and DedupWindowSeconds; the other options are stored
+// and reported back as the real broker does, without further effect in
+// this in-memory broker.
 //
 // Start from DefaultQueueConfig and change what you need: a zero field means
 // zero (for example RetryLimit 0 dead-letters at the first failure), except
@@ -58,7 +59,10 @@ type QueueConfig struct {
 	MaxWaitTimeSeconds int
 	// MinPopWaitTime is stored and reported (milliseconds, 0..60000).
 	MinPopWaitTime int
-	// DedupWindowSeconds is stored and reported (dedup here never expires).
+	// DedupWindowSeconds is how long a pushed transactionId is remembered:
+	// a push repeating one stored at most this many seconds before is
+	// answered `duplicate`; after that, or with 0, it is stored again.
+	// It also bounds how long a repeated `completed` ack is a no-op.
 	DedupWindowSeconds int
 	// RetentionSinkHold is stored and reported.
 	RetentionSinkHold string

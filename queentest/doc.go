@@ -10,8 +10,9 @@
 //     every option; leaseTime, retryLimit, retryDelay, deadLetterQueue and
 //     delayedProcessing are honoured.
 //   - Partitions are ordered logs with offsets. A push is deduplicated by
-//     (queue, partition, transactionId): a repeat is answered `duplicate`
-//     with the original ids.
+//     (queue, partition, transactionId): a repeat within the queue's
+//     dedupWindowSeconds (default 3600) is answered `duplicate` with the
+//     original ids; after it, or with a window of 0, it is stored again.
 //   - Pops lease what they take: the wildcard route takes up to `partitions`
 //     partitions (1..64) with `batch` (default 200) as the budget of the
 //     whole pop, under one leaseId; the pinned route takes one partition;
@@ -80,8 +81,6 @@
 //   - Like the 2.x planner, a wildcard pop of an unknown queue creates it with
 //     the default configuration (so a parked consumer recreates a deleted
 //     queue). A pinned or discovery pop creates nothing.
-//   - Deduplication by transactionId never expires (the broker's
-//     dedupWindowSeconds is only stored).
 //   - A plain push does not store traceId (the 2.x broker parses and drops
 //     it); a transaction push keeps a valid UUID one.
 //   - Injected 429s carry code "overloaded": the real admission code string

@@ -84,7 +84,8 @@ type txnAck struct {
 // together or not at all. Every ack is fenced by its own leaseId (a
 // lease-less ack borrows the lease of requiredLeases when all hints name
 // the same one); one refused ack rolls the whole transaction back, and so
-// does a push that repeats a message an earlier request stored. The answer
+// does a push that repeats a message stored within the queue's dedup
+// window (duplicateOf). The answer
 // is 200 on commit ({transactionId, success:true, results}) and on rollback
 // ({transactionId, success:false, reason, error, results:[]}, reason
 // bad_request, rejected_ack or duplicate), as the 2.x broker answers
@@ -260,7 +261,7 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 			continue
 		}
 		firsts[key] = true
-		if off, ok := b.storedOffset(p.queue, p.part, p.txn); ok {
+		if off, ok := b.repeats(p.queue, p.part, p.txn, now); ok {
 			fail("duplicate", fmt.Sprintf("QDUP the message pushed to %s/%s repeats a stored transactionId (original offset %d); nothing was applied", p.queue, p.part, off))
 			return
 		}
@@ -268,21 +269,20 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 
 	// 3. Commit: the pushes, then the settled cursors and their dead letters.
 	results := make([]txnResult, flat)
-	created := map[string]bool{}
+	leaders := map[string]*message{}
 	for _, p := range pushes {
-		m, dup := b.pushOne(p.queue, p.part, p.payload, p.txn, p.traceID, now)
-		key := p.queue + "\x00" + p.part + "\x00" + m.txn
-		r := txnResult{Index: p.flat, Type: wire.TxnPush, Success: true, TransactionID: m.txn, MessageID: m.id, QueueName: p.queue}
-		if dup {
+		key := p.queue + "\x00" + p.part + "\x00" + p.txn
+		if m := leaders[key]; m != nil && p.txn != "" {
 			// A repeat inside this transaction follows its first occurrence
 			// (a repeat of an earlier request's message refused the whole
 			// transaction above).
-			r.Duplicate = true
-			r.Success = created[key]
-		} else {
-			created[key] = true
+			results[p.flat] = txnResult{Index: p.flat, Type: wire.TxnPush, Success: true, TransactionID: m.txn,
+				MessageID: m.id, QueueName: p.queue, Duplicate: true}
+			continue
 		}
-		results[p.flat] = r
+		m, _ := b.pushOne(p.queue, p.part, p.payload, p.txn, p.traceID, now)
+		leaders[key] = m
+		results[p.flat] = txnResult{Index: p.flat, Type: wire.TxnPush, Success: true, TransactionID: m.txn, MessageID: m.id, QueueName: p.queue}
 	}
 	for _, sk := range order {
 		p := b.parts[sk.pid]
