@@ -245,6 +245,8 @@ func (c *cursor) clone() *cursor {
 //     positions this call names are settled in order.
 //   - An item below the cursor is a noop success (a signal there is stale);
 //     an item not in the leased span is stale.
+//   - dlq:true marks the items whose own message this call filed in the
+//     dead-letter queue, not every signal of a target that filed one.
 //
 // cur0 is not modified: the result holds a new cursor.
 func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now time.Time, repeatOK bool) targetResult {
@@ -350,10 +352,10 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		return defaultDLQError
 	}
 	retryLimit := max(cfg.RetryLimit, 0)
-	filed := 0
+	filedAt := map[int64]bool{}
 	file := func(off int64, msg string, retry int) {
 		res.files = append(res.files, dlqFile{off: off, errMsg: msg, retry: retry})
-		filed++
+		filedAt[off] = true
 	}
 
 	// settle walks the positions above the head signal in order, as far as
@@ -473,7 +475,10 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 			res.stale = true
 		}
 		res.per[i].leaseReleased = leaseReleased
-		res.per[i].dlq = filed > 0 && (it.status == wire.StatusDLQ || it.status == wire.StatusFailed)
+		// dlq: this item's own message was filed by this call; a failed one
+		// released for redelivery, or dropped by a queue without a DLQ, was
+		// not (rsm/facade/real.rs render_ack).
+		res.per[i].dlq = r.found && filedAt[r.off] && (it.status == wire.StatusDLQ || it.status == wire.StatusFailed)
 	}
 	return res
 }

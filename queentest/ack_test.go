@@ -431,3 +431,46 @@ func TestAckFailedThenRetriesInOneBatch(t *testing.T) {
 	assert.Equal(t, []int{1, 2}, ns(t, p.Messages), "the retried rest comes back at once")
 	assert.Equal(t, 1, s.DLQCount("q"))
 }
+
+// TestAckBatchDLQIsPerItem: in a batch ack, dlq:true marks only the items
+// whose message this ack filed: a `failed` dropped by a queue without a
+// dead-letter queue, or released for redelivery while budget remains,
+// answers dlq:false (upstream rsm/facade/real.rs render_ack).
+func TestAckBatchDLQIsPerItem(t *testing.T) {
+	h := newHC(t, Start(t))
+	batch := func(queue string, p *tPop, statuses ...string) []tAck {
+		t.Helper()
+		var acks []item
+		for i, st := range statuses {
+			m := p.Messages[i]
+			acks = append(acks, item{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": st})
+		}
+		return h.ack("/api/v1/ack/batch", item{"acknowledgments": acks})
+	}
+	dlqRows := func(queue string) int {
+		t.Helper()
+		var list tDLQ
+		h.doJSON("GET", "/api/v1/dlq?queue="+queue, nil, http.StatusOK, &list)
+		return len(list.Messages)
+	}
+
+	// No dead-letter queue, budget spent: #0 is filed (a dlq ack always
+	// files), #1 is dropped.
+	configure(h, "nodlq", item{"retryLimit": 0, "deadLetterQueue": false, "dlqAfterMaxRetries": false})
+	h.pushN("nodlq", "p", 3)
+	out := batch("nodlq", h.popQ("nodlq", vals("batch", "3")), "dlq", "failed")
+	require.Len(t, out, 2)
+	assert.True(t, out[0].Success && out[1].Success)
+	assert.True(t, out[0].DLQ, "#0 was filed")
+	assert.False(t, out[1].DLQ, "#1 was dropped, not filed")
+	assert.Equal(t, 1, dlqRows("nodlq"))
+	assert.Equal(t, []int{2}, ns(t, h.popQ("nodlq", vals("batch", "3")).Messages))
+
+	// Budget left: #1 is released for redelivery.
+	configure(h, "budget", item{"retryLimit": 3})
+	h.pushN("budget", "p", 3)
+	out = batch("budget", h.popQ("budget", vals("batch", "3")), "dlq", "failed")
+	assert.True(t, out[0].DLQ)
+	assert.False(t, out[1].DLQ, "#1 comes back, it was not filed")
+	assert.Equal(t, 1, dlqRows("budget"))
+}
