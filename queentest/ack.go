@@ -239,8 +239,9 @@ func (c *cursor) clone() *cursor {
 //     keeps it.
 //   - The lowest signal decides the rest: `dlq` files that message and moves
 //     past it; `failed` spends one retry of the batch and releases, so it
-//     and what follows come back after retryDelay, or, with the budget
-//     spent, files it in the DLQ (dropped when the queue has none); `retry`
+//     and what follows can be claimed again at once (the broker does not
+//     apply retryDelay), or, with the budget spent, files it in the DLQ
+//     (dropped when the queue has none); `retry`
 //     releases without spending. After a dlq or a spent failure, the later
 //     positions this call names are settled in order.
 //   - An item below the cursor is a noop success (a signal there is stale);
@@ -424,7 +425,6 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 			c.setCommitted(next, now)
 			c.release()
 			c.batchRetry = brc0 + 1
-			c.notBefore = now.Add(time.Duration(cfg.RetryDelay) * time.Millisecond)
 			releasedForRetry = true
 		case cfg.dlqEnabled():
 			c.setCommitted(sigOff, now)

@@ -117,8 +117,7 @@ type cursor struct {
 	batchSize  int   // 0.15.1: the claim's size, for the release on the last ack
 	ackedCount int   // 0.15.1: completed acks counted against batchSize
 	lease      *lease
-	notBefore  time.Time // a `failed` release waits retryDelay
-	batchRetry int       // retries spent by the batch at the cursor
+	batchRetry int // retries spent by the batch at the cursor
 	// attemptOff is the first offset of the last leased claim (-1: none)
 	// and attemptCount its deliveryAttempt: a claim starting there again
 	// is a redelivery (2.x rsm/consume/pop.rs claim_one).

@@ -9,10 +9,11 @@ import (
 
 // QueueConfig is a queue's configuration: the options of
 // POST /api/v1/configure, with the broker's units. The broker honours
-// LeaseTime, RetryLimit, RetryDelay, DeadLetterQueue / DLQAfterMaxRetries,
+// LeaseTime, RetryLimit, DeadLetterQueue / DLQAfterMaxRetries,
 // DelayedProcessing and DedupWindowSeconds; the other options are stored
 // and reported back as the real broker does, without further effect in
-// this in-memory broker.
+// this in-memory broker. RetryDelay is one of them: neither real broker
+// delays a redelivery by it (a client may, docs/RETRIES.md).
 //
 // Start from DefaultQueueConfig and change what you need: a zero field means
 // zero (for example RetryLimit 0 dead-letters at the first failure), except
@@ -28,8 +29,9 @@ type QueueConfig struct {
 	// is finished or a message is dead-lettered, so failures of different
 	// messages add up.
 	RetryLimit int
-	// RetryDelay is how long a batch released by a `failed` ack waits before
-	// it is delivered again, in milliseconds.
+	// RetryDelay is stored and reported, in milliseconds. The brokers do
+	// not apply it: a batch released by a `failed` ack can be claimed again
+	// at once (2.x rsm/consume/pop.rs claim_one; 0.15.1 never reads it).
 	RetryDelay int
 	// DelayedProcessing hides each message for this many seconds after its push.
 	DelayedProcessing int

@@ -345,7 +345,7 @@ func answerPop(w *recorder, res popResult) {
 }
 
 // park waits for a state change, the real-time deadline, or, for the wall
-// clock, the moment something timed (a lease expiry, a retry delay, a
+// clock, the moment something timed (a lease expiry, a
 // delayed message) becomes due. It reports whether to look again.
 func (s *Server) park(ctx context.Context, ch <-chan struct{}, deadline, next time.Time) bool {
 	d := time.Until(deadline)
@@ -475,12 +475,6 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 					continue
 				}
 				committed = c.committed
-				if now.Before(c.notBefore) {
-					if committed < p.lastOffset() {
-						note(c.notBefore)
-					}
-					continue
-				}
 			} else {
 				committed = b.seed(p, pr.group)
 			}
