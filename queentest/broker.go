@@ -327,6 +327,19 @@ func (p *partition) visible(m *message, now time.Time) bool {
 	return d <= 0 || !m.createdAt.Add(time.Duration(d)*time.Second).After(now)
 }
 
+// windowHeld reports whether the queue's windowBuffer holds p at now: its
+// newest message was written less than windowBuffer seconds ago, so no
+// pop claims it until then (2.x rsm/consume/pop.rs claim_one, a burst is
+// one batch). at is when the hold ends.
+func (p *partition) windowHeld(now time.Time) (at time.Time, held bool) {
+	w := p.q.cfg.WindowBuffer
+	if w <= 0 || len(p.msgs) == 0 {
+		return time.Time{}, false
+	}
+	at = p.msgs[len(p.msgs)-1].createdAt.Add(time.Duration(w) * time.Second)
+	return at, now.Before(at)
+}
+
 func (p *partition) visibleAt(m *message) time.Time {
 	d := p.q.cfg.DelayedProcessing
 	if d <= 0 {

@@ -10,7 +10,8 @@ import (
 // QueueConfig is a queue's configuration: the options of
 // POST /api/v1/configure, with the broker's units. The broker honours
 // LeaseTime, RetryLimit, DeadLetterQueue / DLQAfterMaxRetries,
-// DelayedProcessing and DedupWindowSeconds; the other options are stored
+// DelayedProcessing, WindowBuffer and DedupWindowSeconds (WindowBuffer on
+// the 2.x profile only); the other options are stored
 // and reported back as the real broker does, without further effect in
 // this in-memory broker. RetryDelay is one of them: neither real broker
 // delays a redelivery by it (a client may, docs/RETRIES.md).
@@ -37,7 +38,8 @@ type QueueConfig struct {
 	DelayedProcessing int
 	// Priority is stored and reported.
 	Priority int
-	// WindowBuffer is stored and reported.
+	// WindowBuffer holds a partition from pops while its newest message is
+	// younger than this many seconds (a burst is delivered as one batch).
 	WindowBuffer int
 	// MaxSize is stored and reported.
 	MaxSize int

@@ -8,8 +8,8 @@
 //   - Queues are created by their first push (with DefaultQueueConfig, or
 //     WithDefaultQueueConfig) or by POST /api/v1/configure, which stores
 //     every option; leaseTime, retryLimit, deadLetterQueue,
-//     delayedProcessing and dedupWindowSeconds are honoured. retryDelay is
-//     stored and not applied, as on the real brokers.
+//     delayedProcessing, windowBuffer and dedupWindowSeconds are honoured.
+//     retryDelay is stored and not applied, as on the real brokers.
 //   - Partitions are ordered logs with offsets. A push is deduplicated by
 //     (queue, partition, transactionId): a repeat within the queue's
 //     dedupWindowSeconds (default 3600) is answered `duplicate` with the

@@ -468,6 +468,10 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			if pr.pinned && p.name != pr.partition {
 				continue
 			}
+			if at, held := p.windowHeld(now); held {
+				note(at)
+				continue
+			}
 			committed := int64(-1)
 			if c := p.cursors[pr.group]; c != nil {
 				if l := c.liveLease(now); l != nil {

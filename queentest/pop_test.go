@@ -544,3 +544,24 @@ func TestSubscriptionModeSpellings(t *testing.T) {
 		"absent": "new", "empty": "all", "NEW": "new", "new-only": "new", "bogus": "all", "now": "new",
 	}, got)
 }
+
+// TestWindowBufferHoldsARecentlyWrittenPartition: a partition whose newest
+// message is younger than the queue's windowBuffer is claimed by no pop,
+// wildcard or pinned; once it has been quiet that long, the whole burst
+// comes in one claim (upstream rsm/consume/pop.rs claim_one).
+func TestWindowBufferHoldsARecentlyWrittenPartition(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	configure(h, "q", item{"windowBuffer": 5})
+	h.pushN("q", "p", 1)
+	h.popEmpty("q", nil)
+	clock.Advance(4 * time.Second)
+	h.pushN("q", "p", 1) // the burst goes on: the hold runs from this one
+	clock.Advance(4 * time.Second)
+	h.popEmpty("q", vals("batch", "10"))
+	st, _ := h.pop("/api/v1/pop/queue/q/partition/p", nil)
+	assert.Equal(t, http.StatusNoContent, st, "the pinned route is held too")
+	clock.Advance(time.Second)
+	p := h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{0, 0}, ns(t, p.Messages), "the whole burst in one claim")
+}
