@@ -128,7 +128,7 @@ func (s *Server) handleGetMessage015(w *recorder, req *request) {
 	p := b.partsByUUID[pid]
 	var off int64 = -1
 	if p != nil {
-		if o, ok := p.byTxn[txn]; ok {
+		if o, ok := p.firstOffset(txn); ok {
 			off = o
 		}
 	}
@@ -238,7 +238,7 @@ func (s *Server) handleDeleteMessage015(w *recorder, req *request) {
 	defer b.mu.Unlock()
 	deleted := false
 	if p := b.partsByUUID[pid]; p != nil {
-		if off, ok := p.byTxn[txn]; ok {
+		if off, ok := p.firstOffset(txn); ok {
 			b.removeMessage015(p, off)
 			b.bump()
 			deleted = true

@@ -93,7 +93,9 @@ func WithProfile(p Profile) Option {
 //     dead-letter and a retry release it; the lease is checked against the
 //     state before the request, so a single ack after a release is refused
 //     "Invalid or expired lease". retryDelay is not applied (0.15.1 stores
-//     it and never reads it).
+//     it and never reads it). windowBuffer is not applied either, although
+//     the real broker's pop procedures apply it (002_pop_unified.sql): a
+//     known difference of this profile.
 //
 //   - Seek, configure (replace semantics; no recognised option errors yet
 //     creates the queue), transactions (execute_transaction_v2), lease

@@ -72,8 +72,9 @@ type options struct {
 	profile  Profile
 }
 
-// WithClock makes the broker read time from c: lease expiry, retryDelay,
-// delayedProcessing, message timestamps (createdAt) and subscription times.
+// WithClock makes the broker read time from c: lease expiry,
+// delayedProcessing, the dedup window, message timestamps (createdAt) and
+// subscription times.
 // Use a *FakeClock to move time by hand in tests.
 func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 
