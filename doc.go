@@ -74,9 +74,11 @@
 //     partition's lease.
 //   - TransactionBuilder (Client.Transaction): acks and pushes applied all
 //     or nothing (ExampleClient_Transaction, ExampleTransactionBuilder_Ack).
-//   - Admin (Client.Admin): seeks, consumer groups, queues, health and dead
-//     letters (ExampleAdmin_SeekConsumerGroup, ExampleAdmin_ListDLQ,
-//     ExampleAdmin_DeadLetters, ExampleAdmin_Health).
+//   - Admin (Client.Admin): seeks, consumer groups, queues, health, a
+//     group's lag and the wait for it to drain, and dead letters
+//     (ExampleAdmin_SeekConsumerGroup, ExampleAdmin_AwaitDrained,
+//     ExampleAdmin_ListDLQ, ExampleAdmin_DeadLetters,
+//     ExampleAdmin_ReplayDeadLetters, ExampleAdmin_Health).
 //
 // # Errors and retries
 //
@@ -92,7 +94,7 @@
 // # Broker versions
 //
 // The client speaks the 2.x protocol and reads 0.15.1 answers too. What
-// 0.15.1 lacks (conflation, autopilot, offsets, fetch, DLQ replay) fails
+// 0.15.1 lacks (conflation, autopilot, offsets, fetch, DLQ purge) fails
 // with a typed error or degrades as each call's doc says.
 //
 // More: the README (usage and a compatibility table), docs/RETRIES.md

@@ -69,7 +69,7 @@ func Example_gracefulShutdown() {
 func Example_testWithQueentest() {
 	srv := queentest.NewServer(queentest.WithDefaultQueueConfig(func() queentest.QueueConfig {
 		c := queentest.DefaultQueueConfig()
-		c.RetryDelay = 0 // failed messages come back at once
+		c.RetryDelay = 0 // the loop gives a failed message back at once
 		return c
 	}()))
 	defer srv.Close()

@@ -180,8 +180,11 @@ func pushItem(queue, partition, traceID, txID string, pl any) (wire.PushItem, er
 
 // Execute sends the push and returns one result per message, in order,
 // with a *PushError when some were not stored. After a transport failure,
-// executing the builder again is safe: it sends the transaction ids Push
-// made, and the broker answers a message already stored "duplicate".
+// executing the builder again is safe within the broker's dedup window:
+// it sends the transaction ids Push made, and a repeat is answered
+// duplicate while the queue's DedupWindow lasts (2.x; default one hour, 0
+// keeps none) or the message is stored (0.15.1). Past it, a second copy is
+// stored.
 func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
 	items, err := p.items()
 	if err != nil {
