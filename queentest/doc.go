@@ -21,11 +21,14 @@
 //     shared cursor; each consumer group has its own cursor per partition,
 //     starting where the subscription of the pop that registered the group
 //     (its first wildcard or discovery pop) says: new, all, or
-//     subscriptionFrom. A plain pinned pop registers nothing and starts its
-//     partition by its own subscription; a partition it started without
-//     delivering anything is not in the group views, and the group's
-//     registration starts it again by the group's. wait=true parks up to timeout (at
-//     most 60 s) and wakes on a push. An empty pop is a bodiless 204.
+//     subscriptionFrom. A group's cursor on a partition gets its row (and
+//     shows in the group views and lag figures) when something is first
+//     delivered to the group there, or a seek places it; an ack on a
+//     partition without one is refused as stale. A plain pinned pop
+//     registers nothing and starts its partition by its own subscription,
+//     which the group's registration replaces while the partition has no
+//     row. wait=true parks up to timeout (at most 60 s) and wakes on a
+//     push. An empty pop is a bodiless 204.
 //     autopilot=true lets the broker choose the batch and width the request
 //     left out.
 //   - Acks follow the 2.x outcomes: completed (with implicit ack of the

@@ -516,19 +516,25 @@ func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
 // The subscription knobs read as the 2.x broker reads them (handlers/data.rs,
 // config.rs normalize_subscription_mode): no subscriptionMode is the default,
 // new; one that spells new (any case, "new-only" and its kin) is new; any
-// other, an empty one included, is all; subscriptionFrom=now is new.
+// other, an empty one included, is all; subscriptionFrom=now is new. A
+// group is listed once it has a cursor row: once something was delivered.
 func TestSubscriptionModeSpellings(t *testing.T) {
 	h := newHC(t, Start(t))
 	h.pushN("q", "p", 1)
-	for group, q := range map[string]url.Values{
+	modes := map[string]url.Values{
 		"absent":   vals(),
 		"empty":    vals("subscriptionMode", ""),
 		"NEW":      vals("subscriptionMode", "NEW"),
 		"new-only": vals("subscriptionMode", "new-only"),
 		"bogus":    vals("subscriptionMode", "from_beginning"),
 		"now":      vals("subscriptionFrom", "now", "subscriptionMode", "all"),
-	} {
+	}
+	for group, q := range modes {
 		q.Set("consumerGroup", group)
+		h.pop("/api/v1/pop/queue/q", q)
+	}
+	h.pushN("q", "p", 1)
+	for _, q := range modes {
 		h.pop("/api/v1/pop/queue/q", q)
 	}
 	var rows []struct {

@@ -282,7 +282,7 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 		for _, a := range byTarget[k] {
 			in = append(in, a.in)
 		}
-		tr := ackTarget(p, cur, k.worker, in, now, false)
+		tr := ackTarget(p, cur, k.worker, in, b.recent, now, false)
 		if tr.stale {
 			why := errStaleAck
 			for _, o := range tr.per {
