@@ -860,7 +860,9 @@ type ReplayResult struct {
 	// Queue and Partition are where the copy went.
 	Queue     string `json:"queue,omitempty"`
 	Partition string `json:"partition,omitempty"`
-	// TransactionID is the copy's ("dlq:<row id>" on 2.x); MessageID its id.
+	// TransactionID is the copy's ("dlq:<row id>" on 2.x); MessageID its
+	// id, "" for a duplicate (a 2.x broker names no copy there: the zero
+	// UUID).
 	TransactionID         string `json:"transactionId,omitempty"`
 	MessageID             string `json:"messageId,omitempty"`
 	Offset                int64  `json:"offset"` // -1 when unknown

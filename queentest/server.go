@@ -428,11 +428,13 @@ func match(r *http.Request, gen *wire.Generation, legacy bool) (Route, handler, 
 	case is("POST", wire.RouteDLQReplay):
 		return RouteDLQ, (*Server).handleDLQReplay, params
 	case is("POST", wire.RouteMessageRetry):
+		params, _ = wire.RouteMessageRetry.Match(raw) // as sent, like the message routes
 		return RouteDLQ, (*Server).handleDLQRetryByAddress, params
 	case is("GET", wire.RouteMessage):
-		return RouteMessages, (*Server).handleGetMessage015, params
-	case is("DELETE", wire.RouteMessage):
 		// 2.x reads these two segments as sent, like 0.15.1.
+		params, _ = wire.RouteMessage.Match(raw)
+		return RouteMessages, by((*Server).handleGetMessage, (*Server).handleGetMessage015), params
+	case is("DELETE", wire.RouteMessage):
 		params, _ = wire.RouteMessage.Match(raw)
 		return RouteMessages, by((*Server).handleDeleteMessage, (*Server).handleDeleteMessage015), params
 	case is("POST", wire.RouteFetch):
