@@ -49,6 +49,9 @@ type broker struct {
 	// recent is how many of a group's last consumed messages a repeated
 	// ack still recognises (recentlyConsumed).
 	recent int64
+	// entryMax bounds the planned size of one (queue, partition) group of
+	// a 2.x push or transaction (WithEntryMaxBytes).
+	entryMax int
 
 	// changed is closed and replaced on every state change (and when a
 	// FakeClock moves): parked long polls wait on it.
@@ -212,6 +215,7 @@ func newBroker(clock Clock, defaults QueueConfig, legacy bool) *broker {
 		dlq:         map[string]*dlqRow{},
 		changed:     make(chan struct{}),
 		recent:      recentlyConsumed,
+		entryMax:    defaultEntryMaxBytes,
 		ap:          newAutopilot(),
 		pushed:      make(chan struct{}),
 		pushes:      map[string]uint64{},

@@ -70,6 +70,7 @@ type options struct {
 	defaults *QueueConfig
 	log      *slog.Logger
 	profile  Profile
+	entryMax int
 }
 
 // WithClock makes the broker read time from c: lease expiry,
@@ -134,7 +135,11 @@ func (o *options) newBroker() *broker {
 	if o.defaults != nil {
 		defaults = *o.defaults
 	}
-	return newBroker(o.clock, defaults, legacy)
+	b := newBroker(o.clock, defaults, legacy)
+	if o.entryMax > 0 {
+		b.entryMax = o.entryMax
+	}
+	return b
 }
 
 // listen serves the broker state b on a listener of its own at o.addr: a
@@ -295,11 +300,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if f, ok := s.faults.takeFail(route); ok {
-		s.log.Debug("queentest injected failure", "route", string(route), "status", f.status)
-		if f.retryAfter > 0 {
-			w.Header().Set("Retry-After", formatRetryAfter(f.retryAfter))
+		s.log.Debug("queentest injected failure", "route", string(route), "status", f.Status)
+		if f.RetryAfter > 0 {
+			w.Header().Set("Retry-After", formatRetryAfter(f.RetryAfter))
 		}
-		writeErrorDirect(w, f.status, codeForStatus(f.status), "injected failure (queentest FailNext)")
+		writeErrorDirect(w, f.Status, f.Code, "injected failure (queentest FailNext)")
 		return
 	}
 
