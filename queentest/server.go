@@ -22,7 +22,7 @@ import (
 )
 
 // Version is what GET /health reports as the broker version.
-const Version = "2.0.1-queentest"
+const Version = "2.2.0-queentest"
 
 // maxBody is the 2.x broker's default request body limit (QUEEN_MAX_BODY_BYTES).
 const maxBody = 64 << 20
