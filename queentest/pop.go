@@ -449,15 +449,15 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 					continue
 				}
 			}
-			if m == nil && pr.pinned {
+			registrar := m == nil && pr.pinned
+			m = b.registerGroup(n, pr.group, pr.sub, now)
+			if registrar {
 				// The conflating registrar writes a row on every partition
 				// at its seed (rsm/consume/pop.rs bulk_seed).
-				m = b.registerGroup(n, pr.group, pr.sub, now)
 				for _, p := range q.parts {
 					b.cursorOf(p, pr.group).row = true
 				}
 			}
-			m = b.registerGroup(n, pr.group, pr.sub, now)
 			conflate[n] = m.conflation
 			if m.conflation {
 				t := true

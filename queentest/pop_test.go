@@ -491,6 +491,14 @@ func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
 	require.Equal(t, http.StatusOK, st)
 	require.NotNil(t, p.Conflation)
 	assert.Equal(t, []int{1}, ns(t, p.Messages))
+	// Its registration writes a cursor row on every partition of the
+	// queue (rsm/consume/pop.rs bulk_seed): all of them are in its view.
+	var qv struct {
+		Partitions []any `json:"partitions"`
+	}
+	h.doJSON("GET", "/api/v1/resources/queues/q", nil, http.StatusOK, &qv)
+	h.doJSON("GET", "/api/v1/consumer-groups/cg", nil, http.StatusOK, &detail)
+	assert.Len(t, detail["q"].Partitions, len(qv.Partitions))
 	_, p = h.pop("/api/v1/pop/queue/q", vals("consumerGroup", "cg", "partitions", "10"))
 	require.NotNil(t, p)
 	require.NotNil(t, p.Conflation, "the stored policy of the registration")
