@@ -99,7 +99,7 @@ type partition struct {
 	name      string
 	q         *queue
 	createdAt time.Time
-	lastWrite time.Time
+	lastWrite time.Time          // the newest message's creation; a delete leaves it (0.15.1 partition_lookup)
 	msgs      []*message         // offset = index (0.15.1: a deleted message leaves, removeMessage015)
 	byTxn     map[string][]int64 // transactionId -> the offsets stored under it, ascending
 	cursors   map[string]*cursor

@@ -93,9 +93,13 @@ func WithProfile(p Profile) Option {
 //     dead-letter and a retry release it; the lease is checked against the
 //     state before the request, so a single ack after a release is refused
 //     "Invalid or expired lease". retryDelay is not applied (0.15.1 stores
-//     it and never reads it). windowBuffer is not applied either, although
-//     the real broker's pop procedures apply it (002_pop_unified.sql): a
-//     known difference of this profile.
+//     it and never reads it).
+//
+//   - windowBuffer holds a partition until its newest message is that many
+//     seconds old (a delete does not end the hold): the wildcard route
+//     passes it by, the pinned route answers success:true, messages:[],
+//     leaseId "", windowBufferActive:true (before it reads the group, the
+//     batch or a lease), which a waiting pop does not send.
 //
 //   - Seek, configure (replace semantics; no recognised option errors yet
 //     creates the queue), transactions (execute_transaction_v2), lease

@@ -173,7 +173,9 @@ func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn st
 	}
 	p.msgs = append(p.msgs, m)
 	p.byTxn[txn] = append(p.byTxn[txn], m.offset)
-	p.lastWrite = now
+	if now.After(p.lastWrite) {
+		p.lastWrite = now
+	}
 	return m, false
 }
 
