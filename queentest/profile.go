@@ -130,7 +130,10 @@ func WithProfile(p Profile) Option {
 //     claimed, and for an empty group list); the DLQ list
 //     (no total; entries carry the message's id; the limit never cuts the
 //     list, an offset of 1 or more or a limit of 0 answers
-//     {"success":true,"value":null}; partition, from and to are ignored).
+//     {"success":true,"value":null}; partition, from and to are ignored;
+//     letters of one failure time, such as those of one batch ack, in the
+//     order the real broker's plan gave: their messages' rows, which a push
+//     stores by partition id, then transaction id, not in item order).
 //     The message view GET /api/v1/messages/{partitionId}/{transactionId}
 //     is the 0.15.1 one (status, queueConfig, mode, consumerGroups; an
 //     unknown message is 200 {"error":"Message not found"}). DELETE of

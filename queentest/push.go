@@ -167,7 +167,7 @@ func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn st
 	}
 	b.msgSeq++
 	m := &message{
-		id: id, txn: txn, traceID: traceID, seq: b.msgSeq,
+		id: id, txn: txn, traceID: traceID, seq: b.msgSeq, row: b.msgSeq,
 		payload:   append(json.RawMessage(nil), payload...),
 		createdAt: now, offset: int64(len(p.msgs)),
 	}

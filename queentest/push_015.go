@@ -1,8 +1,10 @@
 package queentest
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -118,6 +120,7 @@ func (s *Server) handlePush015(w *recorder, req *request) {
 	b.mu.Lock()
 	now := b.now()
 	out := make([]push015Result, len(items))
+	var stored []storedRow015
 	for i, it := range items {
 		var trace *string
 		if it.trace != "" {
@@ -131,8 +134,10 @@ func (s *Server) handlePush015(w *recorder, req *request) {
 			pid := b.queues[it.queue].byName[it.partition].uuid
 			out[i].Status, out[i].PartitionID, out[i].TraceID, out[i].queued = "queued", &pid, trace, true
 			b.pushedTo(it.queue)
+			stored = append(stored, storedRow015{pid, m})
 		}
 	}
+	storeRows015(stored)
 	b.bump()
 	b.mu.Unlock()
 	w.json(http.StatusOK, out)
@@ -152,4 +157,29 @@ func (b *broker) queueOf015(name string, now time.Time) *queue {
 		q.task = parts[1]
 	}
 	return q
+}
+
+// storedRow015 is a message one 0.15.1 push stored, with its partition id.
+type storedRow015 struct {
+	partitionID string
+	m           *message
+}
+
+// storeRows015 orders the rows of the messages one push stored as
+// push_messages_v3's INSERT does: by partition id, then transaction id (the
+// order of its dedup window; ids and the C.UTF-8 collation compare bytes),
+// whatever the order of the items. Nothing reads rows but the DLQ list,
+// where they order letters of one failure time.
+func storeRows015(stored []storedRow015) {
+	rows := make([]int64, len(stored))
+	for i, s := range stored {
+		rows[i] = s.m.row
+	}
+	slices.Sort(rows)
+	slices.SortStableFunc(stored, func(a, b storedRow015) int {
+		return cmp.Or(strings.Compare(a.partitionID, b.partitionID), strings.Compare(a.m.txn, b.m.txn))
+	})
+	for i, s := range stored {
+		s.m.row = rows[i]
+	}
 }
