@@ -931,3 +931,28 @@ func TestBroker015WindowBufferWaitingPops(t *testing.T) {
 		assert.Equal(t, 200*time.Millisecond, r.took, "taken at the next look")
 	})
 }
+
+// TestBroker015GeneratedTransactionID: an item without a transactionId, or
+// with an empty one, is stored under a random (version 4) transaction id of
+// its own, not its message id (a UUIDv7): push_messages_v3 generates it with
+// gen_random_uuid(), as the real broker's answers show.
+func TestBroker015GeneratedTransactionID(t *testing.T) {
+	h := start015(t)
+	res := h.arr("POST", "/api/v1/push", item{"items": []item{
+		{"queue": "gt", "partition": "p", "payload": item{"n": 0}},
+		{"queue": "gt", "partition": "p", "payload": item{"n": 1}, "transactionId": ""},
+	}})
+	v4 := `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`
+	for _, r := range res {
+		assert.Equal(t, "queued", r["status"])
+		assert.Regexp(t, v4, r["transaction_id"])
+		assert.NotEqual(t, r["message_id"], r["transaction_id"])
+	}
+	assert.NotEqual(t, res[0]["transaction_id"], res[1]["transaction_id"])
+	p := h.pop15("gt", vals("batch", "2"))
+	require.Len(t, p.Messages, 2)
+	for i, m := range p.Messages {
+		assert.Equal(t, res[i]["transaction_id"], m.TransactionID)
+		assert.Equal(t, res[i]["message_id"], m.ID)
+	}
+}

@@ -49,7 +49,8 @@ type push015Item struct {
 //     item needs a string queue; partition, transactionId and traceId must be
 //     strings when present. Empty strings are accepted (an empty queue or
 //     partition name included); partition defaults to "Default", payload to
-//     {}, an empty transactionId is minted, an empty traceId is none.
+//     {}, a missing or empty transactionId is minted (a random version 4
+//     UUID, not the message id), an empty traceId is none.
 //   - 201 [] for no items.
 //   - When the database refuses the batch (a traceId that is not a UUID, a
 //     queue, partition or transactionId longer than its 255-character
@@ -128,6 +129,9 @@ func (s *Server) handlePush015(w *recorder, req *request) {
 			trace = &t
 		}
 		b.queueOf015(it.queue, now)
+		if it.txn == "" {
+			it.txn = newUUID4() // gen_random_uuid(), not the message id
+		}
 		m, dup := b.pushOne(it.queue, it.partition, it.payload, it.txn, trace, now)
 		out[i] = push015Result{Index: i, MessageID: m.id, QueueName: it.queue, Status: "duplicate", TransactionID: m.txn}
 		if !dup {
