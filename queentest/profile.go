@@ -99,7 +99,12 @@ func WithProfile(p Profile) Option {
 //     seconds old (a delete does not end the hold): the wildcard route
 //     passes it by, the pinned route answers success:true, messages:[],
 //     leaseId "", windowBufferActive:true (before it reads the group, the
-//     batch or a lease), which a waiting pop does not send.
+//     batch or a lease), which a waiting pop does not send. Not modelled:
+//     the real wildcard route skips partitions not written since two
+//     minutes before the group's last empty scan of the queue
+//     (consumer_watermarks), so a hold longer than that can hide a
+//     partition from it until the next push there (a queue with
+//     windowBuffer 200 did so; the pinned route still took the message).
 //
 //   - Seek, configure (replace semantics; no recognised option errors yet
 //     creates the queue), transactions (execute_transaction_v2), lease
