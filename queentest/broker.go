@@ -99,7 +99,7 @@ type partition struct {
 	name      string
 	q         *queue
 	createdAt time.Time
-	lastWrite time.Time
+	lastWrite time.Time          // the newest message's creation; a delete leaves it (0.15.1 partition_lookup)
 	msgs      []*message         // offset = index (0.15.1: a deleted message leaves, removeMessage015)
 	byTxn     map[string][]int64 // transactionId -> the offsets stored under it, ascending
 	cursors   map[string]*cursor
@@ -113,6 +113,10 @@ type message struct {
 	createdAt time.Time
 	offset    int64
 	seq       int64 // broker-wide push order
+	// row is the place of the message's row in 0.15.1's messages table
+	// (broker-wide, ascending): a 0.15.1 push stores its rows by partition
+	// id, then transaction id (storeRows015); otherwise it is seq.
+	row int64
 }
 
 // cursor is one consumer group's position on one partition. On the 0.15.1
@@ -200,6 +204,7 @@ type dlqRow struct {
 	errMsg     string
 	retryCount int
 	failedAt   time.Time
+	row        int64 // the message's row (message.row)
 }
 
 func newBroker(clock Clock, defaults QueueConfig, legacy bool) *broker {
@@ -509,7 +514,7 @@ func (b *broker) fileDLQ(p *partition, group string, off int64, errMsg string, r
 	r := &dlqRow{
 		id: newUUID(), seq: b.dlqSeq, queue: p.q.name, pid: p.id, wireID: b.wireID(p), partition: p.name,
 		group: group, offset: off, messageID: m.id, txn: m.txn, payload: m.payload,
-		errMsg: errMsg, retryCount: retryCount, failedAt: now,
+		errMsg: errMsg, retryCount: retryCount, failedAt: now, row: m.row,
 	}
 	b.dlq[r.id] = r
 }

@@ -180,7 +180,13 @@ func (s *Server) handleDLQPurge(w *recorder, req *request) {
 // of 0, leaves no row, which the route answers {"success":true,"value":null}.
 // Entries carry the message's id (there is no dead-letter row id), the
 // message's creation time and the failure time, both to the millisecond,
-// newest failure first; there is no total.
+// newest failure first; there is no total. The procedure orders by the
+// failure time alone, and one batch ack dead-letters a whole pop at one
+// time: such ties come in the order of their messages' rows (message.row),
+// the order the real broker's plan read them in, which is neither the
+// order of the pushed items nor that of the ack. (Another plan may read
+// them otherwise: a client must not depend on it.) Letters of one message
+// for several groups, newest first.
 
 type dlqEntry015 struct {
 	ID            string          `json:"id"`
@@ -259,6 +265,9 @@ func (s *Server) handleDLQList015(w *recorder, req *request) {
 	sort.Slice(rows, func(i, j int) bool {
 		if !rows[i].failedAt.Equal(rows[j].failedAt) {
 			return rows[i].failedAt.After(rows[j].failedAt)
+		}
+		if rows[i].row != rows[j].row {
+			return rows[i].row < rows[j].row
 		}
 		return rows[i].seq > rows[j].seq
 	})

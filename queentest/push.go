@@ -167,13 +167,15 @@ func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn st
 	}
 	b.msgSeq++
 	m := &message{
-		id: id, txn: txn, traceID: traceID, seq: b.msgSeq,
+		id: id, txn: txn, traceID: traceID, seq: b.msgSeq, row: b.msgSeq,
 		payload:   append(json.RawMessage(nil), payload...),
 		createdAt: now, offset: int64(len(p.msgs)),
 	}
 	p.msgs = append(p.msgs, m)
 	p.byTxn[txn] = append(p.byTxn[txn], m.offset)
-	p.lastWrite = now
+	if now.After(p.lastWrite) {
+		p.lastWrite = now
+	}
 	return m, false
 }
 
