@@ -59,6 +59,47 @@ func ExampleErrNotSent() {
 	// Output: true false
 }
 
+// A *ProducerError lists the messages not stored and those that may have
+// been, and answers "was it applied?" for them all; each PendingPush says
+// its own state.
+func ExampleProducerError() {
+	broker := queentest.NewServer()
+	defer broker.Close()
+	ctx := context.Background()
+	client, err := queen.New(broker.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+	orders, err := client.Queue("orders").Producer(queen.WithBatchDelay(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer orders.Close(ctx)
+
+	orders.Push(ctx, map[string]int{"id": 1})
+	orders.Push(ctx, map[string]int{"id": 2})
+	broker.FailNext(queentest.RoutePush, 1, 400, 0) // their batch is refused
+	err = orders.Flush(ctx)
+	if pe, ok := errors.AsType[*queen.ProducerError](err); ok {
+		for _, pp := range pe.NotStored {
+			_, err := pp.Wait(ctx)
+			fmt.Println(pp.State(), errors.Is(err, queen.ErrNotSent), errors.Is(err, queen.ErrOutcomeUnknown))
+		}
+		fmt.Println(len(pe.Unknown), "unknown")
+	}
+	next := orders.Push(ctx, map[string]int{"id": 3})
+	if err := orders.Flush(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(next.State())
+	// Output:
+	// not stored false false
+	// not stored false false
+	// 0 unknown
+	// stored
+}
+
 // Under WithPauseOnFailure a batch that fails for good pauses its
 // partition until Resume; by default only the messages buffered behind it
 // fail, and the next push goes out.

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"github.com/queen-go/queen/internal/transport"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +42,8 @@ import (
 //     partition pauses until Resume (*PartitionPausedError).
 //   - Nothing silent: every message's outcome reaches its PendingPush: a
 //     PushResult when stored, else an error: matching ErrNotSent or
-//     ErrOutcomeUnknown, or a *BrokerError or *PushError (not stored).
+//     ErrOutcomeUnknown, or a *BrokerError or *PushError (not stored);
+//     PendingPush.State gives it as data.
 //   - No double store: a message keeps its transaction id on every resend,
 //     as long as the broker remembers ids (2.x: the queue's DedupWindow).
 //   - Bounded memory: WithBufferLimit; a Push's ctx bounds only its wait
@@ -187,14 +190,18 @@ func (e *PartitionPausedError) Error() string {
 		e.Partition, e.Queue, e.Cause)
 }
 
-// Is matches ErrPartitionPaused and ErrNotSent; Cause is not unwrapped.
+// Is matches ErrPartitionPaused and ErrNotSent.
 func (e *PartitionPausedError) Is(target error) bool {
 	return target == ErrPartitionPaused || target == ErrNotSent
 }
 
+// Unwrap returns Cause without its answer: errors.As finds the batch's
+// *BrokerError and errors.Is its ErrDeliveryTimeout, but whether the batch
+// may have been applied is Cause's alone.
+func (e *PartitionPausedError) Unwrap() error { return unanswered(e.Cause) }
+
 // PartitionFailedError is the error of a message not sent because a batch
-// ahead of it in its partition failed for good. It matches ErrNotSent and
-// unwraps to Cause (whose ErrOutcomeUnknown, if any, is about that batch).
+// ahead of it in its partition failed for good. It matches ErrNotSent.
 type PartitionFailedError struct {
 	Queue, Partition string // Partition "Default" for the default one
 	Cause            error  // the failure of the batch ahead
@@ -209,8 +216,10 @@ func (e *PartitionFailedError) Error() string {
 // Is matches ErrNotSent.
 func (e *PartitionFailedError) Is(target error) bool { return target == ErrNotSent }
 
-// Unwrap returns Cause.
-func (e *PartitionFailedError) Unwrap() error { return e.Cause }
+// Unwrap returns Cause without its answer: errors.As finds the batch's
+// *BrokerError and errors.Is its ErrDeliveryTimeout, but whether the batch
+// may have been applied is Cause's alone.
+func (e *PartitionFailedError) Unwrap() error { return unanswered(e.Cause) }
 
 // errStillBuffered is the last failure of a batch still answered
 // "buffered" at its delivery timeout.
@@ -230,20 +239,50 @@ func (e *deliveryTimeoutError) Unwrap() error        { return e.err }
 func (e *deliveryTimeoutError) Is(target error) bool { return target == ErrDeliveryTimeout }
 
 // ProducerError is returned by Producer.Flush and Close when some messages
-// were not stored; each message's own error is in its PendingPush.
+// were not stored: it lists them by state, each list in push order (each
+// message's own error is in its PendingPush), and answers "was it
+// applied?" for them all: ErrOutcomeUnknown when one may have been stored
+// (Unknown or Pending not empty), else ErrNotSent when every one matches
+// ErrNotSent, else neither (the broker refused one).
 type ProducerError struct {
-	NotStored int   // surely not stored
-	Unknown   int   // may or may not have been stored
-	Err       error // ctx's error if it ended first, else the earliest pushed failure
+	NotStored []*PendingPush // surely not stored: PushNotStored
+	Unknown   []*PendingPush // may have been stored: PushUnknown
+	// Pending are still buffered or being sent (PushPending) when Flush's
+	// ctx ended; they are still sent.
+	Pending []*PendingPush
+	Err     error // ctx's error if it ended first, else the earliest pushed failure
 }
 
-// Error gives both counts and Err.
+// Error gives the counts and Err.
 func (e *ProducerError) Error() string {
-	return fmt.Sprintf("queen: producer: %d messages not stored, %d with outcome unknown: %v", e.NotStored, e.Unknown, e.Err)
+	s := fmt.Sprintf("queen: producer: %d messages not stored, %d with outcome unknown", len(e.NotStored), len(e.Unknown))
+	if len(e.Pending) > 0 {
+		s += fmt.Sprintf(", %d pending", len(e.Pending))
+	}
+	return s + ": " + e.Err.Error()
 }
 
-// Unwrap returns Err.
-func (e *ProducerError) Unwrap() error { return e.Err }
+// Is matches ErrOutcomeUnknown or ErrNotSent as ProducerError says.
+func (e *ProducerError) Is(target error) bool {
+	switch target {
+	case ErrOutcomeUnknown:
+		return len(e.Unknown)+len(e.Pending) > 0
+	case ErrNotSent:
+		if len(e.Unknown)+len(e.Pending) > 0 || len(e.NotStored) == 0 {
+			return false
+		}
+		for _, pp := range e.NotStored {
+			if !errors.Is(pp.err, ErrNotSent) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// Unwrap returns Err without its answer, which is one message's (see Is).
+func (e *ProducerError) Unwrap() error { return unanswered(e.Err) }
 
 // PendingPush is the outcome, to come, of one Producer.Push.
 type PendingPush struct {
@@ -255,7 +294,58 @@ type PendingPush struct {
 	size  int
 	at    time.Time // when it was buffered
 	seq   uint64    // push order among the buffered messages
-	state pushState // guarded by the producer's mu
+	state pushState // guarded by the producer's mu; final once done is closed
+}
+
+// PushState is where a Producer's message stands: its PendingPush's
+// answer as data.
+type PushState uint8
+
+const (
+	// PushPending: buffered or being sent, no outcome yet.
+	PushPending PushState = iota
+	// PushStored: stored (queued or duplicate); Wait returns its
+	// PushResult and nil.
+	PushStored
+	// PushNotStored: surely not stored; its error matches ErrNotSent (no
+	// send of it reached the broker) or is the broker's refusal.
+	PushNotStored
+	// PushUnknown: may have been stored; its error matches
+	// ErrOutcomeUnknown. Push it again with the same transaction id (an
+	// Item) to be sure it is stored once.
+	PushUnknown
+)
+
+// String names the state: "pending", "stored", "not stored" or "unknown".
+func (s PushState) String() string {
+	switch s {
+	case PushPending:
+		return "pending"
+	case PushStored:
+		return "stored"
+	case PushNotStored:
+		return "not stored"
+	case PushUnknown:
+		return "unknown"
+	}
+	return "PushState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// State returns the message's state: PushPending until Done is closed,
+// then its outcome, which does not change.
+func (p *PendingPush) State() PushState {
+	select {
+	case <-p.done:
+	default:
+		return PushPending
+	}
+	switch p.state {
+	case stateStored:
+		return PushStored
+	case stateUnknown:
+		return PushUnknown
+	}
+	return PushNotStored
 }
 
 type pushState uint8
@@ -517,30 +607,30 @@ func (e *producer) await(ctx context.Context, snap []*PendingPush) error {
 			ctxErr = ctx.Err()
 		}
 	}
+	slices.SortFunc(snap, func(a, b *PendingPush) int { return cmp.Compare(a.seq, b.seq) })
 	var pe ProducerError
-	var first *PendingPush // the earliest pushed of the failures
 	e.mu.Lock()
 	for _, pp := range snap {
 		switch pp.state {
-		case stateBuffered, stateNotStored:
-			pe.NotStored++
-		case stateSending, stateUnknown:
-			pe.Unknown++
+		case stateBuffered, stateSending:
+			pe.Pending = append(pe.Pending, pp)
+			continue
+		case stateNotStored:
+			pe.NotStored = append(pe.NotStored, pp)
+		case stateUnknown:
+			pe.Unknown = append(pe.Unknown, pp)
 		default:
 			continue
 		}
-		if first == nil || pp.seq < first.seq {
-			first = pp
+		if pe.Err == nil { // the earliest pushed failure
+			pe.Err = pp.err
 		}
-	}
-	if first != nil {
-		pe.Err = first.err
 	}
 	e.mu.Unlock()
 	if ctxErr != nil {
 		pe.Err = ctxErr
 	}
-	if pe.NotStored+pe.Unknown == 0 && ctxErr == nil {
+	if pe.Err == nil {
 		return nil
 	}
 	return &pe
