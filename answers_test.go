@@ -59,8 +59,11 @@ func TestProducerErrorsAnswerOnce(t *testing.T) {
 		first := p.Push(ctx, payload(1))
 		synctest.Wait() // its batch is on the wire, held at the gate
 		behind := p.Push(ctx, payload(2))
+		flushed := make(chan error)
+		go func() { flushed <- p.Flush(ctx) }()
+		synctest.Wait() // Flush waits for both
 		close(rt.gate)
-		flushErr := p.Flush(ctx)
+		flushErr := <-flushed
 
 		err = waitErr(first)
 		var be *queen.BrokerError
@@ -387,11 +390,14 @@ func producerAnswers(t *testing.T, c *queen.Client, rt *faulty, f *fault) {
 		first := p.Push(ctx, 1)
 		synctest.Wait() // its batch is held at the gate
 		behind := p.Push(ctx, 2)
+		flushed := make(chan error)
+		go func() { flushed <- p.Flush(ctx) }()
+		synctest.Wait() // Flush waits for both
 		rt.mu.Lock()
 		close(rt.gate)
 		rt.gate = nil
 		rt.mu.Unlock()
-		flushErr := p.Flush(ctx)
+		flushErr := <-flushed
 		if f.status == http.StatusOK { // an undecodable answer
 			checkAnswer(t, "producer: the batch", waitErr(first), "")
 		} else {
