@@ -12,8 +12,9 @@ import (
 )
 
 // A producer rides out a broker that refuses connections for a while: the
-// message is kept and sent again with backoff, within its delivery timeout,
-// and stored once the broker listens again.
+// message is kept, one batch at a time probes the broker (at most every
+// 250 ms), and it is stored as soon as a probe is answered, within its
+// delivery timeout.
 func ExampleWithDeliveryTimeout() {
 	broker := queentest.NewServer()
 	defer broker.Close()
