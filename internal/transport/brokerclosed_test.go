@@ -129,7 +129,8 @@ func (c *heldConn) Close() error {
 
 // awaitClosed returns once the broker's close of conn has reached it.
 func awaitClosed(conn net.Conn) {
-	for !peerClosed(conn) {
+	var p peeker
+	for !p.peerClosed(conn) {
 		runtime.Gosched()
 	}
 }

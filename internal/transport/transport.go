@@ -198,9 +198,10 @@ type call struct {
 type probe struct {
 	getConn, gotConn atomic.Bool
 	wrote            atomic.Bool // WroteRequest without an error, on a connection not found closed
-	closed           atomic.Bool // the broker had closed the connection when net/http got it: see gotConn
+	closed           atomic.Bool // the broker had closed the connection when net/http got it: see gotConnection
 	h2               atomic.Bool // an HTTP/2 connection, whose streams start before WroteRequest
 	earlier          atomic.Bool // a connection net/http took before may have had the request written
+	peek             peeker      // used on the call's goroutine only (GotConn)
 }
 
 func (p *probe) reset() {
@@ -238,7 +239,7 @@ func (p *probe) gotConnection(info httptrace.GotConnInfo) {
 		p.h2.Store(true)
 		return
 	}
-	if info.Conn != nil && peerClosed(info.Conn) {
+	if info.Conn != nil && p.peek.peerClosed(info.Conn) {
 		p.closed.Store(true)
 		_ = info.Conn.Close()
 	}
