@@ -222,10 +222,14 @@ func normalizeURL(raw string) (string, error) {
 	return strings.TrimRight(u.String(), "/"), nil
 }
 
-// Close makes later calls fail with ErrClosed (and ErrNotSent), waits for the calls in
-// flight, closes its idle connections and returns nil; when ctx ends first,
-// ctx.Err() (the last call out closes the rest). Stop consume loops first.
-// Safe to call more than once.
+// Close makes later calls fail with ErrClosed (and ErrNotSent), waits for
+// the calls in flight, closes its idle connections and returns nil. A Pop
+// waiting for messages (a long poll) is a call in flight: Close waits
+// until it returns, with what it got or at its TimeoutMillis, so that no
+// message is leased to a caller that never sees it; cancel the Pop's own
+// ctx to end it sooner. When ctx ends first, Close returns ctx.Err() and
+// the calls go on to their end (the last one out closes the connections).
+// Stop consume loops and producers first. Safe to call more than once.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	idle := false

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/queen-go/queen"
 	"github.com/queen-go/queen/queentest"
@@ -123,4 +125,62 @@ func TestProxyPrefixIsServed(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "POST "+gw.URL+"/queen/api/v1/push: no answer after 1 attempt(s)") {
 		t.Errorf("push to a closed gateway: %v", err)
 	}
+}
+
+// Client.Close waits for a long poll in flight: the pop returns what was
+// pushed meanwhile to its caller, and Close returns then. A Close whose
+// ctx ends first returns ctx's error and leaves the poll to go on. On the
+// bubble's clock.
+func TestCloseWaitsForLongPolls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := bubbleEnv(t)
+		ctx := context.Background()
+		other, err := queen.New(e.srv.URL, queen.WithHTTPClient(&http.Client{Transport: spyTransport{srv: e.srv, spy: &spy{}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close(ctx)
+		type popped struct {
+			msgs []*queen.Message
+			err  error
+			at   time.Duration
+		}
+		start := time.Now()
+		got := make(chan popped, 1)
+		go func() {
+			msgs, err := e.c.Queue("polled").Wait(true).TimeoutMillis(30000).Pop(ctx)
+			got <- popped{msgs, err, time.Since(start)}
+		}()
+		synctest.Wait() // the pop waits at the broker
+
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if err := e.c.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close with a ctx that ends: %v", err)
+		}
+		if _, err := e.c.Queue("polled").Push(1).Execute(ctx); !errors.Is(err, queen.ErrClosed) {
+			t.Fatalf("a call after Close: %v", err)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- e.c.Close(ctx) }()
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		select {
+		case err := <-closed:
+			t.Fatalf("Close returned %v while the long poll waited", err)
+		case p := <-got:
+			t.Fatalf("the long poll ended: %+v", p)
+		default:
+		}
+		if _, err := other.Queue("polled").Push(map[string]int{"n": 1}).Execute(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p := <-got
+		if p.err != nil || len(p.msgs) != 1 || p.at != 5*time.Second {
+			t.Fatalf("the long poll: %d messages, %v, after %v; want the one pushed at 5 s", len(p.msgs), p.err, p.at)
+		}
+		if err := <-closed; err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	})
 }

@@ -89,7 +89,9 @@
 // bounded number of times (RetryPolicy); a pop, a commit and a replay are
 // sent again only when the broker surely did not apply them, else the
 // error matches ErrOutcomeUnknown. A call that never reached the broker
-// fails with an error matching ErrNotSent (ExampleErrNotSent).
+// fails with an error matching ErrNotSent (ExampleErrNotSent). An error
+// matches at most one of the two; a Producer's PendingPush gives its
+// answer as data (ExampleProducerError).
 //
 // # Broker versions
 //

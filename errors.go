@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +70,12 @@ var (
 	ErrOutcomeUnknown = errors.New("queen: outcome unknown")
 	// ErrNotSent: no attempt of the call reached the broker, so nothing was
 	// stored or applied and doing it again is safe.
+	//
+	// An error of the client matches at most one of ErrNotSent and
+	// ErrOutcomeUnknown, whatever it wraps; neither when the broker answered
+	// that it did not apply the request (a *BrokerError, say). The reasons
+	// (ErrClosed, ErrDeliveryTimeout, a ctx error, a *BrokerError) match
+	// beside either.
 	ErrNotSent = errors.New("queen: not sent")
 )
 
@@ -122,6 +129,69 @@ func (e *notSentError) Error() string {
 }
 func (e *notSentError) Unwrap() error        { return e.err }
 func (e *notSentError) Is(target error) bool { return target == ErrNotSent }
+
+// isAnswer reports whether target is one of the two answers to "was it
+// applied?", of which an error matches at most one.
+func isAnswer(target error) bool { return target == ErrNotSent || target == ErrOutcomeUnknown }
+
+// unanswered is err with its answer taken out: errors.Is finds neither
+// ErrNotSent nor ErrOutcomeUnknown in it, and every other error of its
+// tree as in err (errors.Is, errors.As). An error that states an answer of
+// its own (a message behind a failed batch: not sent) unwraps to the
+// cause it reports through it, so that the cause's answer, about another
+// request, is not taken for its own.
+func unanswered(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unansweredError{err}
+}
+
+// unansweredError stands for one node of the tree of errors it hides the
+// answer of: it matches what that node matches but the answers, is found
+// by errors.As as that node, and unwraps to its children, each hidden too.
+type unansweredError struct{ err error }
+
+func (e *unansweredError) Error() string { return e.err.Error() }
+
+func (e *unansweredError) Is(target error) bool {
+	if isAnswer(target) {
+		return false
+	}
+	if t := reflect.TypeOf(target); t != nil && t.Comparable() && reflect.TypeOf(e.err).Comparable() && e.err == target {
+		return true
+	}
+	x, ok := e.err.(interface{ Is(error) bool })
+	return ok && x.Is(target)
+}
+
+func (e *unansweredError) As(target any) bool {
+	v := reflect.ValueOf(target).Elem() // errors.As checked target
+	if reflect.TypeOf(e.err).AssignableTo(v.Type()) {
+		v.Set(reflect.ValueOf(e.err))
+		return true
+	}
+	x, ok := e.err.(interface{ As(any) bool })
+	return ok && x.As(target)
+}
+
+func (e *unansweredError) Unwrap() []error {
+	switch x := e.err.(type) {
+	case interface{ Unwrap() error }:
+		if u := x.Unwrap(); u != nil {
+			return []error{&unansweredError{u}}
+		}
+	case interface{ Unwrap() []error }:
+		var out []error
+		for _, u := range x.Unwrap() {
+			if u != nil {
+				out = append(out, &unansweredError{u})
+			}
+		}
+		return out
+	}
+	return nil
+}
 
 // BrokerError is a refusal from the broker: a non-2xx status, or a 2xx
 // whose body says it failed (0.15.1). Get it with errors.As.

@@ -413,3 +413,37 @@ func (ch retryLogged) Handle(_ context.Context, r slog.Record) error {
 
 func (ch retryLogged) WithAttrs([]slog.Attr) slog.Handler { return ch }
 func (ch retryLogged) WithGroup(string) slog.Handler      { return ch }
+
+// unanswered hides the answer to "was it applied?" of a whole tree of
+// errors, and nothing else: the reasons and the *BrokerError stay found,
+// through a chain and through a join.
+func TestUnansweredHidesOnlyTheAnswer(t *testing.T) {
+	be := &BrokerError{Status: http.StatusInternalServerError}
+	cause := &deliveryTimeoutError{timeout: time.Second, attempts: 2,
+		err: errors.Join(outcomeUnknown(be), &notSentError{context.Canceled})}
+	require.ErrorIs(t, cause, ErrOutcomeUnknown)
+	require.ErrorIs(t, cause, ErrNotSent)
+	u := unanswered(cause)
+	assert.Equal(t, cause.Error(), u.Error())
+	assert.NotErrorIs(t, u, ErrOutcomeUnknown)
+	assert.NotErrorIs(t, u, ErrNotSent)
+	assert.ErrorIs(t, u, ErrDeliveryTimeout)
+	assert.ErrorIs(t, u, context.Canceled)
+	got, ok := errors.AsType[*BrokerError](u)
+	assert.True(t, ok)
+	assert.Same(t, be, got)
+	var temp interface{ Temporary() bool }
+	if assert.ErrorAs(t, u, &temp) {
+		assert.True(t, temp.Temporary())
+	}
+	dt, ok := errors.AsType[*deliveryTimeoutError](u)
+	assert.True(t, ok)
+	assert.Same(t, cause, dt)
+	assert.Nil(t, unanswered(nil))
+	// A value that is not comparable is compared with nothing.
+	assert.NotErrorIs(t, unanswered(uncomparable{}), ErrClosed)
+}
+
+type uncomparable []string
+
+func (uncomparable) Error() string { return "uncomparable" }

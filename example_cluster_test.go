@@ -57,7 +57,10 @@ func ExampleWithLoadBalancing() {
 	fmt.Println("handled", handle())
 	owner := servedBy()
 
-	cluster.Node(owner).Stop() // the group's broker goes down
+	// The group's broker goes down. The next pop goes to another node: the
+	// connection the client kept to this one is found closed before the pop
+	// is written on it, so the pop surely did not reach it.
+	cluster.Node(owner).Stop()
 	if _, err := client.Queue("orders").Push("c").Execute(ctx); err != nil {
 		log.Fatal(err)
 	}

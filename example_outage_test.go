@@ -12,8 +12,9 @@ import (
 )
 
 // A producer rides out a broker that refuses connections for a while: the
-// message is kept and sent again with backoff, within its delivery timeout,
-// and stored once the broker listens again.
+// message is kept, one batch at a time probes the broker (at most every
+// 250 ms), and it is stored as soon as a probe is answered, within its
+// delivery timeout.
 func ExampleWithDeliveryTimeout() {
 	broker := queentest.NewServer()
 	defer broker.Close()
@@ -57,6 +58,47 @@ func ExampleErrNotSent() {
 	_, err = client.Queue("orders").Push(map[string]int{"id": 1}).Execute(ctx)
 	fmt.Println(errors.Is(err, queen.ErrNotSent), errors.Is(err, queen.ErrOutcomeUnknown))
 	// Output: true false
+}
+
+// A *ProducerError lists the messages not stored and those that may have
+// been, and answers "was it applied?" for them all; each PendingPush says
+// its own state.
+func ExampleProducerError() {
+	broker := queentest.NewServer()
+	defer broker.Close()
+	ctx := context.Background()
+	client, err := queen.New(broker.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+	orders, err := client.Queue("orders").Producer(queen.WithBatchDelay(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer orders.Close(ctx)
+
+	orders.Push(ctx, map[string]int{"id": 1})
+	orders.Push(ctx, map[string]int{"id": 2})
+	broker.FailNext(queentest.RoutePush, 1, 400, 0) // their batch is refused
+	err = orders.Flush(ctx)
+	if pe, ok := errors.AsType[*queen.ProducerError](err); ok {
+		for _, pp := range pe.NotStored {
+			_, err := pp.Wait(ctx)
+			fmt.Println(pp.State(), errors.Is(err, queen.ErrNotSent), errors.Is(err, queen.ErrOutcomeUnknown))
+		}
+		fmt.Println(len(pe.Unknown), "unknown")
+	}
+	next := orders.Push(ctx, map[string]int{"id": 3})
+	if err := orders.Flush(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(next.State())
+	// Output:
+	// not stored false false
+	// not stored false false
+	// 0 unknown
+	// stored
 }
 
 // Under WithPauseOnFailure a batch that fails for good pauses its

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/queen-go/queen/internal/transport"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/queen-go/queen/internal/transport"
 	"github.com/queen-go/queen/internal/wire"
 )
 
@@ -34,13 +36,16 @@ import (
 //   - Order within a partition: its next batch goes once the one before it
 //     is settled, its messages in push order.
 //   - An outage is ridden out: a batch that may pass is sent again until
-//     WithDeliveryTimeout (docs/RETRIES.md, "The producer").
+//     WithDeliveryTimeout; while the broker is down one batch at a time
+//     probes it, and when it answers every batch goes (docs/RETRIES.md,
+//     "The producer").
 //   - A batch that fails for good fails its partition's messages buffered
 //     behind it (*PartitionFailedError); with WithPauseOnFailure the
 //     partition pauses until Resume (*PartitionPausedError).
 //   - Nothing silent: every message's outcome reaches its PendingPush: a
 //     PushResult when stored, else an error: matching ErrNotSent or
-//     ErrOutcomeUnknown, or a *BrokerError or *PushError (not stored).
+//     ErrOutcomeUnknown, or a *BrokerError or *PushError (not stored);
+//     PendingPush.State gives it as data.
 //   - No double store: a message keeps its transaction id on every resend,
 //     as long as the broker remembers ids (2.x: the queue's DedupWindow).
 //   - Bounded memory: WithBufferLimit; a Push's ctx bounds only its wait
@@ -123,8 +128,8 @@ func WithMaxInflight(n int) ProducerOption {
 
 // WithDeliveryTimeout bounds how long, from the Push of a batch's oldest
 // message, a batch that failed in a way that may pass is sent again
-// (default DefaultDeliveryTimeout; RetryPolicy's backoff, not its
-// MaxAttempts). Then it fails with an error matching ErrDeliveryTimeout and
+// (default DefaultDeliveryTimeout; not RetryPolicy's MaxAttempts). Then
+// it fails with an error matching ErrDeliveryTimeout and
 // the last failure's (ErrNotSent, ErrOutcomeUnknown or a *BrokerError).
 // On 2.x keep the queue's DedupWindow at least this long (docs/RETRIES.md).
 func WithDeliveryTimeout(d time.Duration) ProducerOption {
@@ -187,14 +192,18 @@ func (e *PartitionPausedError) Error() string {
 		e.Partition, e.Queue, e.Cause)
 }
 
-// Is matches ErrPartitionPaused and ErrNotSent; Cause is not unwrapped.
+// Is matches ErrPartitionPaused and ErrNotSent.
 func (e *PartitionPausedError) Is(target error) bool {
 	return target == ErrPartitionPaused || target == ErrNotSent
 }
 
+// Unwrap returns Cause without its answer: errors.As finds the batch's
+// *BrokerError and errors.Is its ErrDeliveryTimeout, but whether the batch
+// may have been applied is Cause's alone.
+func (e *PartitionPausedError) Unwrap() error { return unanswered(e.Cause) }
+
 // PartitionFailedError is the error of a message not sent because a batch
-// ahead of it in its partition failed for good. It matches ErrNotSent and
-// unwraps to Cause (whose ErrOutcomeUnknown, if any, is about that batch).
+// ahead of it in its partition failed for good. It matches ErrNotSent.
 type PartitionFailedError struct {
 	Queue, Partition string // Partition "Default" for the default one
 	Cause            error  // the failure of the batch ahead
@@ -209,8 +218,10 @@ func (e *PartitionFailedError) Error() string {
 // Is matches ErrNotSent.
 func (e *PartitionFailedError) Is(target error) bool { return target == ErrNotSent }
 
-// Unwrap returns Cause.
-func (e *PartitionFailedError) Unwrap() error { return e.Cause }
+// Unwrap returns Cause without its answer: errors.As finds the batch's
+// *BrokerError and errors.Is its ErrDeliveryTimeout, but whether the batch
+// may have been applied is Cause's alone.
+func (e *PartitionFailedError) Unwrap() error { return unanswered(e.Cause) }
 
 // errStillBuffered is the last failure of a batch still answered
 // "buffered" at its delivery timeout.
@@ -230,20 +241,50 @@ func (e *deliveryTimeoutError) Unwrap() error        { return e.err }
 func (e *deliveryTimeoutError) Is(target error) bool { return target == ErrDeliveryTimeout }
 
 // ProducerError is returned by Producer.Flush and Close when some messages
-// were not stored; each message's own error is in its PendingPush.
+// were not stored: it lists them by state, each list in push order (each
+// message's own error is in its PendingPush), and answers "was it
+// applied?" for them all: ErrOutcomeUnknown when one may have been stored
+// (Unknown or Pending not empty), else ErrNotSent when every one matches
+// ErrNotSent, else neither (the broker refused one).
 type ProducerError struct {
-	NotStored int   // surely not stored
-	Unknown   int   // may or may not have been stored
-	Err       error // ctx's error if it ended first, else the earliest pushed failure
+	NotStored []*PendingPush // surely not stored: PushNotStored
+	Unknown   []*PendingPush // may have been stored: PushUnknown
+	// Pending are still buffered or being sent (PushPending) when Flush's
+	// ctx ended; they are still sent.
+	Pending []*PendingPush
+	Err     error // ctx's error if it ended first, else the earliest pushed failure
 }
 
-// Error gives both counts and Err.
+// Error gives the counts and Err.
 func (e *ProducerError) Error() string {
-	return fmt.Sprintf("queen: producer: %d messages not stored, %d with outcome unknown: %v", e.NotStored, e.Unknown, e.Err)
+	s := fmt.Sprintf("queen: producer: %d messages not stored, %d with outcome unknown", len(e.NotStored), len(e.Unknown))
+	if len(e.Pending) > 0 {
+		s += fmt.Sprintf(", %d pending", len(e.Pending))
+	}
+	return s + ": " + e.Err.Error()
 }
 
-// Unwrap returns Err.
-func (e *ProducerError) Unwrap() error { return e.Err }
+// Is matches ErrOutcomeUnknown or ErrNotSent as ProducerError says.
+func (e *ProducerError) Is(target error) bool {
+	switch target {
+	case ErrOutcomeUnknown:
+		return len(e.Unknown)+len(e.Pending) > 0
+	case ErrNotSent:
+		if len(e.Unknown)+len(e.Pending) > 0 || len(e.NotStored) == 0 {
+			return false
+		}
+		for _, pp := range e.NotStored {
+			if !errors.Is(pp.err, ErrNotSent) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// Unwrap returns Err without its answer, which is one message's (see Is).
+func (e *ProducerError) Unwrap() error { return unanswered(e.Err) }
 
 // PendingPush is the outcome, to come, of one Producer.Push.
 type PendingPush struct {
@@ -255,7 +296,58 @@ type PendingPush struct {
 	size  int
 	at    time.Time // when it was buffered
 	seq   uint64    // push order among the buffered messages
-	state pushState // guarded by the producer's mu
+	state pushState // guarded by the producer's mu; final once done is closed
+}
+
+// PushState is where a Producer's message stands: its PendingPush's
+// answer as data.
+type PushState uint8
+
+const (
+	// PushPending: buffered or being sent, no outcome yet.
+	PushPending PushState = iota
+	// PushStored: stored (queued or duplicate); Wait returns its
+	// PushResult and nil.
+	PushStored
+	// PushNotStored: surely not stored; its error matches ErrNotSent (no
+	// send of it reached the broker) or is the broker's refusal.
+	PushNotStored
+	// PushUnknown: may have been stored; its error matches
+	// ErrOutcomeUnknown. Push it again with the same transaction id (an
+	// Item) to be sure it is stored once.
+	PushUnknown
+)
+
+// String names the state: "pending", "stored", "not stored" or "unknown".
+func (s PushState) String() string {
+	switch s {
+	case PushPending:
+		return "pending"
+	case PushStored:
+		return "stored"
+	case PushNotStored:
+		return "not stored"
+	case PushUnknown:
+		return "unknown"
+	}
+	return "PushState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// State returns the message's state: PushPending until Done is closed,
+// then its outcome, which does not change.
+func (p *PendingPush) State() PushState {
+	select {
+	case <-p.done:
+	default:
+		return PushPending
+	}
+	switch p.state {
+	case stateStored:
+		return PushStored
+	case stateUnknown:
+		return PushUnknown
+	}
+	return PushNotStored
 }
 
 type pushState uint8
@@ -310,8 +402,10 @@ type partState struct {
 }
 
 type producer struct {
-	c   *Client
-	cfg producerConfig
+	c     *Client
+	cfg   producerConfig
+	clock clock    // the wall clock but in tests (export_test.go)
+	down  downtime // the broker not answering: sends wait for a probe's turn
 
 	ctx    context.Context // the sends'; cancelled by a Close whose ctx ended
 	cancel context.CancelFunc
@@ -354,8 +448,9 @@ func (c *Client) Producer(opts ...ProducerOption) (*Producer, error) {
 		return nil, fmt.Errorf("%w: WithDeliveryTimeout(%v) must be positive", ErrInvalidOption, cfg.deliver)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &producer{c: c, cfg: cfg, ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.inflight),
+	e := &producer{c: c, cfg: cfg, clock: wallClock{}, ctx: ctx, cancel: cancel, slots: make(chan struct{}, cfg.inflight),
 		parts: map[partKey]*partState{}}
+	e.down.init(e)
 	return &Producer{e: e}, nil
 }
 
@@ -517,30 +612,30 @@ func (e *producer) await(ctx context.Context, snap []*PendingPush) error {
 			ctxErr = ctx.Err()
 		}
 	}
+	slices.SortFunc(snap, func(a, b *PendingPush) int { return cmp.Compare(a.seq, b.seq) })
 	var pe ProducerError
-	var first *PendingPush // the earliest pushed of the failures
 	e.mu.Lock()
 	for _, pp := range snap {
 		switch pp.state {
-		case stateBuffered, stateNotStored:
-			pe.NotStored++
-		case stateSending, stateUnknown:
-			pe.Unknown++
+		case stateBuffered, stateSending:
+			pe.Pending = append(pe.Pending, pp)
+			continue
+		case stateNotStored:
+			pe.NotStored = append(pe.NotStored, pp)
+		case stateUnknown:
+			pe.Unknown = append(pe.Unknown, pp)
 		default:
 			continue
 		}
-		if first == nil || pp.seq < first.seq {
-			first = pp
+		if pe.Err == nil { // the earliest pushed failure
+			pe.Err = pp.err
 		}
-	}
-	if first != nil {
-		pe.Err = first.err
 	}
 	e.mu.Unlock()
 	if ctxErr != nil {
 		pe.Err = ctxErr
 	}
-	if pe.NotStored+pe.Unknown == 0 && ctxErr == nil {
+	if pe.Err == nil {
 		return nil
 	}
 	return &pe
@@ -598,7 +693,7 @@ func (e *producer) admit(ctx context.Context, pp *PendingPush, k partKey) error 
 		ps = &partState{key: k, kick: make(chan struct{}, 1)}
 		e.parts[k] = ps
 	}
-	pp.at = time.Now()
+	pp.at = e.clock.Now()
 	ps.buf = append(ps.buf, pp)
 	ps.bufBytes += pp.size
 	if !ps.running {
@@ -622,7 +717,7 @@ func (ps *partState) wake() {
 // ready: e.mu is held.
 func (e *producer) ready(ps *partState) bool {
 	return e.cfg.delay == 0 || e.flushes > 0 || len(ps.buf) >= e.cfg.count || ps.bufBytes >= e.cfg.bytes ||
-		time.Since(ps.since()) >= e.cfg.delay
+		e.clock.Now().Sub(ps.since()) >= e.cfg.delay
 }
 
 // since is when ps's delay started: its oldest message, or its last
@@ -701,12 +796,6 @@ func (e *producer) gather(segs []segment) []segment {
 // is on the wire.
 func (e *producer) work(ps *partState) {
 	defer e.wg.Done()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		e.mu.Lock()
 		if len(ps.sending) > 0 {
@@ -724,20 +813,14 @@ func (e *producer) work(ps *partState) {
 			return
 		}
 		if !e.ready(ps) && e.ctx.Err() == nil {
-			wait := e.cfg.delay - time.Since(ps.since())
+			wait := e.cfg.delay - e.clock.Now().Sub(ps.since())
 			e.mu.Unlock()
-			if timer == nil {
-				timer = time.NewTimer(wait)
-			} else {
-				timer.Reset(wait)
-			}
+			c, stop := e.clock.After(wait)
 			select {
-			case <-timer.C:
+			case <-c:
 			case <-ps.kick:
-				if !timer.Stop() {
-					<-timer.C
-				}
 			}
+			stop()
 			continue
 		}
 		e.mu.Unlock()
@@ -857,26 +940,56 @@ func (e *producer) send(segs []segment) {
 }
 
 // deliver is the producer's one retry layer: each send is one transport
-// attempt. A 0.15.1 "buffered" answer is sent again too: the unique
-// (partition, transactionId) index makes the broker's later replay of its
-// file a duplicate (server/src/services/file_buffer.cpp).
+// attempt. A send not sent (a refused connection, say) begins an outage
+// (see downtime), whose probes pace the next sends; an answer that may pass (a
+// 503, say) is sent again after the client's backoff. A 0.15.1
+// "buffered" answer is sent again too: the unique (partition,
+// transactionId) index makes the broker's later replay of its file a
+// duplicate (server/src/services/file_buffer.cpp).
 func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) ([]PushResult, []bool, error) {
 	pol := e.c.cfg.retry
 	lo := cmp.Or(pol.MinBackoff, transport.DefaultMinBackoff)
 	hi := cmp.Or(pol.MaxBackoff, max(transport.DefaultMaxBackoff, lo))
 	deadline := since.Add(e.cfg.deliver)
 	key := pushKey(items[0].Queue, items[0].Partition)
-	var maybe bool // an attempt before the last one may have stored it
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
+	var (
+		maybe    bool // an attempt before the last one may have stored it
+		res      []PushResult
+		buffered []bool
+		err      error // the last send's failure
+	)
+	// stop ends the batch before its next send, at its delivery timeout
+	// or at a Close whose ctx ended, after sent sends.
+	stop := func(sent int, timedOut bool) ([]PushResult, []bool, error) {
+		switch {
+		case buffered != nil && timedOut: // each buffered message fails as unknown, past its timeout
+			return res, buffered, &deliveryTimeoutError{timeout: e.cfg.deliver, attempts: sent, err: errStillBuffered}
+		case buffered != nil:
+			return res, buffered, nil
+		case sent == 0 && timedOut:
+			return nil, nil, &deliveryTimeoutError{timeout: e.cfg.deliver, err: &notSentError{errNoTurn}}
+		case sent == 0:
+			return nil, nil, errProducerClosed
+		case timedOut:
+			return nil, nil, sentBefore(&deliveryTimeoutError{timeout: e.cfg.deliver, attempts: sent, err: sentBefore(err, maybe)}, false)
 		}
-	}()
+		return nil, nil, sentBefore(&closedSending{err}, maybe)
+	}
 	for attempt := 1; ; attempt++ {
-		resp, err := e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body, attempts: 1, key: key})
-		var res []PushResult
-		var buffered []bool
+		probe, werr := e.down.turn(e.ctx, deadline, attempt == 1)
+		if werr != nil {
+			return stop(attempt-1, werr == errPastDeadline)
+		}
+		var resp *response
+		resp, err = e.c.do(e.ctx, call{method: http.MethodPost, path: wire.RoutePush.Path(), raw: body, attempts: 1, key: key})
+		_, answered := errors.AsType[*BrokerError](err)
+		answered = answered || err == nil
+		notSent := errors.Is(err, ErrNotSent) && e.passing(err)
+		e.down.report(probe, answered, notSent, err)
+		res, buffered = nil, nil
+		if err != nil && e.ctx.Err() != nil { // cut by a Close whose ctx ended
+			return nil, nil, sentBefore(&closedSending{err}, maybe)
+		}
 		if err == nil {
 			res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
 			if res == nil || buffered == nil {
@@ -899,26 +1012,120 @@ func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) 
 				"partition", items[0].Partition, "messages", len(items), "deliveryTimeout", e.cfg.deliver, "err", cause)
 		}
 		maybe = maybe || buffered != nil || classify(err).state == stateUnknown
+		if notSent {
+			continue // the next send waits for its turn (downtime.turn)
+		}
 		wait := transport.Backoff(lo, hi, attempt-1, retryAfterOf(err))
-		if time.Until(deadline) < wait {
-			if buffered != nil { // each buffered message fails as unknown, past its timeout
-				return res, buffered, &deliveryTimeoutError{timeout: e.cfg.deliver, attempts: attempt, err: errStillBuffered}
-			}
-			return nil, nil, sentBefore(&deliveryTimeoutError{timeout: e.cfg.deliver, attempts: attempt, err: sentBefore(err, maybe)}, false)
+		if deadline.Sub(e.clock.Now()) < wait {
+			return stop(attempt, true)
 		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
-		} else {
-			timer.Reset(wait)
-		}
+		c, stopTimer := e.clock.After(wait)
 		select {
-		case <-timer.C:
+		case <-c:
+			stopTimer()
 		case <-e.ctx.Done():
-			if buffered != nil {
-				return res, buffered, nil
-			}
-			return nil, nil, sentBefore(&closedSending{err}, maybe)
+			stopTimer()
+			return stop(attempt, false)
 		}
+	}
+}
+
+// errNoTurn is the failure of a batch whose delivery timeout passed
+// while it waited for a probe's turn, before any send of its own.
+var errNoTurn = errors.New("queen: producer: the broker did not answer the probes meanwhile")
+
+// probeEvery is how often, at most, a producer whose broker is down sends
+// a batch to see whether it is back.
+const probeEvery = 250 * time.Millisecond
+
+// downtime is what a producer knows of a broker that is down (a send was
+// not sent: its connection refused, say): while it lasts one batch at a
+// time is sent as a probe, at most every probeEvery, and the others wait;
+// the first answer (whatever its status) ends it and they all go at once.
+type downtime struct {
+	e       *producer
+	mu      sync.Mutex
+	down    bool
+	probing bool          // a probe is on the wire
+	next    time.Time     // no probe starts before
+	changed chan struct{} // closed and replaced when down or probing changes
+	since   time.Time     // when it began
+	probes  int
+}
+
+func (o *downtime) init(e *producer) {
+	o.e, o.changed = e, make(chan struct{})
+}
+
+// errPastDeadline ends a wait for a probe's turn at the batch's delivery
+// timeout.
+var errPastDeadline = errors.New("queen: producer: delivery timeout")
+
+// turn returns when a batch may be sent: at once while the broker
+// answers; during an outage, when the batch is the next probe (probe
+// true) or the outage ends. It fails with errPastDeadline once deadline
+// has passed (for a batch's first send, which goes even late, only
+// during an outage), and with ctx's error when ctx ends.
+func (o *downtime) turn(ctx context.Context, deadline time.Time, first bool) (probe bool, err error) {
+	for {
+		o.mu.Lock()
+		now := o.e.clock.Now()
+		if (o.down || !first) && !now.Before(deadline) {
+			o.mu.Unlock()
+			return false, errPastDeadline
+		}
+		if !o.down {
+			o.mu.Unlock()
+			return false, nil
+		}
+		if !o.probing && !now.Before(o.next) {
+			o.probing, o.next = true, now.Add(probeEvery)
+			o.probes++
+			o.mu.Unlock()
+			return true, nil
+		}
+		wait := deadline.Sub(now)
+		if !o.probing {
+			wait = min(wait, o.next.Sub(now))
+		}
+		changed := o.changed
+		o.mu.Unlock()
+		c, stop := o.e.clock.After(wait)
+		select {
+		case <-c:
+		case <-changed:
+		case <-ctx.Done():
+			stop()
+			return false, ctx.Err()
+		}
+		stop()
+	}
+}
+
+// report records a send's outcome: an answer ends the outage, a send not
+// sent that may pass (notSent) begins it. probe says whether the send was
+// the outage's probe.
+func (o *downtime) report(probe, answered, notSent bool, err error) {
+	o.mu.Lock()
+	was, now := o.down, o.e.clock.Now()
+	switch {
+	case answered && o.down:
+		o.down = false
+	case notSent && !o.down:
+		o.down, o.next, o.since, o.probes = true, now.Add(probeEvery), now, 0
+	}
+	if probe || was != o.down {
+		o.probing = o.probing && !probe
+		close(o.changed)
+		o.changed = make(chan struct{})
+	}
+	down, since, probes := o.down, o.since, o.probes
+	o.mu.Unlock()
+	switch {
+	case was && !down:
+		o.e.c.log.Warn("queen: producer: the broker answers again; sending every batch", "after", now.Sub(since), "probes", probes)
+	case !was && down:
+		o.e.c.log.Warn("queen: producer: the broker is down; sending one batch at a time to probe it", "every", probeEvery, "err", err)
 	}
 }
 
@@ -1036,7 +1243,24 @@ func (e *producer) finish(ps *partState, batch []*PendingPush, outs []outcome, c
 func (e *producer) release(ps *partState) {
 	ps.sending = nil
 	if e.cfg.delay > 0 {
-		ps.freed = time.Now()
+		ps.freed = e.clock.Now()
 	}
 	ps.wake() // its worker, if another worker's request carried the batch
+}
+
+// clock is the producer's time: the wall clock, or a test's.
+type clock interface {
+	Now() time.Time
+	// After returns a channel that receives once d has passed, and a
+	// function that lets the time go (call it once done with the channel).
+	After(d time.Duration) (<-chan time.Time, func())
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) After(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
 }

@@ -365,7 +365,7 @@ func TestProducerFlushCounts(t *testing.T) {
 	srv.DropNextResponses(queentest.RoutePush, 0)
 	err = p.Flush(ctx)
 	var pe *queen.ProducerError
-	if !errors.As(err, &pe) || pe.NotStored != 3 || pe.Unknown != 0 {
+	if !errors.As(err, &pe) || len(pe.NotStored) != 3 || len(pe.Unknown) != 0 {
 		t.Fatalf("Flush: %v", err)
 	}
 	var be *queen.BrokerError
@@ -378,7 +378,7 @@ func TestProducerFlushCounts(t *testing.T) {
 	}
 	srv.DropNextResponses(queentest.RoutePush, 1)
 	err = p.Flush(ctx)
-	if !errors.As(err, &pe) || pe.NotStored != 0 || pe.Unknown != 2 || !errors.Is(err, queen.ErrOutcomeUnknown) {
+	if !errors.As(err, &pe) || len(pe.NotStored) != 0 || len(pe.Unknown) != 2 || !errors.Is(err, queen.ErrOutcomeUnknown) {
 		t.Fatalf("Flush: %v", err)
 	}
 	fine := p.Queue("fine").Push(ctx, payload(1))
@@ -453,7 +453,7 @@ func TestProducerCloseCut(t *testing.T) {
 	defer cancel()
 	err = p.Close(short)
 	var pe *queen.ProducerError
-	if !errors.As(err, &pe) || !errors.Is(err, context.DeadlineExceeded) || pe.NotStored+pe.Unknown != 5 || pe.Unknown == 0 {
+	if !errors.As(err, &pe) || !errors.Is(err, context.DeadlineExceeded) || len(pe.NotStored)+len(pe.Unknown) != 5 || len(pe.Unknown) == 0 {
 		t.Fatalf("Close: %v", err)
 	}
 	for _, pp := range pending {
@@ -547,7 +547,7 @@ func TestProducerBuffered015(t *testing.T) {
 	long := p.Push(ctx, queen.Item{Payload: payload(1), TransactionID: strings.Repeat("x", 300)})
 	err = p.Flush(ctx)
 	var pe *queen.ProducerError
-	if !errors.As(err, &pe) || pe.Unknown != 1 || pe.NotStored != 0 {
+	if !errors.As(err, &pe) || len(pe.Unknown) != 1 || len(pe.NotStored) != 0 {
 		t.Fatalf("Flush: %v", err)
 	}
 	res, err := long.Wait(ctx)
@@ -763,7 +763,7 @@ func earliestRound(t *testing.T, round int) {
 	srv.FailNext(queentest.RoutePush, parts, 400, 0)
 	err = p.Flush(ctx)
 	var pe *queen.ProducerError
-	if !errors.As(err, &pe) || pe.NotStored != parts {
+	if !errors.As(err, &pe) || len(pe.NotStored) != parts {
 		t.Fatalf("Flush: %v", err)
 	}
 	want := waitErr(pps[0])
@@ -1152,7 +1152,7 @@ func TestProducerCloseDuringOutage(t *testing.T) {
 		defer cancel()
 		err = p.Close(ctx)
 		var pe *queen.ProducerError
-		if !errors.As(err, &pe) || pe.NotStored != 50 || pe.Unknown != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		if !errors.As(err, &pe) || len(pe.NotStored) != 50 || len(pe.Unknown) != 0 || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Close: %v", err)
 		}
 		for _, pp := range pending {
@@ -1413,7 +1413,7 @@ func TestProducerDeliveryTimeoutAfterRefusals(t *testing.T) {
 			t.Fatalf("Push: %v", err)
 		}
 		var pe *queen.ProducerError
-		if err := p.Close(context.Background()); err != nil && (!errors.As(err, &pe) || pe.Unknown != 0) {
+		if err := p.Close(context.Background()); err != nil && (!errors.As(err, &pe) || len(pe.Unknown) != 0) {
 			t.Fatalf("Close: %v", err)
 		}
 	})

@@ -3,8 +3,10 @@ package transport
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"testing"
 	"time"
 
@@ -105,4 +107,55 @@ func TestRetriedCallWithoutAnswerIsUnknown(t *testing.T) {
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	assert.NotErrorIs(t, err, ErrNotSent)
 	assert.Equal(t, 2, srv.Hits())
+}
+
+// What net/http's connection events say of an attempt that failed, on a
+// RoundTripper that reports them as net/http's Transport does.
+func TestNotSentByConnectionEvents(t *testing.T) {
+	closedIdle := errors.New("http: server closed idle connection")
+	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	for _, tc := range []struct {
+		name    string
+		events  func(*httptrace.ClientTrace)
+		err     error
+		notSent bool
+	}{
+		{"no connection", func(tr *httptrace.ClientTrace) { tr.GetConn("b") }, dialErr, true},
+		{"a connection, nothing written", func(tr *httptrace.ClientTrace) {
+			tr.GetConn("b")
+			tr.GotConn(httptrace.GotConnInfo{Reused: true})
+		}, io.EOF, true},
+		{"written, then the answer lost", func(tr *httptrace.ClientTrace) {
+			tr.GetConn("b")
+			tr.GotConn(httptrace.GotConnInfo{Reused: true})
+			tr.WroteRequest(httptrace.WroteRequestInfo{})
+		}, io.EOF, false},
+		{"written after net/http saw the broker close the connection", func(tr *httptrace.ClientTrace) {
+			tr.GetConn("b")
+			tr.GotConn(httptrace.GotConnInfo{Reused: true})
+			tr.WroteRequest(httptrace.WroteRequestInfo{})
+		}, closedIdle, true},
+		{"written on a first connection, a second not dialled", func(tr *httptrace.ClientTrace) {
+			tr.GetConn("b")
+			tr.GotConn(httptrace.GotConnInfo{Reused: true})
+			tr.WroteRequest(httptrace.WroteRequestInfo{})
+			tr.GetConn("b")
+		}, dialErr, false},
+		{"nothing written on a first connection, a second not dialled", func(tr *httptrace.ClientTrace) {
+			tr.GetConn("b")
+			tr.GotConn(httptrace.GotConnInfo{Reused: true})
+			tr.GetConn("b")
+		}, dialErr, true},
+	} {
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			tc.events(httptrace.ContextClientTrace(r.Context()))
+			return nil, tc.err
+		})
+		tr, _, _ := newTransport(t, Config{URLs: []string{"http://broker.test"}, HTTPClient: &http.Client{Transport: rt},
+			Retry: RetryPolicy{MaxAttempts: 1}})
+		_, err := tr.Do(context.Background(), withFlag(txnReq))
+		require.Error(t, err, tc.name)
+		assert.Equal(t, tc.notSent, errors.Is(err, ErrNotSent), "%s: %v", tc.name, err)
+		assert.Equal(t, !tc.notSent, errors.Is(err, ErrOutcomeUnknown), "%s: %v", tc.name, err)
+	}
 }

@@ -174,20 +174,46 @@ func forwardFailed(status int, eb wire.ErrorBody) bool {
 }
 
 // mayHaveSent, the probe, reports whether the current attempt, failed
-// with err, may have written its request. net/http writes only on a
-// connection it got (httptrace GotConn), so an attempt that asked for one
-// (GetConn) and got none did not. One that got a connection did, unless
-// no write of it completed (WroteRequest) and it ended in a dial error:
-// net/http dials again itself after a reused connection, closed by the
-// broker, took nothing of the request. Without events (the user's
-// RoundTripper) only a dial error says it did not.
+// with err, may have written its request where a broker could read it:
+// the client's one rule for a request without an answer (MayHaveApplied is
+// the one for an answer). Not written, so not sent:
+//   - net/http asked for a connection (GetConn) and got none (a refused or
+//     timed out dial, DNS);
+//   - the broker had closed the HTTP/1 connection net/http got before a
+//     byte of the request was written (see probe.gotConnection), or net/http
+//     says so ("server closed idle connection": its reader saw the close
+//     before the request was queued);
+//   - net/http got an HTTP/1 connection and never reported the request
+//     written (WroteRequest): it writes nothing else, and waits for its
+//     writer before it returns an error.
+//
+// A connection net/http took before the last one in the attempt (it
+// takes another after a reused one failed) counts too. Without events
+// (the user's RoundTripper) only a dial error says the attempt was not
+// sent. Anything else may have been: an error after the request went out
+// (EOF, a reset, a timeout) cannot tell a broker that closed before it
+// read from one that applied the request and then failed.
 func (c *call) mayHaveSent(err error) bool {
+	p := &c.probe
 	switch {
-	case c.wrote.Load():
+	case p.earlier.Load():
 		return true
-	case c.getConn.Load() && !c.gotConn.Load():
+	case p.getConn.Load() && !p.gotConn.Load():
 		return false
+	case p.gotConn.Load() && (p.closed.Load() || isServerClosedIdle(err)):
+		return false
+	case p.gotConn.Load() && !p.h2.Load():
+		return p.wrote.Load()
+	case p.wrote.Load():
+		return true
 	}
 	var op *net.OpError
 	return !errors.As(err, &op) || op.Op != "dial"
+}
+
+// isServerClosedIdle reports net/http's error for a pooled connection its
+// reader found closed by the server before a request was queued on it
+// (net/http's errServerClosedIdle, known by its text only).
+func isServerClosedIdle(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "http: server closed idle connection")
 }

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -65,9 +66,11 @@ type Request struct {
 var ErrOutcomeUnknown = errors.New("transport: outcome unknown")
 
 // ErrNotSent is matched (errors.Is) by the error of a call that got no
-// answer and none of whose attempts may have written its request: each
-// failed before net/http had a connection for it (a refused or timed out
-// dial, a DNS failure), or the ctx ended before any attempt. The broker
+// answer and none of whose attempts may have written its request where a
+// broker could read it: each failed before net/http had a connection for
+// it (a refused or timed out dial, a DNS failure) or before any of it was
+// written on the one it had, such as one the broker had already closed
+// (see mayHaveSent); or the ctx ended before any attempt. The broker
 // received nothing, so nothing was applied.
 var ErrNotSent = errors.New("transport: request not sent")
 
@@ -178,16 +181,78 @@ func (t *Transport) Close() {
 
 // call is the machinery of a Do: a retryablehttp.Client whose hooks are
 // the call's methods (run one after another on Do's goroutine), the
-// http.Client it sends with, the probe (whether the attempt asked net/http
-// for a connection, and got one: see mayHaveSent), and the call's state.
+// http.Client it sends with, the probe (what happened to the connection
+// the attempt asked net/http for: see mayHaveSent), and the call's state.
 type call struct {
-	t                *Transport
-	hc               http.Client
-	rc               retryablehttp.Client
-	getConn, gotConn atomic.Bool
-	wrote            atomic.Bool // httptrace WroteRequest without an error
-	trace            httptrace.ClientTrace
+	t     *Transport
+	hc    http.Client
+	rc    retryablehttp.Client
+	probe probe
+	trace httptrace.ClientTrace
 	callState
+}
+
+// probe is what the httptrace events of one attempt said of the
+// connection net/http took for it last (net/http takes another after a
+// reused one failed before the request was written).
+type probe struct {
+	getConn, gotConn atomic.Bool
+	wrote            atomic.Bool // WroteRequest without an error, on a connection not found closed
+	closed           atomic.Bool // the broker had closed the connection when net/http got it: see gotConnection
+	h2               atomic.Bool // an HTTP/2 connection, whose streams start before WroteRequest
+	earlier          atomic.Bool // a connection net/http took before may have had the request written
+	peek             peeker      // used on the call's goroutine only (GotConn)
+}
+
+func (p *probe) reset() {
+	p.getConn.Store(false)
+	p.gotConn.Store(false)
+	p.wrote.Store(false)
+	p.closed.Store(false)
+	p.h2.Store(false)
+	p.earlier.Store(false)
+}
+
+// getConnection starts a connection of the attempt: the one before may
+// have taken the request.
+func (p *probe) getConnection() {
+	if p.gotConn.Load() && p.wrote.Load() {
+		p.earlier.Store(true)
+	}
+	p.getConn.Store(true)
+	p.gotConn.Store(false)
+	p.wrote.Store(false)
+	p.closed.Store(false)
+	p.h2.Store(false)
+}
+
+// gotConnection looks at the connection net/http got, before it writes
+// the request: an HTTP/1 connection (pooled, or one the broker accepted
+// as it went down) whose socket already holds the broker's close is
+// closed here, so that nothing of the request is written on it; the
+// attempt fails and is "not sent" (mayHaveSent). net/http's reader of a
+// pooled connection notices the close and drops the connection by itself,
+// but it may not have run yet on a busy machine.
+func (p *probe) gotConnection(info httptrace.GotConnInfo) {
+	p.gotConn.Store(true)
+	if tc, ok := info.Conn.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == http2Proto {
+		p.h2.Store(true)
+		return
+	}
+	if info.Conn != nil && p.peek.peerClosed(info.Conn) {
+		p.closed.Store(true)
+		_ = info.Conn.Close()
+	}
+}
+
+const http2Proto = "h2"
+
+// wroteRequest records a request written (to net/http's buffer at least)
+// on a connection not found closed.
+func (p *probe) wroteRequest(w httptrace.WroteRequestInfo) {
+	if w.Err == nil && !p.closed.Load() {
+		p.wrote.Store(true)
+	}
 }
 
 type callState struct {
@@ -225,13 +290,9 @@ func (t *Transport) newCall() *call {
 		PrepareRetry:   c.prepareRetry,
 		ErrorHandler:   retryablehttp.PassthroughErrorHandler, // Do reads the call's state
 	}
-	c.trace.GetConn = func(string) { c.getConn.Store(true) }
-	c.trace.GotConn = func(httptrace.GotConnInfo) { c.gotConn.Store(true) }
-	c.trace.WroteRequest = func(w httptrace.WroteRequestInfo) {
-		if w.Err == nil {
-			c.wrote.Store(true)
-		}
-	}
+	c.trace.GetConn = func(string) { c.probe.getConnection() }
+	c.trace.GotConn = c.probe.gotConnection
+	c.trace.WroteRequest = c.probe.wroteRequest
 	return c
 }
 
@@ -319,9 +380,7 @@ func (c *call) url(base string) string {
 
 // startAttempt, the RequestLogHook, resets the probe and starts the clock.
 func (c *call) startAttempt(_ retryablehttp.Logger, _ *http.Request, _ int) {
-	c.getConn.Store(false)
-	c.gotConn.Store(false)
-	c.wrote.Store(false)
+	c.probe.reset()
 	if c.t.cfg.OnAttempt != nil {
 		c.began = time.Now()
 	}

@@ -1,0 +1,192 @@
+package queen_test
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queen-go/queen"
+	"github.com/queen-go/queen/queentest"
+)
+
+// stepClock is a producer's clock (queen.ProducerClock) that moves only
+// when the test advances it.
+type stepClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	waits []*stepWait
+}
+
+type stepWait struct {
+	at time.Time
+	c  chan time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) After(d time.Duration) (<-chan time.Time, func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := &stepWait{at: c.now.Add(d), c: make(chan time.Time, 1)}
+	if d <= 0 {
+		w.c <- c.now
+		return w.c, func() {}
+	}
+	c.waits = append(c.waits, w)
+	return w.c, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.waits = slices.DeleteFunc(c.waits, func(x *stepWait) bool { return x == w })
+	}
+}
+
+// advance moves the clock by d and fires the waits then due.
+func (c *stepClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	c.waits = slices.DeleteFunc(c.waits, func(w *stepWait) bool {
+		if w.at.After(c.now) {
+			return false
+		}
+		w.c <- c.now
+		return true
+	})
+}
+
+// await returns once exactly n waits are pending, each due at at: every
+// batch in the producer's hands waits for the probe due then.
+func (c *stepClock) await(n int, at time.Time) {
+	for {
+		c.mu.Lock()
+		ok := len(c.waits) == n && !slices.ContainsFunc(c.waits, func(w *stepWait) bool { return !w.at.Equal(at) })
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// pushLog is a RoundTripper over real connections that notes, in order,
+// whether each push was answered.
+type pushLog struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	log  []bool // answered
+}
+
+func (rt *pushLog) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := rt.next.RoundTrip(req)
+	if req.URL.Path == "/api/v1/push" {
+		rt.mu.Lock()
+		rt.log = append(rt.log, err == nil)
+		rt.mu.Unlock()
+	}
+	return res, err
+}
+
+func (rt *pushLog) pushes() []bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return slices.Clone(rt.log)
+}
+
+// A broker stopped and started again (queentest's Stop and Resume, over
+// real connections): while it is down the producer sends one batch at a
+// time, at most every ProbeEvery, and when a probe is answered every batch
+// goes at once, without another wait. The producer's clock is the test's:
+// the assertions are on which sends happen at each step of it.
+func TestProducerProbesWhileBrokerIsDown(t *testing.T) {
+	defer noProducerGoroutine(t)
+	srv := queentest.Start(t)
+	rt := &pushLog{next: http.DefaultTransport.(*http.Transport).Clone()}
+	t.Cleanup(rt.next.(*http.Transport).CloseIdleConnections)
+	c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	const parts = 4
+	// A slot more than partitions: each partition's batch goes in a
+	// request of its own (none takes the last slot, which gathers the
+	// others' batches).
+	p, err := c.Queue("restarted").Producer(queen.WithMaxInflight(parts+1), queen.WithDeliveryTimeout(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &stepClock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	queen.SetProducerClock(p, clk)
+	for i := range parts { // connections to the broker, kept in the pool
+		if err := waitErr(p.Partition("p"+strconv.Itoa(i)).Push(context.Background(), payload(1000+i))); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	before := len(rt.pushes())
+
+	srv.Stop()
+	pending := pushEach(p, 10*parts, parts)
+	// The partitions' first batches go until one is not sent (refused, or
+	// its kept connection found closed): the others wait for the first
+	// probe, and so do the ones that went.
+	start := clk.Now()
+	next := start.Add(queen.ProbeEvery)
+	clk.await(parts, next)
+	sends := func() []bool { return rt.pushes()[before:] }
+	initial := len(sends())
+	if got := sends(); initial < 1 || initial > parts || slices.Contains(got, true) {
+		t.Fatalf("sends as the broker went down: %v, want 1 to %d unanswered", got, parts)
+	}
+	clk.advance(queen.ProbeEvery - time.Millisecond)
+	if n := len(sends()); n != initial {
+		t.Fatalf("%d sends before the first probe was due", n-initial)
+	}
+	clk.advance(time.Millisecond)
+	for probe := 1; probe <= 3; probe++ {
+		next = next.Add(queen.ProbeEvery)
+		clk.await(parts, next) // the probe failed, every batch waits for the next one
+		if got := sends(); len(got) != initial+probe || slices.Contains(got, true) {
+			t.Fatalf("after probe %d: sends %v, want one unanswered send per probe", probe, got)
+		}
+		if probe < 3 {
+			clk.advance(queen.ProbeEvery)
+		}
+	}
+
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(queen.ProbeEvery) // the next probe is answered: every batch goes, with no other wait
+	for i, pp := range pending {
+		if _, err := pp.Wait(context.Background()); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	got := sends()[initial+3:]
+	if len(got) < parts || slices.Contains(got, false) {
+		t.Fatalf("sends after the broker came back: %v, want every batch answered", got)
+	}
+	// (The clock did not move again: a producer that waited for it would
+	// never have settled them.)
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	counts, _ := stored(t, c, "restarted")
+	if len(counts) != 11*parts {
+		t.Fatalf("%d stored, want %d", len(counts), 11*parts)
+	}
+	for n, k := range counts {
+		if k != 1 {
+			t.Fatalf("message %d stored %d times", n, k)
+		}
+	}
+}
