@@ -3,33 +3,45 @@ package queen
 import (
 	"context"
 	"errors"
-	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
-// A pop's ack settles its whole lease: outcomes in message order, the
-// messages after a failure (and those never started) as retry; a message
-// its handler acked itself is left out.
-func TestSettleOutcomesWholeLease(t *testing.T) {
-	m := func(k string) *Message { return &Message{TransactionID: k} }
-	a0, a1, a2, b0, b1, c0 := m("a/0"), m("a/1"), m("a/2"), m("b/0"), m("b/1"), m("c/0")
-	b := &batch{msgs: []*Message{a0, a1, a2, b0, b1, c0}}
-	b.groups = []*group{
-		{b: b, msgs: []*Message{a0, a1, a2}, next: 2, acks: []Settlement{
-			{Message: a0, Status: StatusCompleted}, {Message: a1, Status: StatusFailed, Error: "boom"}}},
-		{b: b, msgs: []*Message{b0, b1}, next: 2, acks: []Settlement{{Message: b1, Status: StatusCompleted}}}, // b/0 acked by its handler
-		{b: b, msgs: []*Message{c0}}, // never started
-	}
-	var got []string
-	for _, s := range b.outcomes() {
-		got = append(got, s.Message.TransactionID+":"+string(s.Status)+":"+s.Error)
-	}
-	want := []string{"a/0:completed:", "a/1:failed:boom", "a/2:retry:", "b/1:completed:", "c/0:retry:"}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("outcomes %v, want %v", got, want)
-	}
+// Each outcome is acked as soon as the sender is free, a partition's in
+// order: with a handler that holds each message until the ack of the one
+// before was answered, every message goes in a request of its own. A
+// Retry gives back the rest of the partition in the same request; a
+// message the handler acked itself is left out.
+func TestSettleAsWorkCompletes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 4)
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+			func(_ context.Context, m *Message) error {
+				synctest.Wait() // the ack of the message before is answered
+				return nil
+			})
+		retried := false
+		e.on.onSuccess = func(_ context.Context, m *Message) Outcome {
+			if m.TransactionID == "p/2" && !retried {
+				retried = true
+				return Retry()
+			}
+			return Complete()
+		}
+		require.NoError(t, runEngine(t, e))
+		var got []string
+		for _, s := range f.settles() {
+			got = append(got, strings.Join(statuses([][]Settlement{s}), " "))
+		}
+		// The Limit (4 calls) asks the second pop for the one message left.
+		assert.Equal(t, []string{"p/0:completed", "p/1:completed", "p/2:retry p/3:retry", "p/2:completed"}, got)
+	})
 }
 
 // An ack that fails on the way is sent again until it goes through; one
@@ -71,4 +83,63 @@ func TestSettleRetriesTransientOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An outage of the acks is logged at its start and end, at Warn (the end
+// with how many attempts failed and for how long), the attempts between
+// at Debug; OnLoopError gets every failed attempt; the acks go through
+// once the broker answers.
+func TestSettleOutageLoggedAtItsStartAndEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 2)
+		unavailable := &BrokerError{Status: 503, Message: "no leader"}
+		for range 6 {
+			f.setErrs = append(f.setErrs, unavailable)
+		}
+		var hooked atomic.Int32
+		e, logs := testEngine(t, context.Background(), f, engineConfig{each: true}, 2,
+			func(context.Context, *Message) error { return nil })
+		e.on.onLoopError = func(_ context.Context, err error) {
+			if le, ok := errors.AsType[*LoopError](err); ok && le.Op == LoopOpSettle {
+				hooked.Add(1)
+			}
+		}
+		require.NoError(t, runEngine(t, e))
+		assert.Empty(t, f.left(), "the acks never went through")
+		assert.Equal(t, int32(6), hooked.Load())
+		out := logs.String()
+		assert.Equal(t, 1, strings.Count(out, `level=WARN msg="queen: ack failed; the loop sends it again"`), out)
+		assert.Equal(t, 5, strings.Count(out, `level=DEBUG msg="queen: ack failed again"`), out)
+		assert.Equal(t, 1, strings.Count(out, `level=WARN msg="queen: acks succeed again"`), out)
+		assert.Contains(t, out, "failures=6")
+		assert.Equal(t, 2, strings.Count(out, "level=WARN"), out)
+	})
+}
+
+// An ack whose first attempt got no answer (the outcome unknown: the
+// broker may have applied it and ended the lease) and whose next attempt
+// is refused is logged for what it most likely is, an ack that first
+// attempt applied: at Info, not as a refusal at Warn, and not handed to
+// OnLoopError as a failure (the lost answer was).
+func TestSettleRefusalAfterLostAnswerIsNoRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 1)
+		f.setErrs = []error{
+			outcomeUnknown(errors.New("transport: no answer: EOF")),
+			&AckError{Results: []AckResult{{TransactionID: "p/0", Error: "Invalid or expired lease"}}},
+		}
+		var hooked []error
+		e, logs := testEngine(t, context.Background(), f, engineConfig{each: true}, 1,
+			func(context.Context, *Message) error { return nil })
+		e.on.onLoopError = func(_ context.Context, err error) { hooked = append(hooked, err) }
+		require.NoError(t, runEngine(t, e))
+		require.Len(t, f.settles(), 2)
+		out := logs.String()
+		assert.NotContains(t, out, "broker refused", out)
+		assert.Contains(t, out, `level=INFO msg="queen: acks refused after an attempt whose answer was lost`, out)
+		require.Len(t, hooked, 1, "OnLoopError got the refusal of an ack the lost attempt applied")
+		assert.ErrorIs(t, hooked[0], ErrOutcomeUnknown)
+	})
 }

@@ -327,8 +327,6 @@ type handlerTurn struct {
 	start        time.Time
 }
 
-func (t handlerTurn) active() bool { return t.msgs != nil }
-
 func (hs *hookSet) handlerStart(ctx context.Context, queue, group string, msgs []*Message) (context.Context, handlerTurn) {
 	if hs == nil {
 		return ctx, handlerTurn{}

@@ -1,0 +1,88 @@
+package queen
+
+import (
+	"context"
+	"time"
+)
+
+// The sender: ONE goroutine sends the loop's acks, lease renewals and
+// reads of the queue's retry settings, one request at a time, each one
+// attempt (the loop's retries are the owner's, consume_broker.go). The
+// owner gives it a job only when it is free, and reads the job's answer
+// only once the sender gave it back.
+
+type jobKind uint8
+
+const (
+	jobAck jobKind = iota + 1
+	jobRenew
+	jobRule
+)
+
+// job is one request of the sender and its answer. The owner fills the
+// request, the sender the answer; parts and p are the owner's (the
+// sender reads neither).
+type job struct {
+	kind jobKind
+	at   time.Time // when the owner gave it to the sender
+	err  error
+
+	// jobAck: the acks as sent, the outcomes chosen, which were sent
+	// before without an answer (nil: none), and the parts they came from.
+	acks, chosen []Settlement
+	retried      []bool
+	parts        []*part
+	res          []AckResult
+	timedOut     bool // the attempt ran out of time: it may have been applied
+
+	// jobRenew: the lease, its extension, its pop's size.
+	p       *pop
+	leaseID string
+	secs    int
+	n       int
+	alive   bool
+
+	// jobRule: the failed message to read through (nil at the start).
+	failed *Message
+	rule   retryRule
+}
+
+// send is the sender goroutine.
+func (e *engine) send() {
+	for j := range e.sendc {
+		switch j.kind {
+		case jobAck:
+			e.sendAcks(j)
+		case jobRenew:
+			e.sendRenew(j)
+		case jobRule:
+			e.readRule(j)
+		}
+		e.sentc <- j
+	}
+}
+
+// sent takes a job's answer back on the owner.
+func (l *loop) sent(j *job) {
+	l.sending, l.lastJob = nil, j.kind
+	switch j.kind {
+	case jobAck:
+		l.acked(j)
+	case jobRenew:
+		l.renewed(j)
+	case jobRule:
+		l.ruleRead(j)
+	}
+}
+
+// readRule reads the queue's retry settings: at the start on Execute's
+// ctx (a stop ends it), at a failure on the requests' own.
+func (e *engine) readRule(j *job) {
+	parent := e.life.reqCtx
+	if j.failed == nil {
+		parent = e.life.ctx
+	}
+	ctx, cancel := context.WithTimeout(parent, ruleTimeout)
+	defer cancel()
+	j.rule, j.err = e.b.retryRule(ctx, j.failed)
+}
