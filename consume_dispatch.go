@@ -63,9 +63,12 @@ type part struct {
 	pending  []ackItem
 	sending  int
 	heldAcks []ackItem // a whole part's acks waiting for retryDelay
-	signal   bool      // pending holds a dlq, retry or failed: what follows waits for it
-	resolved bool      // no outcome will come any more
-	settled  bool      // resolved and every ack answered (or given up)
+	// lingerTill: quick calls' acks may wait for the next ones until then
+	// (zero: they go as soon as the sender is free).
+	lingerTill time.Time
+	signal     bool // pending holds a dlq, retry or failed: what follows waits for it
+	resolved   bool // no outcome will come any more
+	settled    bool // resolved and every ack answered (or given up)
 }
 
 // handling is where a part's handling is.

@@ -100,6 +100,7 @@ type loop struct {
 	rules    ruleState
 	acks     ackState // the outbox's backoff and outage
 	sending  *job     // the sender's job in flight (nil: the sender is free)
+	spare    *job     // the last ack job, for the next one
 	renewals []*pop   // pops whose renewal is due, in order
 	lastJob  jobKind  // the kind of the sender's last job (fairness)
 
@@ -304,8 +305,8 @@ func (l *loop) nextWake(now time.Time) time.Time {
 		}
 		soon(p.renewAt)
 	}
-	if t := l.acks.wakeAt(l); t.After(now) {
-		soon(t) // acks held back by a backoff
+	if t := l.acks.wakeAt(l, now); t.After(now) {
+		soon(t) // acks held back by a backoff, or lingering
 	}
 	return at
 }

@@ -231,7 +231,7 @@ func (l *loop) wholeDone(pt *part, r result) {
 			return
 		}
 	}
-	items := make([]ackItem, 0, len(pt.msgs))
+	items := make([]ackItem, 0, len(pt.msgs)) // a whole part has one call: nothing pending before
 	var heldParts []*Message
 	for i, o := range r.outs {
 		m := pt.msgs[i]
@@ -276,7 +276,7 @@ func (l *loop) wholeDone(pt *part, r result) {
 		l.check(pt)
 		return
 	}
-	pt.pending = append(pt.pending, items...)
+	pt.pending = items
 	pt.resolved = true
 	l.check(pt)
 }

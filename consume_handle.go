@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 )
 
 // Handle: worker goroutines run the user's code, the owner what follows.
@@ -41,6 +42,7 @@ type result struct {
 	lost   bool // the lease was lost: the outcome is not acked
 	end    bool
 	goexit bool // the handler ended the goroutine (runtime.Goexit)
+	fast   bool // the call took less than quickCall: the next one may too
 }
 
 // work is a worker goroutine: it handles the parts the owner hands it.
@@ -80,6 +82,7 @@ func (e *engine) handleEach(w work) {
 			return
 		}
 		one := w.msgs[i : i+1 : i+1]
+		began := time.Now()
 		hctx, turn := e.hooks.handlerStart(w.ctx, e.cfg.queue, e.cfg.group, one) // HandlerHook
 		var err error
 		if e.on.handle != nil {
@@ -105,7 +108,7 @@ func (e *engine) handleEach(w work) {
 		// the dead letter before its ack.
 		end := i == last || o.Status == StatusFailed || o.Status == StatusRetry || (o.Status == StatusDLQ && e.cfg.ackOff)
 		reported = end
-		e.donec <- result{pt: w.pt, i: i, called: true, o: o, send: send, end: end}
+		e.donec <- result{pt: w.pt, i: i, called: true, o: o, send: send, end: end, fast: time.Since(began) < quickCall}
 		if end {
 			return
 		}
@@ -204,6 +207,7 @@ func (l *loop) handled(r result) {
 	if r.called {
 		pt.next = r.i + 1
 		l.outcome(pt, r)
+		l.linger(pt, r)
 	} else {
 		pt.next = r.i
 	}

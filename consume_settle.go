@@ -31,6 +31,33 @@ type ackItem struct {
 	retried bool // sent before, and that attempt's answer was lost: it may have been applied
 }
 
+// Quick handlers: while a worker runs a partition's messages one after
+// another in quick succession (each call under quickCall), their acks
+// gather for up to ackLinger before a request goes for them alone, so
+// that a batch of quick messages costs one ack, not one for its first
+// message and one for the rest. A slow handler's ack goes at once.
+const (
+	quickCall = 200 * time.Microsecond
+	ackLinger = 2 * time.Millisecond
+)
+
+// linger notes a message's ack that may wait for the part's next ones:
+// the worker goes on with the part and the call was quick.
+func (l *loop) linger(pt *part, r result) {
+	if r.end || !r.fast || pt.state != partBusy {
+		pt.lingerTill = time.Time{}
+		return
+	}
+	if pt.lingerTill.IsZero() {
+		pt.lingerTill = time.Now().Add(ackLinger)
+	}
+}
+
+// lingering says whether pt's acks may wait at now.
+func (pt *part) lingering(now time.Time) bool {
+	return !pt.lingerTill.IsZero() && now.Before(pt.lingerTill) && pt.state == partBusy
+}
+
 // signal says whether a status ends a partition's lease on some broker:
 // what follows it in the partition must go in the same request.
 func signal(s AckStatus) bool { return s != StatusCompleted }
@@ -39,6 +66,9 @@ func signal(s AckStatus) bool { return s != StatusCompleted }
 func (l *loop) addAck(pt *part, it ackItem) {
 	if pt.p.lost {
 		return
+	}
+	if pt.pending == nil {
+		pt.pending = make([]ackItem, 0, len(pt.msgs)-pt.next+1) // room for the rest of the part
 	}
 	pt.pending = append(pt.pending, it)
 	if signal(it.s.Status) {
@@ -124,19 +154,29 @@ type ackState struct {
 	since     time.Time // the outage's first failure (zero: none)
 }
 
-// wakeAt is when acks held back by a backoff may go (zero: none held).
-func (a *ackState) wakeAt(l *loop) time.Time {
-	if a.pauseTill.IsZero() || !l.hasAcks() {
-		return time.Time{}
+// wakeAt is when acks held back (by a backoff, or lingering) may go
+// (zero: none held).
+func (a *ackState) wakeAt(l *loop, now time.Time) time.Time {
+	if !a.pauseTill.IsZero() && l.hasAcks(time.Time{}) {
+		return a.pauseTill
 	}
-	return a.pauseTill
-}
-
-// hasAcks says whether some part has an ack that may go.
-func (l *loop) hasAcks() bool {
+	var at time.Time
 	for _, p := range l.pops {
 		for _, pt := range p.parts {
-			if pt.sending == 0 && pt.sendable() > 0 {
+			if pt.lingering(now) && pt.sendable() > 0 && (at.IsZero() || pt.lingerTill.Before(at)) {
+				at = pt.lingerTill
+			}
+		}
+	}
+	return at
+}
+
+// hasAcks says whether some part has an ack that may go at now (zero:
+// lingering ones too).
+func (l *loop) hasAcks(now time.Time) bool {
+	for _, p := range l.pops {
+		for _, pt := range p.parts {
+			if pt.sendable() > 0 && (now.IsZero() || !pt.lingering(now)) {
 				return true
 			}
 		}
@@ -164,16 +204,14 @@ func (l *loop) flush(now time.Time) {
 		l.give(j)
 		return
 	}
-	acks := l.mayAck(now)
-	if len(l.renewals) > 0 && (l.lastJob != jobRenew || !acks || !l.hasAcks()) {
+	acks := l.mayAck(now) && l.hasAcks(now)
+	if len(l.renewals) > 0 && (l.lastJob != jobRenew || !acks) {
 		l.give(l.renewJob())
 		return
 	}
 	if acks {
-		if j := l.ackJob(); j != nil {
-			l.give(j)
-			return
-		}
+		l.give(l.ackJob())
+		return
 	}
 	if len(l.renewals) > 0 {
 		l.give(l.renewJob())
@@ -187,21 +225,29 @@ func (l *loop) give(j *job) {
 	l.e.sendc <- j
 }
 
-// ackJob gathers every ack that may go into one request (nil: none).
+// ackJob gathers every ack that may go, lingering ones included, into
+// one request. It reuses the last ack job: the sender has one at a time.
 func (l *loop) ackJob() *job {
-	var j *job
+	j := l.spare
+	if j == nil {
+		j = &job{kind: jobAck}
+	}
+	l.spare = nil
+	j.acks, j.chosen, j.retried, j.parts = j.acks[:0], j.chosen[:0], nil, j.parts[:0]
+	j.res, j.err, j.timedOut = nil, nil, false
+	hooked := l.e.hooks != nil // the outcomes chosen are for the SettleHook
 	for _, p := range l.pops {
 		for _, pt := range p.parts {
 			n := pt.sendable()
 			if n == 0 {
 				continue
 			}
-			if j == nil {
-				j = &job{kind: jobAck}
-			}
+			pt.lingerTill = time.Time{}
 			for _, it := range pt.pending[:n] {
 				j.acks = append(j.acks, it.s)
-				j.chosen = append(j.chosen, Settlement{Message: it.s.Message, Status: it.chosen})
+				if hooked {
+					j.chosen = append(j.chosen, Settlement{Message: it.s.Message, Status: it.chosen})
+				}
 				if it.retried {
 					if j.retried == nil {
 						j.retried = make([]bool, len(j.acks)-1, cap(j.acks))
@@ -258,10 +304,10 @@ func (l *loop) acked(j *job) {
 			"queue", l.cfg.queue, "group", l.cfg.group, "messages", len(j.acks), "err", j.err)
 		l.ackOutageEnds(now, false)
 		for _, pt := range j.parts {
-			pt.pending = pt.pending[pt.sending:]
-			pt.sending = 0
+			pt.answered()
 			l.check(pt)
 		}
+		l.spare = j
 		return
 	}
 	l.ackOutageEnds(now, true)
@@ -281,10 +327,10 @@ func (l *loop) acked(j *job) {
 			}
 			k++
 		}
-		pt.pending = pt.pending[pt.sending:]
-		pt.sending = 0
+		pt.answered()
 		l.check(pt)
 	}
+	l.spare = j
 	if genuine > 0 {
 		l.log.Warn("queen: broker refused acks", "queue", l.cfg.queue, "group", l.cfg.group,
 			"refused", genuine, "messages", len(j.acks), "first", first)
@@ -293,6 +339,14 @@ func (l *loop) acked(j *job) {
 		l.log.Info("queen: acks refused after an attempt whose answer was lost: most likely that attempt applied them (outcome unknown)",
 			"queue", l.cfg.queue, "group", l.cfg.group, "refused", applied)
 	}
+}
+
+// answered drops the acks of pt the sender's request carried, keeping the
+// rest at the front of its backing array.
+func (pt *part) answered() {
+	n := copy(pt.pending, pt.pending[pt.sending:])
+	clear(pt.pending[n:])
+	pt.pending, pt.sending = pt.pending[:n], 0
 }
 
 // giveUp says whether failing acks are given up now: after a stop, once

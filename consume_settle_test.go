@@ -7,23 +7,25 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // Each outcome is acked as soon as the sender is free, a partition's in
-// order: with a handler that holds each message until the ack of the one
-// before was answered, every message goes in a request of its own. A
-// Retry gives back the rest of the partition in the same request; a
-// message the handler acked itself is left out.
+// order: with a handler that takes a while (a millisecond), and holds each
+// message until the ack of the one before was answered, every message
+// goes in a request of its own. A Retry gives back the rest of the
+// partition in the same request.
 func TestSettleAsWorkCompletes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeBroker(10)
 		f.add("p", 4)
 		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
 			func(_ context.Context, m *Message) error {
-				synctest.Wait() // the ack of the message before is answered
+				time.Sleep(time.Millisecond) // not a quick call: its ack does not linger
+				synctest.Wait()              // the ack of the message before is answered
 				return nil
 			})
 		retried := false
@@ -42,6 +44,34 @@ func TestSettleAsWorkCompletes(t *testing.T) {
 		// The Limit (4 calls) asks the second pop for the one message left.
 		assert.Equal(t, []string{"p/0:completed", "p/1:completed", "p/2:retry p/3:retry", "p/2:completed"}, got)
 	})
+}
+
+// Quick calls (a handler that returns at once) of one partition gather
+// their acks: a pop of 50 such messages costs one ack request, sent by
+// ackLinger after the first at the latest, at once when the partition is
+// done; slow calls (a millisecond each) go one by one.
+func TestSettleQuickCallsGather(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sleep time.Duration
+		acks  int
+	}{{"quick", 0, 1}, {"slow", time.Millisecond, 50}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeBroker(50)
+				f.add("p", 50)
+				e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 50,
+					func(context.Context, *Message) error {
+						time.Sleep(tc.sleep)
+						synctest.Wait() // whatever can happen meanwhile has
+						return nil
+					})
+				require.NoError(t, runEngine(t, e))
+				assert.Len(t, f.settles(), tc.acks)
+				assert.Empty(t, f.left())
+			})
+		})
+	}
 }
 
 // An ack that fails on the way is sent again until it goes through; one
