@@ -51,8 +51,12 @@ type AckResult struct {
 	Success       bool   // false: refused (a lease expired or another pop's, say)
 	Error         string // the broker's reason for a refusal
 	LeaseReleased bool   // this ack ended its partition's lease
-	DLQ           bool   // dead-lettered
-	Noop          bool   // already settled (2.x)
+	// DLQ: this ack filed this message in the dead-letter queue, as the
+	// broker answers per message. A failed message released for
+	// redelivery, or dropped by a 2.x queue without a dead-letter queue,
+	// is not.
+	DLQ  bool
+	Noop bool // already settled (2.x)
 }
 
 // AckError is returned when the broker refused one or more acks of a

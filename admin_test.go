@@ -523,7 +523,7 @@ func TestReplayDLQ(t *testing.T) {
 	_, c = newWireStub(t, 404, `{"success":false,"result":"gone","error":"Message not found"}`)
 	_, err = c.Admin().ReplayDLQ(t.Context(), queen.DeadLetter{ID: "x", PartitionID: "17", TransactionID: "t"})
 	var be *queen.BrokerError
-	if !errors.As(err, &be) || be.Status != 404 {
+	if !errors.As(err, &be) || be.Status != 404 || !errors.Is(err, queen.ErrDeadLetterNotFound) {
 		t.Fatalf("err = %v, want the broker's 404", err)
 	}
 
@@ -689,17 +689,10 @@ func TestListDLQOn015AsksForTheWholeList(t *testing.T) {
 	if len(stub.requests()) != 3 {
 		t.Fatal("the generation was asked twice")
 	}
-	// Known to be 0.15.1 now: a replay sends nothing.
-	if _, err := c.Admin().ReplayDLQ(t.Context(), page.Messages[0]); !errors.Is(err, queen.ErrNotSupported) {
-		t.Fatalf("replay: %v", err)
-	}
-	if len(stub.requests()) != 3 {
-		t.Fatal("a replay known to be unsupported was sent")
-	}
 }
 
-// A replay whose route the broker lacks (0.15.1's HTML 404) is
-// ErrNotSupported, without the page.
+// A replay whose routes a broker that says it is 2.x lacks (an HTML 404)
+// is ErrNotSupported, without the page.
 func TestReplayDLQRouteMissingIsNotSupported(t *testing.T) {
 	stub, c := newWireStub(t, 404, `<html><body><h1>File Not Found</h1><hr><i>uWebSockets/20 Server</i></body></html>`)
 	_, err := c.Admin().ReplayDLQ(t.Context(), queen.DeadLetter{ID: "row", PartitionID: "5bbcbea4-8c8f-41fe-855c-66ef47c23ba8", TransactionID: "t"})
@@ -1224,7 +1217,7 @@ func TestQueentestDLQAfterDlqAck(t *testing.T) {
 		t.Fatalf("replayed message = %v (txn %v), result %+v", payloads(back), back, rr)
 	}
 	var be *queen.BrokerError
-	if _, err := c.Admin().ReplayDLQ(ctx, dl); !errors.As(err, &be) || be.Status != 404 {
+	if _, err := c.Admin().ReplayDLQ(ctx, dl); !errors.As(err, &be) || be.Status != 404 || !errors.Is(err, queen.ErrDeadLetterNotFound) {
 		t.Fatalf("second replay: %v", err)
 	}
 }
@@ -1424,42 +1417,6 @@ func TestQueentest015ListDLQFiltersByPartitionAndTime(t *testing.T) {
 	page, err = c.Admin().ListDLQ(ctx, "mail", queen.DLQListOptions{ConsumerGroup: "other"})
 	if err != nil || page.Total != 0 || len(page.Messages) != 0 {
 		t.Fatalf("other group: %+v, %v", page, err)
-	}
-}
-
-// No replay route: ErrNotSupported, before any request once the client
-// knows the generation, and on the broker's HTML 404 before.
-func TestQueentest015ReplayDLQNotSupported(t *testing.T) {
-	srv, c, clock := newBroker015(t)
-	ctx := t.Context()
-	msgs := deadLetter015(t, c, clock, "mail", "p1", "g", 1)
-
-	// A fresh client does not know the generation: the broker's 404 page.
-	fresh, err := queen.New(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close(ctx)
-	dl := queen.DeadLetter{PartitionID: msgs[0].PartitionID, TransactionID: msgs[0].TransactionID}
-	_, err = fresh.Admin().ReplayDLQ(ctx, dl)
-	var be *queen.BrokerError
-	if !errors.Is(err, queen.ErrNotSupported) || errors.As(err, &be) {
-		t.Fatalf("replay on a 0.15.1 broker: %v, want ErrNotSupported without the raw page", err)
-	}
-
-	page, err := c.Admin().ListDLQ(ctx, "mail", queen.DLQListOptions{})
-	if err != nil || len(page.Messages) != 1 {
-		t.Fatalf("list: %+v, %v", page, err)
-	}
-	srv.ResetCounters()
-	if _, err := c.Admin().ReplayDLQ(ctx, page.Messages[0]); !errors.Is(err, queen.ErrNotSupported) {
-		t.Fatalf("replay after a list: %v", err)
-	}
-	if n := srv.Requests(queentest.RouteDLQ); n != 0 {
-		t.Fatalf("%d requests sent for a replay the client knew to be unsupported", n)
-	}
-	if srv.DLQCount("mail") != 1 {
-		t.Fatal("the dead letter went away")
 	}
 }
 

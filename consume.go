@@ -150,7 +150,9 @@ func errText(err error) string {
 
 // ConsumeBuilder is a consume loop ready to run: the options of the
 // QueueBuilder it came from, the handler and the callbacks. Make it with
-// QueueBuilder.Consume or ConsumeBatch; run it with Execute.
+// QueueBuilder.Consume or ConsumeBatch; run it with Execute. It is a value
+// like QueueBuilder: every setter returns a changed copy and leaves cb
+// unchanged.
 type ConsumeBuilder struct {
 	qb          QueueBuilder
 	ctx         context.Context
@@ -190,8 +192,9 @@ func (b *QueueBuilder) ConsumeBatch(ctx context.Context, h func(ctx context.Cont
 // OnSuccess makes f choose the outcome of each message whose handler
 // returned nil (AutoAck(false) included) instead of Complete.
 func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Outcome) *ConsumeBuilder {
-	cb.onSuccess = f
-	return cb
+	cp := *cb
+	cp.onSuccess = f
+	return &cp
 }
 
 // OnError makes f choose the outcome of each message whose handler
@@ -207,8 +210,9 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 // while the message has failures left, and dead-letters it at the one
 // past them; docs/RETRIES.md says how, and where that promise ends.
 func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err error) Outcome) *ConsumeBuilder {
-	cb.onError = f
-	return cb
+	cp := *cb
+	cp.onError = f
+	return &cp
 }
 
 // OnLoopError hands f each failed attempt of the loop's pops, acks and
@@ -216,8 +220,9 @@ func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err 
 // goroutines with the values of Execute's ctx: keep it short. The loop
 // logs the same failures; a panic in f is recovered and logged.
 func (cb *ConsumeBuilder) OnLoopError(f func(ctx context.Context, err error)) *ConsumeBuilder {
-	cb.onLoopError = f
-	return cb
+	cp := *cb
+	cp.onLoopError = f
+	return &cp
 }
 
 // GracePeriod sets how long the handlers running at a stop may go on
@@ -225,8 +230,9 @@ func (cb *ConsumeBuilder) OnLoopError(f func(ctx context.Context, err error)) *C
 // Their outcomes are acked either way; an error caused by that
 // cancellation gives the message back with retry.
 func (cb *ConsumeBuilder) GracePeriod(d time.Duration) *ConsumeBuilder {
-	cb.grace = d
-	return cb
+	cp := *cb
+	cp.grace = d
+	return &cp
 }
 
 // Execute runs the loop until a ctx ends, Limit messages were handled or

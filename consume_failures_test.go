@@ -97,7 +97,7 @@ func TestPoisonDeadLettersAtOnce(t *testing.T) {
 				}
 				var seen []error
 				if tc.onErrZero || tc.onErrComplete {
-					cb.OnError(func(_ context.Context, _ *queen.Message, err error) queen.Outcome {
+					cb = cb.OnError(func(_ context.Context, _ *queen.Message, err error) queen.Outcome {
 						mu.Lock()
 						seen = append(seen, err)
 						mu.Unlock()
@@ -207,7 +207,7 @@ func TestRetryLimitCountsAcrossUnfinishedLeases(t *testing.T) {
 						return nil
 					})
 				if outcome == "retry" {
-					cb.OnError(func(context.Context, *queen.Message, error) queen.Outcome { return queen.Retry() })
+					cb = cb.OnError(func(context.Context, *queen.Message, error) queen.Outcome { return queen.Retry() })
 				}
 				if err := cb.Execute(ctx); err != nil {
 					t.Fatalf("Execute: %v", err)

@@ -1048,14 +1048,14 @@ func TestConsumeCallbackPanics(t *testing.T) {
 					})
 				if which == "OnSuccess" {
 					var once atomic.Bool
-					cb.OnSuccess(func(context.Context, *queen.Message) queen.Outcome {
+					cb = cb.OnSuccess(func(context.Context, *queen.Message) queen.Outcome {
 						if once.CompareAndSwap(false, true) {
 							panic("callback kaboom")
 						}
 						return queen.Complete()
 					})
 				} else {
-					cb.OnError(func(context.Context, *queen.Message, error) queen.Outcome { panic("callback kaboom") })
+					cb = cb.OnError(func(context.Context, *queen.Message, error) queen.Outcome { panic("callback kaboom") })
 				}
 				return cb.Execute(ctx)
 			})

@@ -53,7 +53,12 @@
 //     left for a pause: ExampleWithLoadBalancing), WithBearerToken,
 //     WithHTTPClient, WithLogger, WithRequestTimeout and WithRetryPolicy.
 //     It runs no goroutine of its own; Close waits for the calls in flight.
-//   - QueueBuilder (Client.Queue): Push (ExampleQueueBuilder_Push,
+//   - QueueBuilder (Client.Queue): a value, as are PushBuilder,
+//     CreateBuilder, ConsumeBuilder and a transaction's TransactionPush:
+//     every setter returns a changed copy and leaves its receiver
+//     unchanged, so a kept builder may be shared by goroutines
+//     (ExampleQueueBuilder_Partition) and a setter called as a statement
+//     does nothing. Push (ExampleQueueBuilder_Push,
 //     ExamplePushBuilder_TransactionID), Pop (ExampleQueueBuilder_Pop),
 //     Consume and ConsumeBatch (ExampleQueueBuilder_ConsumeBatch),
 //     Config/Create/Delete, and reads by offset: Fetch and ReadPartition
@@ -70,9 +75,11 @@
 //     partition's lease.
 //   - TransactionBuilder (Client.Transaction): acks and pushes applied all
 //     or nothing (ExampleClient_Transaction, ExampleTransactionBuilder_Ack).
-//   - Admin (Client.Admin): seeks, consumer groups, queues, health and dead
-//     letters (ExampleAdmin_SeekConsumerGroup, ExampleAdmin_ListDLQ,
-//     ExampleAdmin_DeadLetters, ExampleAdmin_Health).
+//   - Admin (Client.Admin): seeks, consumer groups, queues, health, a
+//     group's lag and the wait for it to drain, and dead letters
+//     (ExampleAdmin_SeekConsumerGroup, ExampleAdmin_AwaitDrained,
+//     ExampleAdmin_ListDLQ, ExampleAdmin_DeadLetters,
+//     ExampleAdmin_ReplayDeadLetters, ExampleAdmin_Health).
 //
 // # Errors and retries
 //
@@ -88,7 +95,7 @@
 // # Broker versions
 //
 // The client speaks the 2.x protocol and reads 0.15.1 answers too. What
-// 0.15.1 lacks (conflation, autopilot, offsets, fetch, DLQ replay) fails
+// 0.15.1 lacks (conflation, autopilot, offsets, fetch, DLQ purge) fails
 // with a typed error or degrades as each call's doc says.
 //
 // More: the README (usage and a compatibility table), docs/RETRIES.md

@@ -384,3 +384,27 @@ func TestDocREADMEWorker(t *testing.T) {
 		t.Fatal("tasks left after the stop")
 	}
 }
+
+// README.md, "The API: builders are values": builders derived from one
+// kept builder are builders of their own, and the kept one is unchanged.
+func TestDocBuildersAreValues(t *testing.T) {
+	_, _, client, ctx := docBroker(t)
+
+	orders := client.Queue("orders")    // kept, and shared by every request's goroutine
+	a := orders.Partition("customer-1") // a new builder: orders names no partition
+	b := orders.Partition("customer-2") // another one: a is still on customer-1
+
+	docPush(t, ctx, a, "first")
+	docPush(t, ctx, b, "second")
+	docPush(t, ctx, orders, "default")
+	for _, c := range []struct {
+		qb   *queen.QueueBuilder
+		want string
+	}{{client.Queue("orders").Partition("customer-1"), `"first"`}, {client.Queue("orders").Partition("customer-2"), `"second"`},
+		{client.Queue("orders").Partition("Default"), `"default"`}} {
+		msgs := docLeft(t, ctx, c.qb)
+		if len(msgs) != 1 || string(msgs[0].Raw) != c.want {
+			t.Fatalf("%v holds %v, want only %s", c.qb, msgs, c.want)
+		}
+	}
+}

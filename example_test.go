@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"sync"
 
 	"github.com/queen-go/queen"
 	"github.com/queen-go/queen/queentest"
@@ -37,6 +38,49 @@ func ExampleQueueBuilder_Push() {
 	// 0 queued true
 	// 1 queued true
 	// 2 queued true
+}
+
+// A builder is a value: a service keeps one per queue and derives a pinned
+// one per request, from as many goroutines as it likes. Nothing changes
+// the kept one.
+func ExampleQueueBuilder_Partition() {
+	broker := queentest.NewServer()
+	defer broker.Close()
+	ctx := context.Background()
+	client, err := queen.New(broker.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+
+	orders := client.Queue("orders") // kept
+	customers := []string{"customer-1", "customer-2", "customer-3"}
+	var wg sync.WaitGroup
+	for _, customer := range customers {
+		wg.Go(func() {
+			order := map[string]string{"customer": customer}
+			if _, err := orders.Partition(customer).Push(order).Execute(ctx); err != nil {
+				log.Print(err)
+			}
+		})
+	}
+	wg.Wait()
+
+	for _, customer := range customers {
+		msgs, err := orders.Partition(customer).Wait(false).Pop(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, m := range msgs {
+			fmt.Println(m.Partition, m.Data["customer"])
+		}
+	}
+	fmt.Println(orders)
+	// Output:
+	// customer-1 customer-1
+	// customer-2 customer-2
+	// customer-3 customer-3
+	// queue=orders
 }
 
 // A retried push is safe: with the same transaction id, the broker answers

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/queen-go/queen/internal/wire"
@@ -64,31 +65,57 @@ type Item struct {
 	TraceID       string // a UUID; see Message.TraceID
 }
 
-// PushBuilder collects one push request. Create it with QueueBuilder.Push.
+// PushBuilder is one push request, made by QueueBuilder.Push. It is a
+// value like QueueBuilder: every setter returns a changed copy and leaves
+// p unchanged, and Execute may be called from several goroutines.
 type PushBuilder struct {
 	qb       *QueueBuilder
 	payloads []any
 	traceID  string
-	txIDs    []string
+	txIDs    []string // given by TransactionIDs or TransactionID
+	minted   []string // made by Push: the id of each message given none
 }
 
 // Push prepares a push of one message per payload to the builder's queue
 // and partition ("Default" if unset). A payload is any value that encodes
 // to JSON; json.RawMessage and []byte must hold JSON; an Item carries ids.
+// Push makes the transaction ids of the messages that will not get one
+// from an Item or TransactionIDs, so every Execute of the result, and of
+// the builders made from it, sends the same ids. The list of payloads is
+// copied (the payloads are not).
 func (b *QueueBuilder) Push(payloads ...any) *PushBuilder {
-	return &PushBuilder{qb: b, payloads: payloads}
+	minted := make([]string, len(payloads))
+	for i, pl := range payloads {
+		// An *Item may change before Execute: it gets one too.
+		if it, ok := pl.(Item); !ok || it.TransactionID == "" {
+			minted[i] = newID()
+		}
+	}
+	return &PushBuilder{qb: b, payloads: slices.Clone(payloads), minted: minted}
 }
 
 // TraceID sets the trace id (a UUID) of every message that has none; a 2.x
 // broker keeps it only on a transaction's push (Message.TraceID).
-func (p *PushBuilder) TraceID(id string) *PushBuilder { p.traceID = id; return p }
+func (p *PushBuilder) TraceID(id string) *PushBuilder {
+	cp := *p
+	cp.traceID = id
+	return &cp
+}
 
-// TransactionIDs sets the messages' transaction ids, in order; an empty
-// or missing one is made by the client.
-func (p *PushBuilder) TransactionIDs(ids ...string) *PushBuilder { p.txIDs = ids; return p }
+// TransactionIDs sets the messages' transaction ids, in order (an Item's
+// own wins); an empty or missing one is the one Push made. ids is copied.
+func (p *PushBuilder) TransactionIDs(ids ...string) *PushBuilder {
+	cp := *p
+	cp.txIDs = slices.Clone(ids)
+	return &cp
+}
 
 // TransactionID sets the transaction id of a one-message push.
-func (p *PushBuilder) TransactionID(id string) *PushBuilder { p.txIDs = []string{id}; return p }
+func (p *PushBuilder) TransactionID(id string) *PushBuilder {
+	cp := *p
+	cp.txIDs = []string{id}
+	return &cp
+}
 
 func (p *PushBuilder) items() ([]wire.PushItem, error) {
 	b := p.qb
@@ -108,8 +135,8 @@ func (p *PushBuilder) items() ([]wire.PushItem, error) {
 	}
 	items := make([]wire.PushItem, len(p.payloads))
 	for i, pl := range p.payloads {
-		txID := ""
-		if i < len(p.txIDs) {
+		txID := p.minted[i]
+		if i < len(p.txIDs) && p.txIDs[i] != "" {
 			txID = p.txIDs[i]
 		}
 		it, err := pushItem(b.queue, b.partition, p.traceID, txID, pl)
@@ -121,8 +148,8 @@ func (p *PushBuilder) items() ([]wire.PushItem, error) {
 	return items, nil
 }
 
-// pushItem makes the transaction id here, before any send, so that a
-// resend carries it.
+// pushItem takes the transaction id of an Item, else txID, else makes one:
+// before any send, so that a resend carries it.
 func pushItem(queue, partition, traceID, txID string, pl any) (wire.PushItem, error) {
 	it := wire.PushItem{Queue: queue, Partition: partition, TraceID: traceID, TransactionID: txID}
 	if ip, ok := pl.(*Item); ok && ip != nil {
@@ -153,16 +180,15 @@ func pushItem(queue, partition, traceID, txID string, pl any) (wire.PushItem, er
 
 // Execute sends the push and returns one result per message, in order,
 // with a *PushError when some were not stored. After a transport failure,
-// executing the builder again is safe: the transaction ids are kept.
+// executing the builder again is safe within the broker's dedup window:
+// it sends the transaction ids Push made, and a repeat is answered
+// duplicate while the queue's DedupWindow lasts (2.x; default one hour, 0
+// keeps none) or the message is stored (0.15.1). Past it, a second copy is
+// stored.
 func (p *PushBuilder) Execute(ctx context.Context) ([]PushResult, error) {
 	items, err := p.items()
 	if err != nil {
 		return nil, err
-	}
-	// Freeze the minted ids so that a second Execute re-sends the same ones.
-	p.txIDs = make([]string, len(items))
-	for i := range items {
-		p.txIDs[i] = items[i].TransactionID
 	}
 	hooks := p.qb.c.hooks
 	start := hooks.now()

@@ -33,8 +33,8 @@ type QueueConfig struct {
 	// quiet for that long.
 	WindowBuffer       *time.Duration
 	MaxSize            *int           // messages the queue holds at most
-	TTL                *time.Duration // drops messages older than that
-	Retention          *time.Duration // how long pending messages are kept
+	TTL                *time.Duration // stored and reported; no broker applies it
+	Retention          *time.Duration // how long messages are kept, pending ones too
 	CompletedRetention *time.Duration // how long completed messages are kept
 	RetentionEnabled   *bool          // turns Retention and CompletedRetention on
 	// DeadLetterQueue keeps messages whose retries are spent, and those
@@ -192,22 +192,36 @@ func queueConfigFromWire(o wire.QueueOptions, ns, task *string) QueueConfig {
 }
 
 // Config sets the options that Create sends.
-func (b *QueueBuilder) Config(cfg QueueConfig) *QueueBuilder { b.config = &cfg; return b }
+func (b *QueueBuilder) Config(cfg QueueConfig) *QueueBuilder {
+	cp := *b
+	cp.config = &cfg
+	return &cp
+}
 
-// CreateBuilder is a pending create-or-configure of a queue.
+// CreateBuilder is a pending create-or-configure of a queue. It is a value
+// like QueueBuilder: Replace returns a changed copy.
 type CreateBuilder struct {
 	qb      *QueueBuilder
 	replace bool
 }
 
 // Create prepares the creation of the queue, or the update of its options:
-// options not given keep their value (0.15.1 always replaces, so send the
-// full set for the same result on both). Send it with Execute.
+// on 2.x options not given keep their value. 0.15.1 always replaces: every
+// option not given goes back to its default (LeaseTime 300 s, RetryLimit 3,
+// RetryDelay 1 s, TTL 1 h, the rest off or 0, Namespace and Task ""), so
+// send the full set for the same result on both. What TTL and retention do
+// to pending messages: docs/ADMIN.md#ttl-retention-and-defaults. Send it
+// with Execute.
 func (b *QueueBuilder) Create() *CreateBuilder { return &CreateBuilder{qb: b} }
 
-// Replace makes the configure replace every option (those not given go back
-// to the broker's defaults) instead of merging.
-func (cb *CreateBuilder) Replace() *CreateBuilder { cb.replace = true; return cb }
+// Replace returns a copy of cb whose configure replaces every option
+// (those not given go back to the broker's defaults) instead of merging;
+// cb is unchanged.
+func (cb *CreateBuilder) Replace() *CreateBuilder {
+	cp := *cb
+	cp.replace = true
+	return &cp
+}
 
 // configureBody is wire.ConfigureRequest with a pointer namespace: an empty
 // one is sent when nothing else would be, since 0.15.1 fails a configure

@@ -29,10 +29,13 @@ const (
 //
 //	msgs, err := client.Queue("orders").Group("billing").SubscriptionMode(queen.SubscriptionModeAll).Batch(10).Pop(ctx)
 //
-// Setters only record (the last call wins); each operation checks the
-// options and names it uses when it runs, failing with ErrInvalidArgument
-// before any request. Not safe for concurrent configuration; Pop may be
-// called again.
+// A QueueBuilder is a value: every setter returns a changed copy and
+// leaves b unchanged, so a builder kept (in a struct field, say) may be
+// shared by goroutines and derived from, and a setter whose result is
+// dropped does nothing. Setters only record (the last call wins); each
+// operation reads the builder it was called on and checks the options and
+// names it uses when it runs, failing with ErrInvalidArgument before any
+// request. Pop may be called again.
 type QueueBuilder struct {
 	c *Client
 
@@ -87,15 +90,27 @@ func (c *Client) Task(task string) *QueueBuilder {
 
 // Task narrows a discovery pop (started with Client.Namespace) to a task.
 // On a builder of a named queue it fails Pop with ErrInvalidOption.
-func (b *QueueBuilder) Task(task string) *QueueBuilder { b.task = task; return b }
+func (b *QueueBuilder) Task(task string) *QueueBuilder {
+	cp := *b
+	cp.task = task
+	return &cp
+}
 
-// Partition pins the builder to one partition for pushes and pops
-// (Partitions and autopilot then do not apply).
-func (b *QueueBuilder) Partition(name string) *QueueBuilder { b.partition = name; return b }
+// Partition returns a copy of b pinned to one partition for pushes and
+// pops (Partitions and autopilot then do not apply); b is unchanged.
+func (b *QueueBuilder) Partition(name string) *QueueBuilder {
+	cp := *b
+	cp.partition = name
+	return &cp
+}
 
 // Group sets the consumer group: every group gets every message. Without
 // one, queue mode: each message goes to one worker.
-func (b *QueueBuilder) Group(name string) *QueueBuilder { b.group = name; return b }
+func (b *QueueBuilder) Group(name string) *QueueBuilder {
+	cp := *b
+	cp.group = name
+	return &cp
+}
 
 // SubscriptionMode sets where the group starts if this is its first pop
 // (default SubscriptionModeNew, or SubscriptionModeAll with
@@ -107,75 +122,112 @@ func (b *QueueBuilder) Group(name string) *QueueBuilder { b.group = name; return
 // before it may be read again). Which pops carry the start point, on each
 // generation: docs/ARCHITECTURE.md.
 func (b *QueueBuilder) SubscriptionMode(m SubscriptionMode) *QueueBuilder {
-	b.subMode = m
-	return b
+	cp := *b
+	cp.subMode = m
+	return &cp
 }
 
 // SubscriptionFrom starts a new group at the first message pushed at or
 // after ts, an RFC 3339 time such as "2026-10-22T00:00:00Z", or "now".
 // Without a Group, or if ts is not a time, Pop fails with
 // ErrInvalidSubscription.
-func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder { b.subFrom = ts; return b }
+func (b *QueueBuilder) SubscriptionFrom(ts string) *QueueBuilder {
+	cp := *b
+	cp.subFrom = ts
+	return &cp
+}
 
 // Batch sets the most messages one pop takes across partitions, 1 to
 // MaxBatch; 0 leaves it to the broker's autopilot (LegacyBatch on a broker
 // without one, such as 0.15.1).
 func (b *QueueBuilder) Batch(n int) *QueueBuilder {
-	b.batch = n
-	return b
+	cp := *b
+	cp.batch = n
+	return &cp
 }
 
 // Partitions lets one pop take messages from up to n partitions (1 to
 // MaxPartitions) under one lease, Batch in all.
 func (b *QueueBuilder) Partitions(n int) *QueueBuilder {
-	b.partitions, b.partitionsSet = n, true
-	return b
+	cp := *b
+	cp.partitions, cp.partitionsSet = n, true
+	return &cp
 }
 
 // Wait sets whether a pop long polls for up to TimeoutMillis (default
 // true) instead of returning empty.
-func (b *QueueBuilder) Wait(wait bool) *QueueBuilder { b.wait, b.waitSet = wait, true; return b }
+func (b *QueueBuilder) Wait(wait bool) *QueueBuilder {
+	cp := *b
+	cp.wait, cp.waitSet = wait, true
+	return &cp
+}
 
 // TimeoutMillis sets how long a waiting pop waits (default
 // DefaultTimeoutMillis, at most MaxTimeoutMillis).
 func (b *QueueBuilder) TimeoutMillis(ms int) *QueueBuilder {
-	b.timeoutMs, b.timeoutSet = ms, true
-	return b
+	cp := *b
+	cp.timeoutMs, cp.timeoutSet = ms, true
+	return &cp
 }
 
 // Autopilot turns on (the default) or off the broker's choice of Batch
 // and Partitions when they are not set. Off, the default is one message.
-func (b *QueueBuilder) Autopilot(on bool) *QueueBuilder { b.autopilotOff = !on; return b }
+func (b *QueueBuilder) Autopilot(on bool) *QueueBuilder {
+	cp := *b
+	cp.autopilotOff = !on
+	return &cp
+}
 
 // Conflation(true) hands the group only the newest message of each
 // partition; an ack retires everything older. It needs a Group, excludes
 // CommitOnDelivery, and is decided by the group's first pop.
-func (b *QueueBuilder) Conflation(on bool) *QueueBuilder { b.conflation = on; return b }
+func (b *QueueBuilder) Conflation(on bool) *QueueBuilder {
+	cp := *b
+	cp.conflation = on
+	return &cp
+}
 
 // CommitOnDelivery(true) moves the cursor as messages are handed out: no
 // lease, no ack, at-most-once. Pop only.
-func (b *QueueBuilder) CommitOnDelivery(on bool) *QueueBuilder { b.commitOnDelivery = on; return b }
+func (b *QueueBuilder) CommitOnDelivery(on bool) *QueueBuilder {
+	cp := *b
+	cp.commitOnDelivery = on
+	return &cp
+}
 
 // LeaseTime overrides the queue's LeaseTime for this builder's pops, in
 // whole seconds rounded up (2.x; 0.15.1 ignores it); 0 keeps the queue's. A
 // negative or too large one fails Pop and Consume with ErrInvalidOption.
-func (b *QueueBuilder) LeaseTime(d time.Duration) *QueueBuilder { b.lease = d; return b }
+func (b *QueueBuilder) LeaseTime(d time.Duration) *QueueBuilder {
+	cp := *b
+	cp.lease = d
+	return &cp
+}
 
 // Each makes a consume loop call its handler once per message, in partition
 // order, instead of once per batch.
-func (b *QueueBuilder) Each() *QueueBuilder { b.each = true; return b }
+func (b *QueueBuilder) Each() *QueueBuilder {
+	cp := *b
+	cp.each = true
+	return &cp
+}
 
 // AutoAck sets whether a consume loop acks for the handler (default true).
 // With false the handler acks itself; one that returns an error is still
 // nacked.
-func (b *QueueBuilder) AutoAck(on bool) *QueueBuilder { b.autoAckOff = !on; return b }
+func (b *QueueBuilder) AutoAck(on bool) *QueueBuilder {
+	cp := *b
+	cp.autoAckOff = !on
+	return &cp
+}
 
 // RenewLease(true, ms) renews a consume loop's leases every ms
 // milliseconds (at least MinRenewMillis, else ErrInvalidOption) until their
 // ack, each time to about 3·ms from now (docs/CONSUME.md, "Lease renewal").
 func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
-	b.renew, b.renewMs = on, everyMillis
-	return b
+	cp := *b
+	cp.renew, cp.renewMs = on, everyMillis
+	return &cp
 }
 
 // Concurrency runs up to n handlers of a consume loop at once (default 1,
@@ -183,22 +235,25 @@ func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 // in flight or handled, 2n with pops held after a failure
 // (docs/CONSUME.md, "Pops").
 func (b *QueueBuilder) Concurrency(n int) *QueueBuilder {
-	b.concurrency, b.concurrencySet = n, true
-	return b
+	cp := *b
+	cp.concurrency, cp.concurrencySet = n, true
+	return &cp
 }
 
 // Limit stops a consume loop after n messages in all (0: no limit;
 // negative: ErrInvalidOption).
 func (b *QueueBuilder) Limit(n int) *QueueBuilder {
-	b.limit = n
-	return b
+	cp := *b
+	cp.limit = n
+	return &cp
 }
 
 // IdleMillis stops a consume loop after ms milliseconds with no message in
 // hand (0: never; negative: ErrInvalidOption).
 func (b *QueueBuilder) IdleMillis(ms int) *QueueBuilder {
-	b.idleMs = ms
-	return b
+	cp := *b
+	cp.idleMs = ms
+	return &cp
 }
 
 type popRequest struct {

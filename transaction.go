@@ -23,8 +23,11 @@ var ErrRolledBack = errors.New("queen: transaction rolled back")
 //		Queue("invoices").Partition(msg.Partition).Push(invoice).
 //		Commit(ctx)
 //
-// The first bad input is returned by Commit before any request. A builder
-// is not safe for concurrent use.
+// Unlike the other builders, a TransactionBuilder is not a value but an
+// accumulator: Ack and TransactionPush.Push add an operation to it and
+// return it, so each call counts, as a statement too. It is not safe for
+// concurrent use. The first bad input is returned by Commit before any
+// request.
 type TransactionBuilder struct {
 	c   *Client
 	ops []txnOp
@@ -94,7 +97,8 @@ func (t *TransactionBuilder) Queue(name string) *TransactionPush {
 }
 
 // TransactionPush is a push being added to a transaction
-// (TransactionBuilder.Queue).
+// (TransactionBuilder.Queue). It is a value: Partition and TraceID return
+// a changed copy and leave p unchanged; Push adds to the transaction.
 type TransactionPush struct {
 	tx        *TransactionBuilder
 	queue     string
@@ -102,13 +106,21 @@ type TransactionPush struct {
 	traceID   string
 }
 
-// Partition sets the partition of the push (default: the broker's
-// "Default" partition).
-func (p *TransactionPush) Partition(name string) *TransactionPush { p.partition = name; return p }
+// Partition returns a copy of p that pushes to partition name (default:
+// the broker's "Default" partition); p is unchanged.
+func (p *TransactionPush) Partition(name string) *TransactionPush {
+	cp := *p
+	cp.partition = name
+	return &cp
+}
 
 // TraceID sets the trace id (a UUID) of the pushed messages that carry none
 // of their own; both generations keep it.
-func (p *TransactionPush) TraceID(id string) *TransactionPush { p.traceID = id; return p }
+func (p *TransactionPush) TraceID(id string) *TransactionPush {
+	cp := *p
+	cp.traceID = id
+	return &cp
+}
 
 // Push adds one message per payload (what QueueBuilder.Push takes) and
 // returns the builder. Transaction ids are fixed now, so committing the

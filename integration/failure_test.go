@@ -9,9 +9,10 @@ import (
 )
 
 // redeliveryWithin bounds the wait for a message that comes back after a
-// failed ack (retryDelay) or an expired lease. It guards against a hang,
-// it measures nothing: the longest delay these tests arrange is a lease of
-// 2 s, and the waits end as soon as the message is back.
+// failed or retry ack (at once: neither broker applies retryDelay) or an
+// expired lease. It guards against a hang, it measures nothing: the longest
+// delay these tests arrange is a lease of 2 s, and the waits end as soon as
+// the message is back.
 const redeliveryWithin = 20 * time.Second
 
 // checkAttempt checks a message's delivery attempt, when the broker reports

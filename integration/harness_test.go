@@ -219,8 +219,9 @@ func awaitPushed(t *testing.T, c *queen.Client, queue string, n int) {
 }
 
 // popWithin pops without waiting, again and again, until it gets messages
-// or d passes. It suits messages that come back after a delay (retryDelay,
-// lease expiry), which not every broker wakes a parked long poll for.
+// or d passes. It suits messages that come back after a delay (a lease
+// expiry, delayed processing), which not every broker wakes a parked long
+// poll for.
 func popWithin(t *testing.T, qb *queen.QueueBuilder, d time.Duration) []*queen.Message {
 	t.Helper()
 	deadline := time.Now().Add(d)

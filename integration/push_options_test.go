@@ -193,9 +193,10 @@ func TestCreateReplace(t *testing.T) {
 }
 
 // TestReplayDLQ: a dead-lettered message is pushed back to its queue by
-// ReplayDLQ where the broker can replay (2.x), and refused with
-// ErrNotSupported, leaving the dead letter in place, where it cannot
-// (0.15.1).
+// ReplayDLQ on both generations (2.x in one step; on 0.15.1 the client
+// pushes a copy and deletes the original), and the letter goes. Replaying
+// it again stores no second copy: 2.x no longer finds the letter, 0.15.1
+// finds its copy (ReplayDuplicate).
 func TestReplayDLQ(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
@@ -227,16 +228,6 @@ func TestReplayDLQ(t *testing.T) {
 	}
 
 	res, err := a.ReplayDLQ(ctx, dl)
-	if be.profile == queentest.Profile015 {
-		if !errors.Is(err, queen.ErrNotSupported) {
-			t.Fatalf("0.15.1 ReplayDLQ = %+v, %v; want ErrNotSupported", res, err)
-		}
-		page, err = a.ListDLQ(ctx, q, queen.DLQListOptions{})
-		if err != nil || len(page.Messages) != 1 {
-			t.Errorf("after the refused replay the dead-letter queue holds %d messages (%v), want 1", len(page.Messages), err)
-		}
-		return
-	}
 	if err != nil {
 		t.Fatalf("ReplayDLQ: %v", err)
 	}
@@ -250,11 +241,18 @@ func TestReplayDLQ(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ListDLQ after the replay: %v", err)
 	}
-	if slices.ContainsFunc(page.Messages, func(d queen.DeadLetter) bool { return d.ID == dl.ID }) {
+	if slices.ContainsFunc(page.Messages, func(d queen.DeadLetter) bool { return d.TransactionID == dl.TransactionID }) {
 		t.Errorf("the replayed dead letter is still listed")
 	}
-	if _, err := a.ReplayDLQ(ctx, dl); err == nil {
-		t.Errorf("a second ReplayDLQ of the same row succeeded")
+	again, err := a.ReplayDLQ(ctx, dl)
+	switch {
+	case be.profile == queentest.Profile015 && (err != nil || again.Result != queen.ReplayDuplicate):
+		t.Errorf("a second ReplayDLQ on 0.15.1 = %+v, %v; want duplicate", again, err)
+	case be.profile != queentest.Profile015 && !errors.Is(err, queen.ErrDeadLetterNotFound):
+		t.Errorf("a second ReplayDLQ of the same row = %+v, %v; want ErrDeadLetterNotFound", again, err)
+	}
+	if extra := popNow(t, c.Queue(q).Batch(10)); len(extra) != 0 {
+		t.Errorf("the second replay stored %d messages", len(extra))
 	}
 	if _, err := a.ReplayDLQ(ctx, queen.DeadLetter{}); !errors.Is(err, queen.ErrNotReplayable) {
 		t.Errorf("ReplayDLQ of an empty dead letter = %v, want ErrNotReplayable", err)

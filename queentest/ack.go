@@ -239,12 +239,15 @@ func (c *cursor) clone() *cursor {
 //     keeps it.
 //   - The lowest signal decides the rest: `dlq` files that message and moves
 //     past it; `failed` spends one retry of the batch and releases, so it
-//     and what follows come back after retryDelay, or, with the budget
-//     spent, files it in the DLQ (dropped when the queue has none); `retry`
+//     and what follows can be claimed again at once (the broker does not
+//     apply retryDelay), or, with the budget spent, files it in the DLQ
+//     (dropped when the queue has none); `retry`
 //     releases without spending. After a dlq or a spent failure, the later
 //     positions this call names are settled in order.
 //   - An item below the cursor is a noop success (a signal there is stale);
 //     an item not in the leased span is stale.
+//   - dlq:true marks the items whose own message this call filed in the
+//     dead-letter queue, not every signal of a target that filed one.
 //
 // cur0 is not modified: the result holds a new cursor.
 func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now time.Time, repeatOK bool) targetResult {
@@ -270,8 +273,8 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		if repeatOK && c.released != nil && c.released.id == worker {
 			any := false
 			for i, it := range items {
-				off, ok := p.byTxn[it.txn]
-				if ok && off >= c.released.lo && off <= c.released.hi && off <= c.committed {
+				off, ok, _ := p.resolveTxn(it.txn, c.released.lo, c.released.hi, c.committed)
+				if ok && off <= c.committed {
 					res.per[i] = ackOut{success: true, leaseReleased: true}
 					any = true
 				} else {
@@ -305,14 +308,8 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 	}
 	rs := make([]resolved, len(items))
 	for i, it := range items {
-		off, ok := p.byTxn[it.txn]
-		switch {
-		case !ok:
-		case off > committed0 && off <= end:
-			rs[i] = resolved{off: off, found: true}
-		case off <= committed0:
-			rs[i] = resolved{off: off, below: true}
-		}
+		off, found, below := p.resolveTxn(it.txn, committed0+1, end, committed0)
+		rs[i] = resolved{off: off, found: found, below: below && !found}
 	}
 
 	// The head signal: the lowest signalled position.
@@ -356,10 +353,10 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		return defaultDLQError
 	}
 	retryLimit := max(cfg.RetryLimit, 0)
-	filed := 0
+	filedAt := map[int64]bool{}
 	file := func(off int64, msg string, retry int) {
 		res.files = append(res.files, dlqFile{off: off, errMsg: msg, retry: retry})
-		filed++
+		filedAt[off] = true
 	}
 
 	// settle walks the positions above the head signal in order, as far as
@@ -428,7 +425,6 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 			c.setCommitted(next, now)
 			c.release()
 			c.batchRetry = brc0 + 1
-			c.notBefore = now.Add(time.Duration(cfg.RetryDelay) * time.Millisecond)
 			releasedForRetry = true
 		case cfg.dlqEnabled():
 			c.setCommitted(sigOff, now)
@@ -479,7 +475,10 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 			res.stale = true
 		}
 		res.per[i].leaseReleased = leaseReleased
-		res.per[i].dlq = filed > 0 && (it.status == wire.StatusDLQ || it.status == wire.StatusFailed)
+		// dlq: this item's own message was filed by this call; a failed one
+		// released for redelivery, or dropped by a queue without a DLQ, was
+		// not (rsm/facade/real.rs render_ack).
+		res.per[i].dlq = r.found && filedAt[r.off] && (it.status == wire.StatusDLQ || it.status == wire.StatusFailed)
 	}
 	return res
 }
@@ -489,4 +488,20 @@ func orDefault(p *string, def string) string {
 		return *p
 	}
 	return def
+}
+
+// resolveTxn finds an acknowledged transactionId in p as the 2.x ack does
+// (rsm/dedup.rs resolve): off is the lowest offset stored under it in
+// [lo, hi] (found), and below reports whether it is also stored at or
+// below committed.
+func (p *partition) resolveTxn(txn string, lo, hi, committed int64) (off int64, found, below bool) {
+	for _, o := range p.byTxn[txn] {
+		if o <= committed {
+			below = true
+		}
+		if o >= lo && o <= hi && !found {
+			off, found = o, true
+		}
+	}
+	return off, found, below
 }

@@ -175,7 +175,7 @@ func (b *broker) ack015(items []ack015In, now time.Time) []ack015Result {
 	for i, it := range items {
 		r := row{p: b.partsByUUID[strings.ToLower(it.pid)], off: -1}
 		if r.p != nil {
-			if off, ok := r.p.byTxn[it.txn]; ok {
+			if off, ok := r.p.firstOffset(it.txn); ok {
 				r.off = off
 			}
 		}

@@ -63,7 +63,11 @@ func TestAckCompletedImplicitPrefixAndPartialKeepsLease(t *testing.T) {
 	assert.False(t, a.Success)
 }
 
-func TestAckFailedSpendsRetryAndRedeliversAfterRetryDelay(t *testing.T) {
+// TestAckFailedSpendsRetryAndRedeliversAtOnce: after a failed ack with
+// budget left, the partition can be claimed again at once, whatever the
+// queue's retryDelay (upstream rsm/consume/ack.rs releases the lease,
+// rsm/consume/pop.rs claim_one has no retry hold).
+func TestAckFailedSpendsRetryAndRedeliversAtOnce(t *testing.T) {
 	clock := NewFakeClock(t0)
 	h := newHC(t, Start(t, WithClock(clock)))
 	configure(h, "q", item{"retryLimit": 3, "retryDelay": 5000})
@@ -81,11 +85,7 @@ func TestAckFailedSpendsRetryAndRedeliversAfterRetryDelay(t *testing.T) {
 	assert.True(t, out[1].LeaseReleased)
 	assert.False(t, out[1].DLQ)
 
-	h.popEmpty("q", nil) // not before retryDelay
-	clock.Advance(4 * time.Second)
-	h.popEmpty("q", nil)
-	clock.Advance(1 * time.Second)
-	p2 := h.popQ("q", vals("batch", "10"))
+	p2 := h.popQ("q", vals("batch", "10")) // retryDelay 5000 is not applied
 	assert.Equal(t, []int{1, 2, 3}, ns(t, p2.Messages))
 	// The redelivery starts past the completed #0, so it counts as a first
 	// claim from there (TestDeliveryAttemptIsCountedPerClaim).
@@ -153,7 +153,6 @@ func TestImplicitQueueDeadLettersAfterDefaultRetryLimit(t *testing.T) {
 		assert.Equal(t, attempt, p.Messages[0].DeliveryAttempt)
 		a := h.ackMsg(p.Messages[0], "failed", "")
 		assert.Equal(t, attempt == 4, a.DLQ, "retryLimit 3 by default: the 4th failure dead-letters")
-		clock.Advance(time.Second) // the default retryDelay
 	}
 	assert.Equal(t, 1, s.DLQCount("never-configured"), "the implicit queue has its DLQ on")
 	h.popEmpty("never-configured", nil)
@@ -419,8 +418,6 @@ func TestAckFailedThenRetriesInOneBatch(t *testing.T) {
 		require.Equal(t, []int{0, 1, 2}, ns(t, p.Messages), "round %d", round)
 		out := settle(p)
 		assert.Falsef(t, out[0].DLQ, "round %d: budget left", round)
-		h.popEmpty("q", nil) // a failed release waits retryDelay
-		clock.Advance(time.Second)
 	}
 	p := h.popQ("q", vals("batch", "10"))
 	require.Equal(t, []int{0, 1, 2}, ns(t, p.Messages))
@@ -430,4 +427,47 @@ func TestAckFailedThenRetriesInOneBatch(t *testing.T) {
 	p = h.popQ("q", vals("batch", "10"))
 	assert.Equal(t, []int{1, 2}, ns(t, p.Messages), "the retried rest comes back at once")
 	assert.Equal(t, 1, s.DLQCount("q"))
+}
+
+// TestAckBatchDLQIsPerItem: in a batch ack, dlq:true marks only the items
+// whose message this ack filed: a `failed` dropped by a queue without a
+// dead-letter queue, or released for redelivery while budget remains,
+// answers dlq:false (upstream rsm/facade/real.rs render_ack).
+func TestAckBatchDLQIsPerItem(t *testing.T) {
+	h := newHC(t, Start(t))
+	batch := func(queue string, p *tPop, statuses ...string) []tAck {
+		t.Helper()
+		var acks []item
+		for i, st := range statuses {
+			m := p.Messages[i]
+			acks = append(acks, item{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": st})
+		}
+		return h.ack("/api/v1/ack/batch", item{"acknowledgments": acks})
+	}
+	dlqRows := func(queue string) int {
+		t.Helper()
+		var list tDLQ
+		h.doJSON("GET", "/api/v1/dlq?queue="+queue, nil, http.StatusOK, &list)
+		return len(list.Messages)
+	}
+
+	// No dead-letter queue, budget spent: #0 is filed (a dlq ack always
+	// files), #1 is dropped.
+	configure(h, "nodlq", item{"retryLimit": 0, "deadLetterQueue": false, "dlqAfterMaxRetries": false})
+	h.pushN("nodlq", "p", 3)
+	out := batch("nodlq", h.popQ("nodlq", vals("batch", "3")), "dlq", "failed")
+	require.Len(t, out, 2)
+	assert.True(t, out[0].Success && out[1].Success)
+	assert.True(t, out[0].DLQ, "#0 was filed")
+	assert.False(t, out[1].DLQ, "#1 was dropped, not filed")
+	assert.Equal(t, 1, dlqRows("nodlq"))
+	assert.Equal(t, []int{2}, ns(t, h.popQ("nodlq", vals("batch", "3")).Messages))
+
+	// Budget left: #1 is released for redelivery.
+	configure(h, "budget", item{"retryLimit": 3})
+	h.pushN("budget", "p", 3)
+	out = batch("budget", h.popQ("budget", vals("batch", "3")), "dlq", "failed")
+	assert.True(t, out[0].DLQ)
+	assert.False(t, out[1].DLQ, "#1 comes back, it was not filed")
+	assert.Equal(t, 1, dlqRows("budget"))
 }

@@ -439,7 +439,6 @@ func (s *Server) handleSeek(w *recorder, req *request) {
 		c.lease = nil
 		c.committed, c.intent = target, false
 		c.clearAttempt()
-		c.notBefore = time.Time{}
 		c.batchRetry = 0
 		c.released = nil
 	}

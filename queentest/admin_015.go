@@ -225,7 +225,7 @@ func (s *Server) handleSeek015(w *recorder, req *request) {
 			} else {
 				target = p.lastAtOrBefore(ts)
 			}
-			c.committed = target
+			c.committed, c.deletedBelow = target, false
 			c.lastConsumedAt = now
 			c.lease, c.batchSize, c.ackedCount = nil, 0, 0
 			n++
@@ -264,7 +264,7 @@ func (s *Server) handleSeekPartition015(w *recorder, req *request) {
 	if last := p.lastOffset(); last >= 0 {
 		moved = isoMillis015(p.msgs[last].createdAt)
 		if c := p.cursors[group]; c != nil {
-			c.committed = last
+			c.committed, c.deletedBelow = last, false
 			c.lastConsumedAt = b.now()
 			c.lease, c.batchSize, c.ackedCount = nil, 0, 0
 			updated = true

@@ -94,8 +94,8 @@ type partition struct {
 	q         *queue
 	createdAt time.Time
 	lastWrite time.Time
-	msgs      []*message       // offset = index; nothing is ever trimmed
-	byTxn     map[string]int64 // dedup: transactionId -> offset
+	msgs      []*message         // offset = index (0.15.1: a deleted message leaves, removeMessage015)
+	byTxn     map[string][]int64 // transactionId -> the offsets stored under it, ascending
 	cursors   map[string]*cursor
 }
 
@@ -117,8 +117,7 @@ type cursor struct {
 	batchSize  int   // 0.15.1: the claim's size, for the release on the last ack
 	ackedCount int   // 0.15.1: completed acks counted against batchSize
 	lease      *lease
-	notBefore  time.Time // a `failed` release waits retryDelay
-	batchRetry int       // retries spent by the batch at the cursor
+	batchRetry int // retries spent by the batch at the cursor
 	// attemptOff is the first offset of the last leased claim (-1: none)
 	// and attemptCount its deliveryAttempt: a claim starting there again
 	// is a redelivery (2.x rsm/consume/pop.rs claim_one).
@@ -127,6 +126,11 @@ type cursor struct {
 	released       *releasedLease
 	totalConsumed  int64
 	lastConsumedAt time.Time
+	// deletedBelow: a 0.15.1 cursor at -1 whose last consumed message was
+	// deleted (DELETE /api/v1/messages/...). PostgreSQL's cursor still names
+	// that message, so it is not the NULL cursor of a group that consumed
+	// nothing (null015).
+	deletedBelow bool
 	// intent: the cursor was seeded from the subscription a pinned pop of
 	// an unregistered group carried, and nothing was delivered or sought
 	// since. The 2.x broker keeps no row for it (a first contact that
@@ -266,7 +270,7 @@ func (b *broker) partitionOf(q *queue, name string, now time.Time) *partition {
 		b.nextPID++
 		p = &partition{
 			id: b.nextPID, uuid: newUUID4(), name: name, q: q, createdAt: now,
-			byTxn: map[string]int64{}, cursors: map[string]*cursor{},
+			byTxn: map[string][]int64{}, cursors: map[string]*cursor{},
 		}
 		q.byName[name] = p
 		q.parts = append(q.parts, p)
@@ -307,10 +311,33 @@ func (b *broker) wireID(p *partition) string {
 
 func (p *partition) lastOffset() int64 { return int64(len(p.msgs)) - 1 }
 
+// firstOffset is the offset of the first message stored under txn. (On
+// 0.15.1 there is never more than one; on 2.x a transactionId is stored
+// again once its dedup window has passed.)
+func (p *partition) firstOffset(txn string) (int64, bool) {
+	if offs := p.byTxn[txn]; len(offs) > 0 {
+		return offs[0], true
+	}
+	return 0, false
+}
+
 // visible reports whether m can be delivered at now (delayedProcessing).
 func (p *partition) visible(m *message, now time.Time) bool {
 	d := p.q.cfg.DelayedProcessing
 	return d <= 0 || !m.createdAt.Add(time.Duration(d)*time.Second).After(now)
+}
+
+// windowHeld reports whether the queue's windowBuffer holds p at now: its
+// newest message was written less than windowBuffer seconds ago, so no
+// pop claims it until then (2.x rsm/consume/pop.rs claim_one, a burst is
+// one batch). at is when the hold ends.
+func (p *partition) windowHeld(now time.Time) (at time.Time, held bool) {
+	w := p.q.cfg.WindowBuffer
+	if w <= 0 || len(p.msgs) == 0 {
+		return time.Time{}, false
+	}
+	at = p.msgs[len(p.msgs)-1].createdAt.Add(time.Duration(w) * time.Second)
+	return at, now.Before(at)
 }
 
 func (p *partition) visibleAt(m *message) time.Time {
@@ -568,4 +595,62 @@ func parseTime(s string) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// null015 reports whether c is a NULL 0.15.1 cursor: its group consumed
+// nothing on the partition.
+func (c *cursor) null015() bool { return c.committed < 0 && !c.deletedBelow }
+
+// removeMessage015 deletes the message at offset off of p as 0.15.1's
+// delete_message_v1 does (DELETE FROM queen.messages): it leaves the log,
+// and its dead-letter rows go with it (ON DELETE CASCADE). A cursor, a
+// lease or a dead-letter row past it keeps pointing at the same messages
+// (offsets above off move down by one); a cursor at or past it stays past
+// it, and a repeat of its transactionId is stored again. Callers hold mu.
+func (b *broker) removeMessage015(p *partition, off int64) {
+	m := p.msgs[off]
+	p.msgs = append(p.msgs[:off], p.msgs[off+1:]...)
+	for _, later := range p.msgs[off:] {
+		later.offset--
+	}
+	down := func(o int64) int64 {
+		if o >= off {
+			return o - 1
+		}
+		return o
+	}
+	delete(p.byTxn, m.txn)
+	for txn, offs := range p.byTxn {
+		for i, o := range offs {
+			offs[i] = down(o)
+		}
+		p.byTxn[txn] = offs
+	}
+	for _, c := range p.cursors {
+		if c.committed >= off {
+			c.committed--
+			if c.committed < 0 {
+				c.deletedBelow = true
+			}
+		}
+		if l := c.lease; l != nil {
+			l.end = down(l.end)
+			kept := l.delivered[:0]
+			for _, o := range l.delivered {
+				if o != off {
+					kept = append(kept, down(o))
+				}
+			}
+			l.delivered = kept
+		}
+	}
+	for id, r := range b.dlq {
+		switch {
+		case r.pid != p.id:
+		case r.offset == off:
+			delete(b.dlq, id)
+		case r.offset > off:
+			r.offset--
+		}
+	}
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Clock tells the broker what time it is. Leases, retry delays, delayed
+// Clock tells the broker what time it is. Leases, dedup windows, delayed
 // processing, message timestamps and subscription times all read it. The
 // default is the wall clock; tests inject a *FakeClock to move time by hand.
 //
@@ -28,7 +28,7 @@ type clockNotifier interface {
 
 // FakeClock is a Clock that only moves when told to. It is safe for
 // concurrent use. Moving it wakes the long polls parked on every Server that
-// uses it, so a message whose retryDelay or delayedProcessing has passed is
+// uses it, so a message whose delayedProcessing has passed is
 // handed out at once (best effort: the parked pop looks again right after
 // the move).
 type FakeClock struct {

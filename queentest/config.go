@@ -9,9 +9,12 @@ import (
 
 // QueueConfig is a queue's configuration: the options of
 // POST /api/v1/configure, with the broker's units. The broker honours
-// LeaseTime, RetryLimit, RetryDelay, DeadLetterQueue / DLQAfterMaxRetries
-// and DelayedProcessing; the other options are stored and reported back as
-// the real broker does, without further effect in this in-memory broker.
+// LeaseTime, RetryLimit, DeadLetterQueue / DLQAfterMaxRetries,
+// DelayedProcessing, WindowBuffer and DedupWindowSeconds (WindowBuffer on
+// the 2.x profile only); the other options are stored
+// and reported back as the real broker does, without further effect in
+// this in-memory broker. RetryDelay is one of them: neither real broker
+// delays a redelivery by it (a client may, docs/RETRIES.md).
 //
 // Start from DefaultQueueConfig and change what you need: a zero field means
 // zero (for example RetryLimit 0 dead-letters at the first failure), except
@@ -27,14 +30,16 @@ type QueueConfig struct {
 	// is finished or a message is dead-lettered, so failures of different
 	// messages add up.
 	RetryLimit int
-	// RetryDelay is how long a batch released by a `failed` ack waits before
-	// it is delivered again, in milliseconds.
+	// RetryDelay is stored and reported, in milliseconds. The brokers do
+	// not apply it: a batch released by a `failed` ack can be claimed again
+	// at once (2.x rsm/consume/pop.rs claim_one; 0.15.1 never reads it).
 	RetryDelay int
 	// DelayedProcessing hides each message for this many seconds after its push.
 	DelayedProcessing int
 	// Priority is stored and reported.
 	Priority int
-	// WindowBuffer is stored and reported.
+	// WindowBuffer holds a partition from pops while its newest message is
+	// younger than this many seconds (a burst is delivered as one batch).
 	WindowBuffer int
 	// MaxSize is stored and reported.
 	MaxSize int
@@ -58,7 +63,10 @@ type QueueConfig struct {
 	MaxWaitTimeSeconds int
 	// MinPopWaitTime is stored and reported (milliseconds, 0..60000).
 	MinPopWaitTime int
-	// DedupWindowSeconds is stored and reported (dedup here never expires).
+	// DedupWindowSeconds is how long a pushed transactionId is remembered:
+	// a push repeating one stored at most this many seconds before is
+	// answered `duplicate`; after that, or with 0, it is stored again.
+	// It also bounds how long a repeated `completed` ack is a no-op.
 	DedupWindowSeconds int
 	// RetentionSinkHold is stored and reported.
 	RetentionSinkHold string

@@ -16,7 +16,7 @@ func TestConflationRefusals(t *testing.T) {
 	assert.Contains(t, string(raw), "conflation requires consumerGroup")
 	st, _, raw = h.do("GET", "/api/v1/pop/queue/q?conflation=true&consumerGroup=g&autoAck=true", nil)
 	assert.Equal(t, http.StatusBadRequest, st)
-	assert.Contains(t, string(raw), "cannot be combined with autoAck")
+	assert.Contains(t, string(raw), "cannot be combined with commitOnDelivery (autoAck)")
 	st, _, _ = h.do("GET", "/api/v1/pop/queue/q/partition/p?conflation=true", nil)
 	assert.Equal(t, http.StatusBadRequest, st)
 	// A refused request registered nothing: the group can still choose.

@@ -7,11 +7,13 @@
 //
 //   - Queues are created by their first push (with DefaultQueueConfig, or
 //     WithDefaultQueueConfig) or by POST /api/v1/configure, which stores
-//     every option; leaseTime, retryLimit, retryDelay, deadLetterQueue and
-//     delayedProcessing are honoured.
+//     every option; leaseTime, retryLimit, deadLetterQueue,
+//     delayedProcessing, windowBuffer and dedupWindowSeconds are honoured.
+//     retryDelay is stored and not applied, as on the real brokers.
 //   - Partitions are ordered logs with offsets. A push is deduplicated by
-//     (queue, partition, transactionId): a repeat is answered `duplicate`
-//     with the original ids.
+//     (queue, partition, transactionId): a repeat within the queue's
+//     dedupWindowSeconds (default 3600) is answered `duplicate` with the
+//     original ids; after it, or with a window of 0, it is stored again.
 //   - Pops lease what they take: the wildcard route takes up to `partitions`
 //     partitions (1..64) with `batch` (default 200) as the budget of the
 //     whole pop, under one leaseId; the pinned route takes one partition;
@@ -27,7 +29,7 @@
 //     autopilot=true lets the broker choose the batch and width the request
 //     left out.
 //   - Acks follow the 2.x outcomes: completed (with implicit ack of the
-//     prefix), failed (one retry spent, redelivered after retryDelay, then
+//     prefix), failed (one retry spent, claimable again at once, then
 //     dead-lettered or dropped), retry (no retry spent) and dlq; a stale or
 //     foreign lease id is refused per item. Leases expire on the Clock and
 //     are renewed per lease id. deliveryAttempt is the claim's: a claim
@@ -42,7 +44,7 @@
 //	srv := queentest.Start(t, queentest.WithClock(queentest.NewFakeClock(time.Now())))
 //	client := myClient(srv.URL)
 //
-// Tests move time with a FakeClock (lease expiry, retry delays, delayed
+// Tests move time with a FakeClock (lease expiry, dedup windows, delayed
 // messages), and inject faults per route: FailNext answers the next
 // requests with an error status (and Retry-After) without applying them,
 // AddLatency delays them, DropNextResponses applies them and then cuts the
@@ -80,8 +82,6 @@
 //   - Like the 2.x planner, a wildcard pop of an unknown queue creates it with
 //     the default configuration (so a parked consumer recreates a deleted
 //     queue). A pinned or discovery pop creates nothing.
-//   - Deduplication by transactionId never expires (the broker's
-//     dedupWindowSeconds is only stored).
 //   - A plain push does not store traceId (the 2.x broker parses and drops
 //     it); a transaction push keeps a valid UUID one.
 //   - Injected 429s carry code "overloaded": the real admission code string

@@ -42,8 +42,10 @@ const (
 	// RouteDLQ is every dead-letter route: GET/DELETE /api/v1/dlq,
 	// POST /api/v1/dlq/{id}/replay and POST /api/v1/messages/{pid}/{txn}/retry.
 	RouteDLQ Route = "dlq"
-	// RouteMessages is the message view GET
-	// /api/v1/messages/{partitionId}/{transactionId} (0.15.1).
+	// RouteMessages is GET and DELETE
+	// /api/v1/messages/{partitionId}/{transactionId}: the message view
+	// (0.15.1) and the deletion of a message (0.15.1) or of its dead
+	// letters (2.x).
 	RouteMessages Route = "messages"
 	// RouteFetch is POST /api/v1/fetch.
 	RouteFetch Route = "fetch"

@@ -123,14 +123,13 @@ func TestRenewUnknownOrReleasedLease(t *testing.T) {
 	assert.False(t, r.Success, "a released lease cannot be renewed")
 }
 
-func TestFakeClockWakesParkedPopForRetryDelay(t *testing.T) {
+func TestFakeClockWakesParkedPopForDelayedMessage(t *testing.T) {
 	clock := NewFakeClock(t0)
 	s := Start(t, WithClock(clock))
 	h := newHC(t, s)
-	configure(h, "q", item{"retryDelay": 60000})
+	configure(h, "q", item{"delayedProcessing": 60})
 	h.pushN("q", "p", 1)
-	p := h.popQ("q", nil)
-	h.ackMsg(p.Messages[0], "failed", "")
+	h.popEmpty("q", nil)
 	done := make(chan *tPop, 1)
 	go func() {
 		_, got := h.pop("/api/v1/pop/queue/q", vals("wait", "true", "timeout", "60000"))
@@ -145,7 +144,7 @@ func TestFakeClockWakesParkedPopForRetryDelay(t *testing.T) {
 	select {
 	case got := <-done:
 		require.NotNil(t, got)
-		assert.Equal(t, 2, got.Messages[0].DeliveryAttempt)
+		assert.Equal(t, 1, got.Messages[0].DeliveryAttempt)
 	case <-time.After(30 * time.Second):
 		t.Fatal("moving the FakeClock did not wake the parked pop")
 	}

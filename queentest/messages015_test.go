@@ -166,3 +166,60 @@ func TestBroker015MessageViewBusAndDeadLetter(t *testing.T) {
 		"the dead-lettered message is past g2's cursor")
 	assert.Nil(t, v["consumerGroups"].([]any)[1].(map[string]any)["leaseExpiresAt"], "its lease released")
 }
+
+// TestBroker015DeleteMessage: DELETE /api/v1/messages/{pid}/{txn} is
+// delete_message_v1: the message leaves its partition, its dead-letter row
+// goes with it (ON DELETE CASCADE), its transactionId is free again, and
+// the answer is always HTTP 200.
+func TestBroker015DeleteMessage(t *testing.T) {
+	h := start015(t)
+	configure(h.hc, "md", item{"retryLimit": 0})
+	pushed := h.push15("md", "p", item{"n": 0}, item{"n": 1}, item{"n": 2})
+	pid := pushed[0]["partition_id"].(string)
+	g := vals("consumerGroup", "g", "subscriptionMode", "all", "batch", "1")
+	p := h.pop15("md", g)
+	require.Equal(t, []int{0}, ns(t, p.Messages))
+	h.batchAck("g", ackItem(p.Messages[0], "completed"))
+	p = h.pop15("md", g)
+	require.Equal(t, []int{1}, ns(t, p.Messages))
+	m1 := p.Messages[0]
+	require.Equal(t, true, h.batchAck("g", ackItem(m1, "failed"))[0]["dlq"])
+	require.Equal(t, "dead_letter", h.obj("GET", messagePath(pid, m1.TransactionID), nil)["status"])
+
+	// Any case is read; the answer names the partition as PostgreSQL writes it.
+	del := h.obj("DELETE", messagePath(strings.ToUpper(pid), m1.TransactionID), nil)
+	assert.Equal(t, map[string]any{"success": true, "partitionId": pid, "transactionId": m1.TransactionID,
+		"message": "Message deleted successfully"}, del)
+	assert.Equal(t, map[string]any{"error": "Message not found"}, h.obj("GET", messagePath(pid, m1.TransactionID), nil))
+	dlq := h.obj("GET", "/api/v1/dlq?queue=md", nil)
+	assert.Equal(t, []any{}, dlq["messages"], "the dead-letter row went with the message")
+
+	// Deleted again, or never there: success false, still 200.
+	assert.Equal(t, map[string]any{"success": false, "partitionId": pid, "transactionId": m1.TransactionID,
+		"message": "Message not found"}, h.obj("DELETE", messagePath(pid, m1.TransactionID), nil))
+	st, _, raw := h.do("DELETE", messagePath("notauuid", m1.TransactionID), nil)
+	assert.Equal(t, http.StatusOK, st)
+	assert.JSONEq(t, `{"success":false,"error":"ERROR:  invalid input syntax for type uuid: \"notauuid\"\nCONTEXT:  unnamed portal parameter $1 = '...'\n"}`, string(raw))
+
+	// The rest of the partition is read as before, and the transactionId
+	// can be pushed again.
+	p = h.pop15("md", g)
+	assert.Equal(t, []int{2}, ns(t, p.Messages))
+	again := h.arr("POST", "/api/v1/push", item{"items": []item{{"queue": "md", "partition": "p", "payload": 9, "transactionId": m1.TransactionID}}})
+	assert.Equal(t, "queued", again[0]["status"])
+}
+
+// TestBroker015DeleteConsumedFirstMessage: a group's cursor on a deleted
+// message still names it: the cursor is not NULL, so a later
+// subscriptionMode=new pop does not jump it to the partition's end.
+func TestBroker015DeleteConsumedFirstMessage(t *testing.T) {
+	h := start015(t)
+	pushed := h.push15("mf", "p", item{"n": 0}, item{"n": 1})
+	p := h.pop15("mf", vals("consumerGroup", "g", "subscriptionMode", "all", "batch", "1"))
+	require.Equal(t, []int{0}, ns(t, p.Messages))
+	h.batchAck("g", ackItem(p.Messages[0], "completed"))
+	require.Equal(t, true, h.obj("DELETE", messagePath(p.Messages[0].PartitionID, pushed[0]["transaction_id"].(string)), nil)["success"])
+	h.clock.Advance(time.Second)
+	p = h.pop15("mf", vals("consumerGroup", "g", "subscriptionMode", "new", "batch", "5"))
+	assert.Equal(t, []int{1}, ns(t, p.Messages))
+}

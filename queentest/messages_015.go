@@ -128,7 +128,7 @@ func (s *Server) handleGetMessage015(w *recorder, req *request) {
 	p := b.partsByUUID[pid]
 	var off int64 = -1
 	if p != nil {
-		if o, ok := p.byTxn[txn]; ok {
+		if o, ok := p.firstOffset(txn); ok {
 			off = o
 		}
 	}
@@ -216,4 +216,37 @@ func (s *Server) handleGetMessage015(w *recorder, req *request) {
 		v.LeaseExpiresAt = &t
 	}
 	w.json(http.StatusOK, v)
+}
+
+// handleDeleteMessage015 is DELETE /api/v1/messages/{partitionId}/{transactionId}
+// on the 0.15.1 profile (server/src/routes/messages.cpp; delete_message_v1
+// in lib/schema/procedures/010_messages.sql), always HTTP 200: the message
+// is deleted from its partition, its dead-letter rows with it (the foreign
+// key cascades), and the answer is {"success":true,"partitionId",
+// "transactionId","message":"Message deleted successfully"}, or
+// success:false with "Message not found" when the partition does not hold
+// it. A partitionId that is no UUID is PostgreSQL's error, as for the view.
+func (s *Server) handleDeleteMessage015(w *recorder, req *request) {
+	pidText, txn := req.params[0], req.params[1]
+	pid, ok := pgUUID015(pidText)
+	if !ok {
+		w.dbError("invalid input syntax for type uuid: \"" + pidText + "\"\nCONTEXT:  unnamed portal parameter $1 = '...'")
+		return
+	}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	deleted := false
+	if p := b.partsByUUID[pid]; p != nil {
+		if off, ok := p.firstOffset(txn); ok {
+			b.removeMessage015(p, off)
+			b.bump()
+			deleted = true
+		}
+	}
+	msg := "Message not found"
+	if deleted {
+		msg = "Message deleted successfully"
+	}
+	w.json(http.StatusOK, map[string]any{"success": deleted, "partitionId": pid, "transactionId": txn, "message": msg})
 }

@@ -45,6 +45,8 @@ type popParams struct {
 
 // parsePopParams reads the pop query like the broker's typed query
 // extractor: integers must be integers, booleans exactly true or false.
+// commitOnDelivery and autoAck are one switch (handlers/data.rs
+// commits_on_delivery).
 // The long-poll timeout defaults to 30 s and is clamped to 1 ms..60 s.
 func parsePopParams(q url.Values) (popParams, error) {
 	p := popParams{timeout: defaultPopTimeout}
@@ -98,7 +100,8 @@ func parsePopParams(q url.Values) (popParams, error) {
 		}
 		p.timeout = min(max(time.Duration(*to)*time.Millisecond, time.Millisecond), maxPopTimeout)
 	}
-	for k, dst := range map[string]*bool{"autoAck": &p.autoAck, "wait": &p.wait, "autopilot": &p.autopilot} {
+	var cod bool
+	for k, dst := range map[string]*bool{"autoAck": &p.autoAck, "commitOnDelivery": &cod, "wait": &p.wait, "autopilot": &p.autopilot} {
 		b, err := boolOf(k)
 		if err != nil {
 			return p, err
@@ -107,6 +110,9 @@ func parsePopParams(q url.Values) (popParams, error) {
 			*dst = *b
 		}
 	}
+	// commitOnDelivery is the documented name, autoAck its older alias
+	// (2.0.2+): either one true commits at delivery.
+	p.autoAck = p.autoAck || cod
 	if p.conflation, err = boolOf("conflation"); err != nil {
 		return p, err
 	}
@@ -203,7 +209,7 @@ func conflationRefused(w *recorder, p popParams) bool {
 		return true
 	}
 	if p.autoAck {
-		popRefusal(w, "conflation cannot be combined with autoAck: auto-ack commits at delivery with no lease, so a failed handler loses the tail and the at-least-once guarantee conflation exists to provide degrades to at-most-once")
+		popRefusal(w, "conflation cannot be combined with commitOnDelivery (autoAck): a commit at delivery takes no lease, so a failed handler loses the tail and the at-least-once guarantee conflation exists to provide degrades to at-most-once")
 		return true
 	}
 	return false
@@ -345,7 +351,7 @@ func answerPop(w *recorder, res popResult) {
 }
 
 // park waits for a state change, the real-time deadline, or, for the wall
-// clock, the moment something timed (a lease expiry, a retry delay, a
+// clock, the moment something timed (a lease expiry, a
 // delayed message) becomes due. It reports whether to look again.
 func (s *Server) park(ctx context.Context, ch <-chan struct{}, deadline, next time.Time) bool {
 	d := time.Until(deadline)
@@ -468,6 +474,10 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			if pr.pinned && p.name != pr.partition {
 				continue
 			}
+			if at, held := p.windowHeld(now); held {
+				note(at)
+				continue
+			}
 			committed := int64(-1)
 			if c := p.cursors[pr.group]; c != nil {
 				if l := c.liveLease(now); l != nil {
@@ -475,12 +485,6 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 					continue
 				}
 				committed = c.committed
-				if now.Before(c.notBefore) {
-					if committed < p.lastOffset() {
-						note(c.notBefore)
-					}
-					continue
-				}
 			} else {
 				committed = b.seed(p, pr.group)
 			}

@@ -326,7 +326,7 @@ func (b *broker) claim015(part *partition, c *cursor, p pop015Params, leaseID st
 
 	changed := false
 	var since *time.Time
-	if c.committed < 0 && p.group != queueModeGroup {
+	if c.null015() && p.group != queueModeGroup {
 		if m := b.subOf(part.q.name, p.group, part.name); m != nil {
 			ts := m.subTS
 			since = &ts

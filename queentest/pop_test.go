@@ -544,3 +544,56 @@ func TestSubscriptionModeSpellings(t *testing.T) {
 		"absent": "new", "empty": "all", "NEW": "new", "new-only": "new", "bogus": "all", "now": "new",
 	}, got)
 }
+
+// TestWindowBufferHoldsARecentlyWrittenPartition: a partition whose newest
+// message is younger than the queue's windowBuffer is claimed by no pop,
+// wildcard or pinned; once it has been quiet that long, the whole burst
+// comes in one claim (upstream rsm/consume/pop.rs claim_one).
+func TestWindowBufferHoldsARecentlyWrittenPartition(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	configure(h, "q", item{"windowBuffer": 5})
+	h.pushN("q", "p", 1)
+	h.popEmpty("q", nil)
+	clock.Advance(4 * time.Second)
+	h.pushN("q", "p", 1) // the burst goes on: the hold runs from this one
+	clock.Advance(4 * time.Second)
+	h.popEmpty("q", vals("batch", "10"))
+	st, _ := h.pop("/api/v1/pop/queue/q/partition/p", nil)
+	assert.Equal(t, http.StatusNoContent, st, "the pinned route is held too")
+	clock.Advance(time.Second)
+	p := h.popQ("q", vals("batch", "10"))
+	assert.Equal(t, []int{0, 0}, ns(t, p.Messages), "the whole burst in one claim")
+}
+
+// TestPopCommitOnDelivery: commitOnDelivery=true is autoAck=true under its
+// documented name (2.0.2+), on every pop route: no lease, the cursor moves
+// past what is handed out, nothing comes back. With conflation it is
+// refused, naming both (upstream handlers/data.rs, tests_unit
+// pop_commit_on_delivery.rs).
+func TestPopCommitOnDelivery(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	configure(h, "q", item{"leaseTime": 10, "namespace": "ns"})
+	h.pushN("q", "p", 3)
+	for _, path := range []string{"/api/v1/pop/queue/q", "/api/v1/pop/queue/q/partition/p", "/api/v1/pop"} {
+		q := vals("batch", "1", "commitOnDelivery", "true")
+		if path == "/api/v1/pop" {
+			q.Set("namespace", "ns")
+		}
+		st, p := h.pop(path, q)
+		require.Equal(t, http.StatusOK, st, path)
+		require.Len(t, p.Messages, 1, path)
+		assert.Equal(t, "", p.LeaseID, path)
+		assert.Equal(t, "", p.Messages[0].LeaseID, path)
+	}
+	clock.Advance(time.Minute) // any lease would be over
+	h.popEmpty("q", nil)
+
+	st, _, raw := h.do("GET", "/api/v1/pop/queue/q?conflation=true&consumerGroup=g&commitOnDelivery=true", nil)
+	assert.Equal(t, http.StatusBadRequest, st)
+	assert.Contains(t, string(raw), "commitOnDelivery")
+	assert.Contains(t, string(raw), "autoAck")
+	st, _, _ = h.do("GET", "/api/v1/pop/queue/q?commitOnDelivery=yes", nil)
+	assert.Equal(t, http.StatusBadRequest, st, "a typed boolean")
+}

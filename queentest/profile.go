@@ -93,7 +93,9 @@ func WithProfile(p Profile) Option {
 //     dead-letter and a retry release it; the lease is checked against the
 //     state before the request, so a single ack after a release is refused
 //     "Invalid or expired lease". retryDelay is not applied (0.15.1 stores
-//     it and never reads it).
+//     it and never reads it). windowBuffer is not applied either, although
+//     the real broker's pop procedures apply it (002_pop_unified.sql): a
+//     known difference of this profile.
 //
 //   - Seek, configure (replace semantics; no recognised option errors yet
 //     creates the queue), transactions (execute_transaction_v2), lease
@@ -127,9 +129,12 @@ func WithProfile(p Profile) Option {
 //     {"success":true,"value":null}; partition, from and to are ignored).
 //     The message view GET /api/v1/messages/{partitionId}/{transactionId}
 //     is the 0.15.1 one (status, queueConfig, mode, consumerGroups; an
-//     unknown message is 200 {"error":"Message not found"}); the message
-//     list and DELETE of a message, which the real broker has, are not
-//     served (404, HTML). The 2.x profile has no message view (its 404).
+//     unknown message is 200 {"error":"Message not found"}). DELETE of
+//     that route deletes the message from its partition, and its
+//     dead-letter rows with it (delete_message_v1; success false with
+//     "Message not found" when there is none). The message list, which the
+//     real broker has, is not served (404, HTML). The 2.x profile has no
+//     message view (its 404), and its DELETE deletes only dead letters.
 //     There is no DLQ replay or purge route (404, HTML). The real broker
 //     reads the queue counters from a statistics table it refreshes in the
 //     background; the profile computes them at once.

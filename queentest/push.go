@@ -14,10 +14,10 @@ const maxTxnBytes = 65535
 // handlePush is POST /api/v1/push: 201 with one result per item, in input
 // order. A queue (and a partition) is created on its first push with the
 // default configuration. An item whose (queue, partition, transactionId)
-// is already stored, in this request or an earlier one, is answered
-// `duplicate` with the original message id and offset and stored again
-// nowhere. Any invalid item fails the whole request with 400 before
-// anything is stored.
+// repeats an earlier item of the request, or a message stored within the
+// queue's dedup window (duplicateOf), is answered `duplicate` with the
+// original message id and offset and stored again nowhere. Any invalid
+// item fails the whole request with 400 before anything is stored.
 func (s *Server) handlePush(w *recorder, req *request) {
 	var body wire.PushRequest
 	if !w.readJSON(req.body, &body, "bad push body: ") {
@@ -52,7 +52,19 @@ func (s *Server) handlePush(w *recorder, req *request) {
 	b.mu.Lock()
 	now := b.now()
 	out := make([]wire.PushResult, len(body.Items))
+	// An item repeating an earlier item of the request follows it (upstream
+	// push_impl collapses them before the dedup window is consulted).
+	leaders := map[[3]string]int{}
 	for i, it := range body.Items {
+		if it.TransactionID != "" {
+			k := [3]string{it.Queue, partitionName(it.Partition), it.TransactionID}
+			if l, ok := leaders[k]; ok {
+				out[i] = out[l]
+				out[i].Index, out[i].Status = i, wire.PushDuplicate
+				continue
+			}
+			leaders[k] = i
+		}
 		m, dup := b.pushOne(it.Queue, it.Partition, it.Payload, it.TransactionID, nil, now)
 		off := m.offset
 		out[i] = wire.PushResult{Index: i, MessageID: m.id, TransactionID: m.txn, QueueName: it.Queue, Status: wire.PushQueued, Offset: &off}
@@ -65,9 +77,9 @@ func (s *Server) handlePush(w *recorder, req *request) {
 	w.json(http.StatusCreated, out)
 }
 
-// storedOffset is the offset of the message stored under (queue, partition,
-// txn), if there is one. Callers hold mu.
-func (b *broker) storedOffset(queue, part, txn string) (int64, bool) {
+// repeats is the offset of the stored message a push of txn to (queue,
+// partition) would repeat (duplicateOf), if there is one. Callers hold mu.
+func (b *broker) repeats(queue, part, txn string, now time.Time) (int64, bool) {
 	q := b.queues[queue]
 	if q == nil {
 		return 0, false
@@ -76,8 +88,31 @@ func (b *broker) storedOffset(queue, part, txn string) (int64, bool) {
 	if p == nil {
 		return 0, false
 	}
-	off, ok := p.byTxn[txn]
-	return off, ok
+	return b.duplicateOf(p, txn, now)
+}
+
+// duplicateOf is the offset of the stored message of p that a push of txn
+// at now repeats. On 0.15.1 that is any message stored under txn (a unique
+// index). On 2.x it is the first one pushed within the queue's dedup window
+// (dedupWindowSeconds, at most that long before now); with a window of 0,
+// or once it has passed, a push of txn is stored again (upstream
+// rsm/planner/push.rs plan_push_known, rsm/dedup.rs probe). Callers hold mu.
+func (b *broker) duplicateOf(p *partition, txn string, now time.Time) (int64, bool) {
+	offs := p.byTxn[txn]
+	if b.legacy {
+		return p.firstOffset(txn)
+	}
+	window := p.q.cfg.DedupWindowSeconds
+	if window <= 0 {
+		return 0, false
+	}
+	floor := now.Add(-time.Duration(window) * time.Second)
+	for _, off := range offs {
+		if !p.msgs[off].createdAt.Before(floor) {
+			return off, true
+		}
+	}
+	return 0, false
 }
 
 func partitionName(p string) string {
@@ -87,10 +122,10 @@ func partitionName(p string) string {
 	return p
 }
 
-// pushOne appends one message, or finds the one it duplicates. A missing
-// transactionId becomes the new message id. The 2.x broker parses but does
-// not store a plain push's traceId (PROTOCOL.md §2), so only transaction
-// pushes pass one. Callers hold mu.
+// pushOne appends one message, or finds the stored one it repeats
+// (duplicateOf). A missing transactionId becomes the new message id. The
+// 2.x broker parses but does not store a plain push's traceId (PROTOCOL.md
+// §2), so only transaction pushes pass one. Callers hold mu.
 func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn string, traceID *string, now time.Time) (*message, bool) {
 	q := b.queueOf(queueName, b.implicitConfig(), now)
 	if !b.legacy {
@@ -101,7 +136,7 @@ func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn st
 	if txn == "" {
 		txn = id
 	}
-	if off, ok := p.byTxn[txn]; ok {
+	if off, ok := b.duplicateOf(p, txn, now); ok {
 		return p.msgs[off], true
 	}
 	b.msgSeq++
@@ -111,7 +146,7 @@ func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn st
 		createdAt: now, offset: int64(len(p.msgs)),
 	}
 	p.msgs = append(p.msgs, m)
-	p.byTxn[txn] = m.offset
+	p.byTxn[txn] = append(p.byTxn[txn], m.offset)
 	p.lastWrite = now
 	return m, false
 }

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -140,4 +141,66 @@ func TestPushBadRequestsAre400AndStoreNothing(t *testing.T) {
 	var list struct{ Queues []any }
 	h.doJSON("GET", "/api/v1/resources/queues", nil, http.StatusOK, &list)
 	assert.Empty(t, list.Queues)
+}
+
+// TestPushDedupWindow: a repeated transactionId is a duplicate only while
+// the first copy is within the queue's dedupWindowSeconds (default 3600);
+// after that, or with a window of 0, it is stored again. A repeat inside
+// one request always follows the earlier item (upstream rsm/dedup.rs probe,
+// rsm/planner/push.rs, rsm/facade/real.rs push_impl).
+func TestPushDedupWindow(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	push := func(queue string, txns ...string) []tPushResult {
+		t.Helper()
+		items := make([]item, len(txns))
+		for i, txn := range txns {
+			items[i] = item{"queue": queue, "payload": i, "transactionId": txn}
+		}
+		return h.push(items...)
+	}
+
+	configure(h, "w", item{"dedupWindowSeconds": 60})
+	first := push("w", "t1")[0]
+	require.Equal(t, "queued", first.Status)
+	clock.Advance(59 * time.Second)
+	dup := push("w", "t1")[0]
+	assert.Equal(t, "duplicate", dup.Status, "inside the window")
+	assert.Equal(t, first.MessageID, dup.MessageID)
+	assert.EqualValues(t, 0, *dup.Offset)
+	clock.Advance(2 * time.Second)
+	again := push("w", "t1")[0]
+	assert.Equal(t, "queued", again.Status, "the window has passed: stored again")
+	assert.EqualValues(t, 1, *again.Offset)
+	assert.NotEqual(t, first.MessageID, again.MessageID)
+	assert.Equal(t, again.MessageID, push("w", "t1")[0].MessageID, "the new copy opens a new window")
+
+	// A transaction repeating t1 rolls back inside the window, commits after.
+	var out txnAnswer
+	h.doJSON("POST", "/api/v1/transaction", item{"operations": []item{
+		{"type": "push", "items": []item{{"queue": "w", "payload": 1, "transactionId": "t1"}}},
+	}}, http.StatusOK, &out)
+	assert.Equal(t, "duplicate", out.Reason, "inside the window a transaction pushing t1 rolls back: %+v", out)
+	clock.Advance(61 * time.Second)
+	h.doJSON("POST", "/api/v1/transaction", item{"operations": []item{
+		{"type": "push", "items": []item{{"queue": "w", "payload": 1, "transactionId": "t1"}}},
+	}}, http.StatusOK, &out)
+	assert.True(t, out.Success, "%+v", out)
+
+	configure(h, "off", item{"dedupWindowSeconds": 0})
+	assert.Equal(t, "queued", push("off", "t1")[0].Status)
+	assert.Equal(t, "queued", push("off", "t1")[0].Status, "no window: every push is stored")
+	same := push("off", "t2", "t2")
+	assert.Equal(t, "queued", same[0].Status)
+	assert.Equal(t, "duplicate", same[1].Status, "a repeat inside one request follows its first item")
+	assert.Equal(t, same[0].MessageID, same[1].MessageID)
+	assert.Equal(t, *same[0].Offset, *same[1].Offset)
+
+	// An implicit queue has the default window of an hour.
+	push("d", "t1")
+	clock.Advance(time.Hour - time.Second)
+	assert.Equal(t, "duplicate", push("d", "t1")[0].Status)
+	clock.Advance(2 * time.Second)
+	assert.Equal(t, "queued", push("d", "t1")[0].Status)
+
 }

@@ -72,8 +72,9 @@ type options struct {
 	profile  Profile
 }
 
-// WithClock makes the broker read time from c: lease expiry, retryDelay,
-// delayedProcessing, message timestamps (createdAt) and subscription times.
+// WithClock makes the broker read time from c: lease expiry,
+// delayedProcessing, the dedup window, message timestamps (createdAt) and
+// subscription times.
 // Use a *FakeClock to move time by hand in tests.
 func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 
@@ -430,6 +431,10 @@ func match(r *http.Request, gen *wire.Generation, legacy bool) (Route, handler, 
 		return RouteDLQ, (*Server).handleDLQRetryByAddress, params
 	case is("GET", wire.RouteMessage):
 		return RouteMessages, (*Server).handleGetMessage015, params
+	case is("DELETE", wire.RouteMessage):
+		// 2.x reads these two segments as sent, like 0.15.1.
+		params, _ = wire.RouteMessage.Match(raw)
+		return RouteMessages, by((*Server).handleDeleteMessage, (*Server).handleDeleteMessage015), params
 	case is("POST", wire.RouteFetch):
 		return RouteFetch, (*Server).handleFetch, nil
 	case is("POST", wire.RouteStatsRefresh):

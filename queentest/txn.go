@@ -2,6 +2,7 @@ package queentest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -28,6 +29,47 @@ type txnBody struct {
 	RequiredLeases []string        `json:"requiredLeases"`
 	KV             json.RawMessage `json:"kv"`
 	Timers         json.RawMessage `json:"timers"`
+	Positions      json.RawMessage `json:"positions"`
+}
+
+// txnRiders are the members of a transaction body that must be arrays.
+var txnRiders = []string{"operations", "kv", "timers", "positions", "requiredLeases"}
+
+// badTxnBody reads a transaction body as the 2.x broker's typed parse does
+// and says why it refuses it ("" when it does not): a body that is no JSON
+// object of the expected types, a rider that is not an array (named), or a
+// push item without its queue or payload.
+func badTxnBody(raw []byte, body *txnBody) string {
+	err := decodeBody(raw, body)
+	if err == nil {
+		for _, r := range []json.RawMessage{body.KV, body.Timers, body.Positions} {
+			if k := jsonKind(r); k != "" && k != "null" && k != "array" {
+				err = errors.New("a rider is not an array")
+			}
+		}
+	}
+	if err != nil {
+		var root map[string]json.RawMessage
+		if json.Unmarshal(raw, &root) == nil {
+			for _, k := range txnRiders {
+				if kind := jsonKind(root[k]); kind != "" && kind != "null" && kind != "array" {
+					return "`" + k + "` must be an array at the TOP LEVEL of the transaction body"
+				}
+			}
+		}
+		return "bad body: " + err.Error()
+	}
+	for _, op := range body.Operations {
+		for _, it := range op.Items {
+			switch {
+			case it.Queue == "":
+				return "bad body: missing field `queue`"
+			case it.Payload == nil:
+				return "bad body: missing field `payload`"
+			}
+		}
+	}
+	return ""
 }
 
 // txnResult is one entry of a committed transaction's results.
@@ -84,25 +126,35 @@ type txnAck struct {
 // together or not at all. Every ack is fenced by its own leaseId (a
 // lease-less ack borrows the lease of requiredLeases when all hints name
 // the same one); one refused ack rolls the whole transaction back, and so
-// does a push that repeats a message an earlier request stored. The answer
+// does a push that repeats a message stored within the queue's dedup
+// window (duplicateOf). The answer
 // is 200 on commit ({transactionId, success:true, results}) and on rollback
 // ({transactionId, success:false, reason, error, results:[]}, reason
 // bad_request, rejected_ack or duplicate), as the 2.x broker answers
-// (rsm/facade/real.rs txn_impl, rsm/planner/txn.rs). Unlike a plain ack, a
-// repeat of an ack whose lease already settled is refused. The kv and timers
-// riders are not supported here (a rollback with reason bad_request).
+// (rsm/facade/real.rs txn_impl, rsm/planner/txn.rs). A body the broker's
+// typed parse refuses (malformed, a rider that is not an array, a push
+// item without queue or payload) or an operation whose type is empty,
+// unknown, kv or timer is a 400 with the same envelope, reason bad_request;
+// a transactionId over 65535 bytes is a 400 {error, code:"bad_request"}.
+// Unlike a plain ack, a repeat of an ack whose lease already settled is
+// refused. The kv, timers and positions riders are not supported here (a
+// rollback with reason bad_request).
 func (s *Server) handleTransaction(w *recorder, req *request) {
 	txnID := newUUID()
 	fail := func(reason, msg string) {
 		w.json(http.StatusOK, txnAnswer{TransactionID: txnID, Success: false, Reason: reason, Error: msg, Results: []txnResult{}})
 	}
+	// A body the wire refuses is a 400; a rollback verdict is a 200.
+	refuse := func(msg string) {
+		w.json(http.StatusBadRequest, txnAnswer{TransactionID: txnID, Success: false, Reason: "bad_request", Error: msg, Results: []txnResult{}})
+	}
 	var body txnBody
-	if err := decodeBody(req.body, &body); err != nil {
-		fail("bad_request", "bad body: "+err.Error())
+	if why := badTxnBody(req.body, &body); why != "" {
+		refuse(why)
 		return
 	}
-	if nonEmptyArray(body.KV) || nonEmptyArray(body.Timers) {
-		fail("bad_request", "queentest does not support the kv and timers riders of a transaction")
+	if nonEmptyArray(body.KV) || nonEmptyArray(body.Timers) || nonEmptyArray(body.Positions) {
+		fail("bad_request", "queentest does not support the kv, timers and positions riders of a transaction")
 		return
 	}
 	if len(body.Operations) == 0 {
@@ -120,6 +172,10 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 	}
 	flat := 0
 	addPush := func(queue string, part *string, payload json.RawMessage, txn, trace *string) bool {
+		if len(str(txn)) > maxTxnBytes {
+			w.error(http.StatusBadRequest, "bad_request", fmt.Sprintf("transactionId exceeds the %d-byte limit", maxTxnBytes))
+			return false
+		}
 		if nameTooLong(w, queue, "", partitionName(str(part))) {
 			return false
 		}
@@ -136,10 +192,6 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 		case wire.TxnPush:
 			if op.Items != nil {
 				for _, it := range op.Items {
-					if it.Queue == "" || it.Payload == nil {
-						fail("bad_request", "bad body: every push item needs queue and payload")
-						return
-					}
 					txn, part := it.TransactionID, it.Partition
 					if !addPush(it.Queue, &part, it.Payload, &txn, &it.TraceID) {
 						return
@@ -167,13 +219,13 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 			acks = append(acks, txnAck{flat: flat, group: group, pid: pid, in: op.ackBodyItem.in(flat)})
 			flat++
 		case "kv", "timer", "timers":
-			fail("bad_request", "kv and timer operations are top-level arrays of the request, never elements of `operations`")
+			refuse("kv and timer operations are TOP-LEVEL arrays of the request (\"kv\":[...], \"timers\":[...]), never elements of `operations`")
 			return
 		case "":
-			fail("bad_request", "every transaction operation needs a `type` of push or ack")
+			refuse("every transaction operation needs a `type` of push or ack")
 			return
 		default:
-			fail("bad_request", fmt.Sprintf("transaction supports only push and ack operations, got `%s`", op.Type))
+			refuse(fmt.Sprintf("transaction supports only push and ack operations, got `%s`; kv and timer operations go in the TOP LEVEL `kv` / `timers` arrays", op.Type))
 			return
 		}
 	}
@@ -260,7 +312,7 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 			continue
 		}
 		firsts[key] = true
-		if off, ok := b.storedOffset(p.queue, p.part, p.txn); ok {
+		if off, ok := b.repeats(p.queue, p.part, p.txn, now); ok {
 			fail("duplicate", fmt.Sprintf("QDUP the message pushed to %s/%s repeats a stored transactionId (original offset %d); nothing was applied", p.queue, p.part, off))
 			return
 		}
@@ -268,21 +320,20 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 
 	// 3. Commit: the pushes, then the settled cursors and their dead letters.
 	results := make([]txnResult, flat)
-	created := map[string]bool{}
+	leaders := map[string]*message{}
 	for _, p := range pushes {
-		m, dup := b.pushOne(p.queue, p.part, p.payload, p.txn, p.traceID, now)
-		key := p.queue + "\x00" + p.part + "\x00" + m.txn
-		r := txnResult{Index: p.flat, Type: wire.TxnPush, Success: true, TransactionID: m.txn, MessageID: m.id, QueueName: p.queue}
-		if dup {
+		key := p.queue + "\x00" + p.part + "\x00" + p.txn
+		if m := leaders[key]; m != nil && p.txn != "" {
 			// A repeat inside this transaction follows its first occurrence
 			// (a repeat of an earlier request's message refused the whole
 			// transaction above).
-			r.Duplicate = true
-			r.Success = created[key]
-		} else {
-			created[key] = true
+			results[p.flat] = txnResult{Index: p.flat, Type: wire.TxnPush, Success: true, TransactionID: m.txn,
+				MessageID: m.id, QueueName: p.queue, Duplicate: true}
+			continue
 		}
-		results[p.flat] = r
+		m, _ := b.pushOne(p.queue, p.part, p.payload, p.txn, p.traceID, now)
+		leaders[key] = m
+		results[p.flat] = txnResult{Index: p.flat, Type: wire.TxnPush, Success: true, TransactionID: m.txn, MessageID: m.id, QueueName: p.queue}
 	}
 	for _, sk := range order {
 		p := b.parts[sk.pid]

@@ -175,7 +175,7 @@ func (t *txn015) run(i int, op map[string]json.RawMessage) (map[string]any, stri
 		}
 		q := b.queues[queue]
 		if q != nil && q.byName[part] != nil {
-			if _, dup := q.byName[part].byTxn[txn]; dup {
+			if _, dup := q.byName[part].firstOffset(txn); dup {
 				return nil, `duplicate key value violates unique constraint "messages_partition_transaction_unique"`
 			}
 		}
@@ -233,7 +233,7 @@ func (t *txn015) run(i int, op map[string]json.RawMessage) (map[string]any, stri
 		p := b.partsByUUID[strings.ToLower(pid)]
 		off := int64(-1)
 		if p != nil && hasTxn {
-			if o, ok := p.byTxn[txnText]; ok {
+			if o, ok := p.firstOffset(txnText); ok {
 				off = o
 			}
 		}

@@ -3,6 +3,7 @@ package queentest
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -174,25 +175,63 @@ func TestTransactionDLQAndFailedAcks(t *testing.T) {
 	assert.Equal(t, 1, s.DLQCount("in"))
 }
 
-func TestTransactionBadRequestsAre200Rollbacks(t *testing.T) {
+// TestTransactionRollbacksAndRefusals: what the broker refuses as a body
+// (a malformed one, a rider that is not an array, a push item without its
+// queue or payload, an operation type that is empty, unknown, kv or timer)
+// is a 400 with the transaction envelope; a rollback verdict is a 200
+// (upstream 2.2 rsm/facade/real.rs txn_impl). Nothing is stored either way.
+func TestTransactionRollbacksAndRefusals(t *testing.T) {
 	h := newHC(t, Start(t))
-	for name, body := range map[string]string{
-		"malformed":        `{"operations":[`,
+	check := func(want int, cases map[string]string, wantErr map[string]string) {
+		t.Helper()
+		for name, body := range cases {
+			t.Run(name, func(t *testing.T) {
+				st, _, raw := h.do("POST", "/api/v1/transaction", body)
+				require.Equal(t, want, st, string(raw))
+				var out tTxn
+				require.NoError(t, json.Unmarshal(raw, &out))
+				assert.False(t, out.Success)
+				assert.NotEmpty(t, out.TransactionID)
+				assert.Contains(t, []string{"bad_request", "rejected_ack"}, out.Reason)
+				if e := wantErr[name]; e != "" {
+					assert.Contains(t, string(raw), e)
+				}
+			})
+		}
+	}
+	check(http.StatusOK, map[string]string{
 		"no operations":    `{}`,
 		"empty operations": `{"operations":[]}`,
-		"unknown type":     `{"operations":[{"type":"delete"}]}`,
 		"push without q":   `{"operations":[{"type":"push","payload":1}]}`,
 		"bad partitionId":  `{"operations":[{"type":"push","queue":"x","payload":1},{"type":"ack","transactionId":"t","partitionId":"uuid-like"}]}`,
 		"unknown pid":      `{"operations":[{"type":"push","queue":"x","payload":1},{"type":"ack","transactionId":"t","partitionId":"999"}]}`,
-	} {
-		t.Run(name, func(t *testing.T) {
-			st, _, raw := h.do("POST", "/api/v1/transaction", body)
-			require.Equal(t, http.StatusOK, st, string(raw))
-			var out tTxn
-			require.NoError(t, json.Unmarshal(raw, &out))
-			assert.False(t, out.Success)
-			assert.Contains(t, []string{"bad_request", "rejected_ack"}, out.Reason)
-		})
-	}
+	}, nil)
+	check(http.StatusBadRequest, map[string]string{
+		"malformed":             `{"operations":[`,
+		"empty body":            ``,
+		"operations not array":  `{"operations":{"type":"push","queue":"x","payload":1}}`,
+		"kv not array":          `{"operations":[{"type":"push","queue":"x","payload":1}],"kv":{"op":"get"}}`,
+		"timers not array":      `{"operations":[{"type":"push","queue":"x","payload":1}],"timers":1}`,
+		"item without payload":  `{"operations":[{"type":"push","items":[{"queue":"x"}]}]}`,
+		"item without queue":    `{"operations":[{"type":"push","items":[{"payload":1}]}]}`,
+		"unknown type":          `{"operations":[{"type":"delete"}]}`,
+		"empty type":            `{"operations":[{"queue":"x","payload":1}]}`,
+		"kv type":               `{"operations":[{"type":"kv"}]}`,
+		"timer type":            `{"operations":[{"type":"timer"}]}`,
+		"type after a good one": `{"operations":[{"type":"push","queue":"x","payload":1},{"type":"timers"}]}`,
+	}, map[string]string{
+		"operations not array": "`operations` must be an array",
+		"kv not array":         "`kv` must be an array",
+		"timers not array":     "`timers` must be an array",
+		"kv type":              "TOP-LEVEL",
+	})
 	h.doJSON("GET", "/api/v1/resources/queues/x", nil, http.StatusNotFound, nil)
+
+	// A transactionId over 65,535 bytes: the broker's plain 400.
+	long := strings.Repeat("t", 65536)
+	var e struct{ Error, Code string }
+	h.doJSON("POST", "/api/v1/transaction", item{"operations": []item{{"type": "push", "queue": "x", "payload": 1, "transactionId": long}}},
+		http.StatusBadRequest, &e)
+	assert.Equal(t, "bad_request", e.Code)
+	assert.Contains(t, e.Error, "65535-byte limit")
 }

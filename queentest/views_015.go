@@ -25,7 +25,7 @@ import (
 func (b *broker) unread015(p *partition, group string, c *cursor) (int64, *message) {
 	from := c.committed + 1
 	var since *time.Time
-	if c.committed < 0 {
+	if c.null015() {
 		if m := b.subOf(p.q.name, group, p.name); m != nil && !m.subTS.IsZero() {
 			since = &m.subTS
 		}
@@ -138,7 +138,7 @@ func (s *Server) handleListGroups015(w *recorder, _ *request) {
 				newest := p.msgs[last]
 				lag := false
 				switch {
-				case c.committed >= 0:
+				case !c.null015():
 					lag = last > c.committed
 				default:
 					_, ts, _, ok := b.subs015(qn, g)

@@ -17,7 +17,11 @@
 //	          [--subscription-mode new|all] [--ack]
 //	fetch QUEUE PARTITION... [--offset N] [--max-bytes N] [--all]
 //	dlq [list] QUEUE [--group G] [--partition P] [--from T] [--to T] [--limit N] [--offset N] [--all]
-//	dlq replay ID...
+//	dlq replay ID...                    ID: a row id (2.x) or PARTITION_ID/TRANSACTION_ID
+//	dlq replay QUEUE --all [--group G] [--partition P] [--from T] [--to T]
+//	dlq delete PARTITION_ID/TRANSACTION_ID...
+//	dlq purge QUEUE [--group G]
+//	lag QUEUE [--group G] [--wait [--interval D] [--timeout D]]
 //	health
 //
 // The broker URL comes from --url or QUEEN_URL; with neither, the command
@@ -69,9 +73,41 @@
 // --offset on, reading page after page (--limit is the page size), and
 // ends with "total N", N the rows printed (the queen.Admin.DeadLetters
 // iterator: a list that changes meanwhile may show a row twice or miss
-// one). A 0.15.1 broker has no dead-letter ids: the
-// first column is then MESSAGE_ID, the message's id, and dlq replay fails
-// (exit 1, "not supported by this broker").
+// one).
+//
+// A dead letter is named by its ID (2.x) or by its ADDRESS,
+// PARTITION_ID/TRANSACTION_ID, on both generations. A 0.15.1 broker has no
+// dead-letter ids: the table's first column is then the ADDRESS.
+//
+// dlq replay puts each letter's message back at the tail of its partition,
+// where every consumer group of the queue reads it again (not only the
+// group that dead-lettered it), and removes the letter where the broker can
+// (queen.Admin.ReplayDLQ: on 0.15.1 the client pushes a copy under the
+// transaction id "dlq:" + the original's, then deletes the original). It
+// prints a line per letter: RESULT (moved; kept: the copy is stored, the
+// letter stays listed; duplicate: the copy was already there, nothing was
+// stored), the name given, QUEUE/PARTITION and the copy's offset (-1 when
+// unknown). Replaying a letter twice stores one copy. dlq replay QUEUE --all
+// replays every letter the filters select, oldest first, a message
+// dead-lettered by several groups once (queen.Admin.ReplayDeadLetters); its
+// lines name the original transaction id, and a last line counts them.
+//
+// dlq delete removes letters without replaying them ("deleted ADDRESS", or
+// "gone ADDRESS" when there was none; on 0.15.1 it deletes the message,
+// and refuses while a group has not read it). dlq purge removes every
+// letter of QUEUE, or of --group's (2.x; on 0.15.1 exit 1, "not supported
+// by this broker").
+//
+// # Lag
+//
+// lag prints the messages the group (--group; queue mode without it) has
+// not settled on each partition of QUEUE, those it never read included,
+// then "pending N", or "pending 0: drained" (queen.Admin.Lag). A 0.15.1
+// broker counts a partition the group has no position on only in its
+// statistics: the line says "(estimated: no position there)". With --wait
+// it looks every --interval (1s) until the group has drained QUEUE, then
+// prints the last look (queen.Admin.AwaitDrained); --timeout D gives up
+// after D (exit 1). Without --wait, exit status 0 whatever the lag.
 //
 // # JSON output
 //
@@ -98,11 +134,17 @@
 //	               messages: [{id, queue, offset, transactionId, payload, retryCount,
 //	                 [partition, partitionId, consumerGroup, messageId, error, failedAt,
 //	                 messageCreatedAt, producerSub]}]
-//	               id: "" from a 0.15.1 broker (messageId is then the message's id)
+//	               id: "" from a 0.15.1 broker (messageId is then the message's id;
+//	               partitionId/transactionId is the ADDRESS)
 //	dlq --all      {messages, total}: messages as dlq's, every page; total: how many
 //	               (written as the pages come: a page that fails cuts it off, exit 1)
-//	dlq replay     [{moved, result, offset, [queue, partition, transactionId, messageId,
+//	dlq replay     [{moved, result, removed, offset, [queue, partition, transactionId, messageId,
 //	                 originalTransactionId]}]
+//	dlq replay --all
+//	               {results, moved, kept, duplicate, removed, gone}: results as dlq replay's
+//	dlq delete     [{address, removed}]
+//	dlq purge      {queue, deleted}
+//	lag            {queue, group, pending, partitions: [{partition, pending, [estimated]}]}
 //	health         {healthy, status, httpStatus, [engine, version, database, server, workerId,
 //	                 workerStatus, sharedState, raft]}
 //	queues         [{name, partitions, messages, config, [id, namespace, task, retainedBytes, createdAt]}]
@@ -123,8 +165,9 @@
 //
 //	0  success
 //	1  the broker refused the request or could not be reached (its message
-//	   on stderr), an unhealthy broker for health, or seek of a group that
-//	   has no position on the queue (without --create)
+//	   on stderr), an unhealthy broker for health, seek of a group that
+//	   has no position on the queue (without --create), or lag --wait
+//	   ended by --timeout or a signal before the group drained
 //	2  usage error: a bad command line, flag or value, or a name or option
 //	   the client refuses; nothing was sent
 package main

@@ -117,8 +117,9 @@ func TestQueuesUsage(t *testing.T) {
 	}
 }
 
-// dlq on a 0.15.1 broker: the message id in the first column, the total
-// and the rows not shown, and a replay that is not supported.
+// dlq on a 0.15.1 broker: the address in the first column, the total and
+// the rows not shown; a replay and a delete by that address, and a purge
+// that is not supported.
 func TestDLQOn015(t *testing.T) {
 	srv := queentest.Start(t, queentest.Broker015())
 	env := map[string]string{"QUEEN_URL": srv.URL}
@@ -143,7 +144,7 @@ func TestDLQOn015(t *testing.T) {
 	}
 	r := sh(exitOK, "dlq", "mail", "--limit", "1")
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "MESSAGE_ID ") || strings.HasPrefix(lines[1], "- ") ||
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ADDRESS ") || strings.HasPrefix(lines[1], "- ") ||
 		lines[2] != "total 3; showing 1-1; more with --offset 1 (and --limit)" {
 		t.Fatalf("dlq --limit 1:\n%s", r.stdout)
 	}
@@ -158,20 +159,35 @@ func TestDLQOn015(t *testing.T) {
 	var page struct {
 		Total    int `json:"total"`
 		Messages []struct {
-			ID        string `json:"id"`
-			MessageID string `json:"messageId"`
+			ID            string `json:"id"`
+			MessageID     string `json:"messageId"`
+			PartitionID   string `json:"partitionId"`
+			TransactionID string `json:"transactionId"`
 		} `json:"messages"`
 	}
 	if err := json.Unmarshal([]byte(sh(exitOK, "--json", "dlq", "mail").stdout), &page); err != nil || page.Total != 3 ||
-		page.Messages[0].ID != "" || page.Messages[0].MessageID == "" || !strings.Contains(r.stdout, page.Messages[0].MessageID) {
+		page.Messages[0].ID != "" || page.Messages[0].MessageID == "" {
 		t.Fatalf("dlq --json: %+v (%v)", page, err)
 	}
-	r = sh(exitFail, "dlq", "replay", page.Messages[0].MessageID)
-	if !strings.Contains(r.stderr, "not supported by this broker") || strings.Contains(r.stderr, "<html>") {
-		t.Fatalf("replay: %q", r.stderr)
+	addr := func(i int) string { return page.Messages[i].PartitionID + "/" + page.Messages[i].TransactionID }
+	if !strings.Contains(r.stdout, addr(0)+" ") {
+		t.Fatalf("dlq: no address %s in\n%s", addr(0), r.stdout)
 	}
-	if srv.DLQCount("mail") != 3 {
-		t.Fatal("a dead letter went away")
+	r = sh(exitOK, "dlq", "replay", addr(0))
+	if r.stdout != "moved\t"+addr(0)+"\tmail/p\t-1\n" || srv.DLQCount("mail") != 2 {
+		t.Fatalf("replay: %q, %d letters left", r.stdout, srv.DLQCount("mail"))
+	}
+	r = sh(exitOK, "dlq", "replay", addr(0))
+	if r.stdout != "duplicate\t"+addr(0)+"\tmail/p\t-1\n" {
+		t.Fatalf("second replay: %q", r.stdout)
+	}
+	r = sh(exitOK, "dlq", "delete", addr(1), addr(1))
+	if r.stdout != "deleted\t"+addr(1)+"\ngone\t"+addr(1)+"\n" || srv.DLQCount("mail") != 1 {
+		t.Fatalf("delete: %q, %d letters left", r.stdout, srv.DLQCount("mail"))
+	}
+	r = sh(exitFail, "dlq", "purge", "mail")
+	if !strings.Contains(r.stderr, "not supported by this broker") || strings.Contains(r.stderr, "<html>") || srv.DLQCount("mail") != 1 {
+		t.Fatalf("purge: %q", r.stderr)
 	}
 }
 

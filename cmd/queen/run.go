@@ -52,7 +52,13 @@ commands:
   fetch QUEUE PARTITION... [--offset N] [--max-bytes N] [--all]
   dlq [list] QUEUE [--group G] [--partition P] [--from T] [--to T] [--limit N] [--offset N] [--all]
                                         --all: every page (--limit: the page size)
-  dlq replay ID...
+  dlq replay ID...                      ID: the dlq table's ID or ADDRESS (PARTITION_ID/TRANSACTION_ID)
+  dlq replay QUEUE --all [--group G] [--partition P] [--from T] [--to T]
+                                        every dead letter, oldest first; a copy reaches every group
+  dlq delete ADDRESS...                 remove dead letters without replaying them
+  dlq purge QUEUE [--group G]           remove every dead letter (2.x)
+  lag QUEUE [--group G] [--wait [--interval D] [--timeout D]]
+                                        pending messages per partition; --wait: until drained
   health
 
 The URL defaults to $QUEEN_URL, then ` + defaultURL + ` (said on stderr); the token to $QUEEN_TOKEN.
@@ -101,7 +107,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	cmd, rest := rest[0], rest[1:]
 	commands := map[string]func([]string) error{
-		"seek": c.seek, "groups": c.groups, "queues": c.queues, "push": c.push, "pop": c.pop, "fetch": c.fetch, "dlq": c.dlq, "health": c.health,
+		"seek": c.seek, "groups": c.groups, "queues": c.queues, "push": c.push, "pop": c.pop, "fetch": c.fetch, "dlq": c.dlq, "lag": c.lag, "health": c.health,
 	}
 	if cmd == "help" {
 		fmt.Fprint(stdout, usageText)
@@ -490,7 +496,7 @@ func (c *cli) push(args []string) error {
 	}
 	pb := cl.Queue(queue).Partition(*partition).Push(payloads...)
 	if *txid != "" {
-		pb.TransactionID(*txid)
+		pb = pb.TransactionID(*txid)
 	}
 	res, err := pb.Execute(c.ctx)
 	if res != nil {
@@ -554,19 +560,19 @@ func (c *cli) pop(args []string) error {
 	}
 	qb := cl.Queue(pos[0]).Wait(*wait)
 	if *group != "" {
-		qb.Group(*group)
+		qb = qb.Group(*group)
 	}
 	if *partition != "" {
-		qb.Partition(*partition)
+		qb = qb.Partition(*partition)
 	}
 	if *batch > 0 {
-		qb.Batch(*batch)
+		qb = qb.Batch(*batch)
 	}
 	if *timeoutMs > 0 {
-		qb.TimeoutMillis(*timeoutMs)
+		qb = qb.TimeoutMillis(*timeoutMs)
 	}
 	if *mode != "" {
-		qb.SubscriptionMode(queen.SubscriptionMode(*mode))
+		qb = qb.SubscriptionMode(queen.SubscriptionMode(*mode))
 	}
 	msgs, err := qb.Pop(c.ctx)
 	if err != nil {
@@ -722,194 +728,6 @@ func (c *cli) fetch(args []string) error {
 		}
 	}
 	return errors.Join(failed...)
-}
-
-// ---------------------------------------------------------------- dlq
-
-func (c *cli) dlq(args []string) error {
-	fs := c.flagSet("dlq")
-	group := fs.String("group", "", "only messages dead-lettered by this group")
-	partition := fs.String("partition", "", "only this partition")
-	from := fs.String("from", "", "only failures at or after this RFC 3339 time")
-	to := fs.String("to", "", "only failures before this RFC 3339 time")
-	limit := fs.Int("limit", 0, "page size (default: the broker's)")
-	offset := fs.Int("offset", 0, "skip this many messages")
-	all := fs.Bool("all", false, "every dead letter, page after page (--limit: the page size)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 && pos[0] == "replay" {
-		return c.dlqReplay(pos[1:])
-	}
-	if len(pos) > 0 && pos[0] == "list" {
-		pos = pos[1:]
-	}
-	if len(pos) != 1 {
-		return usagef("dlq takes QUEUE, or replay ID...")
-	}
-	opts := queen.DLQListOptions{ConsumerGroup: *group, Partition: *partition, Limit: *limit, Offset: *offset}
-	for _, t := range []struct {
-		flag string
-		in   string
-		out  *time.Time
-	}{{"--from", *from, &opts.From}, {"--to", *to, &opts.To}} {
-		if t.in == "" {
-			continue
-		}
-		v, err := agoTime(t.in, c.now())
-		if err != nil {
-			return usagef("dlq: %s %q is neither an RFC 3339 time (2026-10-22T00:00:00Z) nor a duration ago (1h, 30m, 90s)", t.flag, t.in)
-		}
-		*t.out = v
-	}
-	cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	if *all {
-		return c.dlqAll(cl, pos[0], opts)
-	}
-	page, err := cl.Admin().ListDLQ(c.ctx, pos[0], opts)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return c.printJSON(page)
-	}
-	if err := c.dlqTable(page.Messages); err != nil {
-		return err
-	}
-	return c.dlqSummary(page)
-}
-
-// dlqAll prints every dead letter (Admin.DeadLetters): in JSON as
-// {messages, total}, total the number of messages, written as the pages
-// come; as text, the table and "total N". A page that fails ends it with
-// its error, after the rows already had (the JSON value is then cut off).
-func (c *cli) dlqAll(cl *queen.Client, queue string, opts queen.DLQListOptions) error {
-	var rows []queen.DeadLetter
-	n := 0
-	for dl, err := range cl.Admin().DeadLetters(c.ctx, queue, opts) {
-		if err != nil {
-			if !c.json && len(rows) > 0 {
-				_ = c.dlqTable(rows)
-			}
-			return err
-		}
-		if !c.json {
-			rows = append(rows, dl)
-			continue
-		}
-		b, err := json.MarshalIndent(dl, "    ", "  ")
-		if err != nil {
-			return err
-		}
-		sep := ",\n    "
-		if n == 0 {
-			sep = "{\n  \"messages\": [\n    "
-		}
-		if _, err := fmt.Fprintf(c.stdout, "%s%s", sep, b); err != nil {
-			return err
-		}
-		n++
-	}
-	if c.json {
-		open := "\n  ]"
-		if n == 0 {
-			open = "{\n  \"messages\": []"
-		}
-		_, err := fmt.Fprintf(c.stdout, "%s,\n  \"total\": %d\n}\n", open, n)
-		return err
-	}
-	if err := c.dlqTable(rows); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(c.stdout, "total %d\n", len(rows))
-	return err
-}
-
-// dlqTable prints dead letters as a table.
-func (c *cli) dlqTable(msgs []queen.DeadLetter) error {
-	page := queen.DLQPage{Messages: msgs}
-	// A 0.15.1 broker has no dead-letter id: the message id is shown then.
-	byMessage := len(page.Messages) > 0
-	for _, m := range page.Messages {
-		byMessage = byMessage && m.ID == ""
-	}
-	idHeader := "ID"
-	if byMessage {
-		idHeader = "MESSAGE_ID"
-	}
-	tw := c.table(idHeader, "PARTITION", "GROUP", "FAILED_AT", "RETRIES", "ERROR", "PAYLOAD")
-	for _, m := range page.Messages {
-		failedAt := "-"
-		if !m.FailedAt.IsZero() {
-			failedAt = m.FailedAt.UTC().Format(time.RFC3339)
-		}
-		id := m.ID
-		if byMessage {
-			id = m.MessageID
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", orDash(id), orDash(m.Partition), orDash(m.ConsumerGroup), failedAt, m.RetryCount, m.Error, m.Payload)
-	}
-	return tw.Flush()
-}
-
-// dlqSummary ends the dlq table with the total and, when the page holds
-// fewer rows than there are, which ones it shows and how to see the rest.
-func (c *cli) dlqSummary(page queen.DLQPage) error {
-	n := len(page.Messages)
-	if page.Offset == 0 && n >= page.Total {
-		_, err := fmt.Fprintf(c.stdout, "total %d\n", page.Total)
-		return err
-	}
-	if n == 0 {
-		_, err := fmt.Fprintf(c.stdout, "total %d; none shown from offset %d\n", page.Total, page.Offset)
-		return err
-	}
-	msg := fmt.Sprintf("total %d; showing %d-%d", page.Total, page.Offset+1, page.Offset+n)
-	if page.Offset+n < page.Total {
-		msg += fmt.Sprintf("; more with --offset %d (and --limit)", page.Offset+n)
-	}
-	_, err := fmt.Fprintln(c.stdout, msg)
-	return err
-}
-
-// orDash is s, or "-" when s is empty (a table cell must not be blank).
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func (c *cli) dlqReplay(ids []string) error {
-	if len(ids) == 0 {
-		return usagef("dlq replay takes ID...")
-	}
-	cl, err := c.connect()
-	if err != nil {
-		return err
-	}
-	var results []queen.ReplayResult
-	for _, id := range ids {
-		r, err := cl.Admin().ReplayDLQ(c.ctx, queen.DeadLetter{ID: id})
-		if err != nil {
-			if c.json && len(results) > 0 {
-				_ = c.printJSON(results)
-			}
-			return fmt.Errorf("replay %s: %w", id, err)
-		}
-		results = append(results, r)
-		if !c.json {
-			fmt.Fprintf(c.stdout, "%s\t%s\t%s/%s\t%d\n", r.Result, id, r.Queue, r.Partition, r.Offset)
-		}
-	}
-	if c.json {
-		return c.printJSON(results)
-	}
-	return nil
 }
 
 // ---------------------------------------------------------------- health

@@ -196,6 +196,15 @@ func TestUsageErrorsSendNothing(t *testing.T) {
 		{"fetch", "q"},
 		{"dlq", "q", "--from", "today"},
 		{"dlq", "replay"},
+		{"dlq", "replay", "row-1", "--group", "g"}, // filters go with replay --all
+		{"dlq", "replay", "17/"},
+		{"dlq", "delete", "row-1"}, // deleted by address only
+		{"dlq", "delete"},
+		{"dlq", "purge"},
+		{"dlq", "purge", "q", "--limit", "3"},
+		{"lag"},
+		{"lag", "q", "--timeout", "1s"}, // a timeout without --wait would be ignored
+		{"lag", "q", "--wait", "--interval", "0s"},
 		{"groups", "a", "b"},
 		{"groups", "--queue", "q"},
 		{"pop", "q", "--timeout-ms", "5000"},       // a wait time without --wait would be ignored

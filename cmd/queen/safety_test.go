@@ -147,7 +147,12 @@ var jsonFields = map[string]struct{ always, optional []string }{
 	"dlq":                    {[]string{"messages", "total", "limit", "offset"}, nil},
 	"dlq message": {[]string{"id", "queue", "offset", "transactionId", "payload", "retryCount"},
 		[]string{"partition", "partitionId", "consumerGroup", "messageId", "error", "failedAt", "messageCreatedAt", "producerSub"}},
-	"dlq replay": {[]string{"moved", "result", "offset"}, []string{"queue", "partition", "transactionId", "messageId", "originalTransactionId"}},
+	"dlq replay":       {[]string{"moved", "result", "removed", "offset"}, []string{"queue", "partition", "transactionId", "messageId", "originalTransactionId"}},
+	"dlq replay --all": {[]string{"results", "moved", "kept", "duplicate", "removed", "gone"}, nil},
+	"dlq delete":       {[]string{"address", "removed"}, nil},
+	"dlq purge":        {[]string{"queue", "deleted"}, nil},
+	"lag":              {[]string{"queue", "group", "pending", "partitions"}, nil},
+	"lag partition":    {[]string{"partition", "pending"}, []string{"estimated"}},
 	"health": {[]string{"healthy", "status", "httpStatus"}, []string{"engine", "version", "database", "server", "workerId", "workerStatus",
 		"sharedState", "raft"}},
 	"queues": {[]string{"name", "partitions", "messages", "config"}, []string{"id", "namespace", "task", "retainedBytes", "createdAt"}},
@@ -243,6 +248,30 @@ func TestJSONFieldNamesOfEveryCommand(t *testing.T) {
 	var dl struct{ ID string }
 	_ = json.Unmarshal(p.Messages[0], &dl)
 	want("dlq replay", first(js("dlq", "replay", dl.ID)))
+	deadLetterNext := func() {
+		t.Helper()
+		msgs, err := c.Queue("orders").Group("d").Batch(1).Wait(false).Pop(ctx)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("pop: %v %v", msgs, err)
+		}
+		if _, err := c.Settle(ctx, msgs[0], queen.StatusDLQ, queen.AckOptions{ConsumerGroup: "d", Error: "bad"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadLetterNext()
+	want("dlq replay --all", js("dlq", "replay", "orders", "--all"))
+	deadLetterNext()
+	var letter struct {
+		Messages []struct{ PartitionID, TransactionID string }
+	}
+	_ = json.Unmarshal(js("dlq", "orders"), &letter)
+	want("dlq delete", first(js("dlq", "delete", letter.Messages[0].PartitionID+"/"+letter.Messages[0].TransactionID)))
+	want("dlq purge", js("dlq", "purge", "orders"))
+	lag := js("lag", "orders", "--group", "g")
+	want("lag", lag)
+	var lp struct{ Partitions []json.RawMessage }
+	_ = json.Unmarshal(lag, &lp)
+	want("lag partition", lp.Partitions[0])
 	want("groups delete", js("groups", "delete", "d"))
 	want("health", js("health"))
 	want("queues create", js("queues", "create", "made", "--retry-limit", "4"))

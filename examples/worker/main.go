@@ -123,7 +123,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 	}
 
 	start := time.Now()
-	perPartition, err := pushOrders(ctx, client, queue, cfg.orders, cfg.partitions)
+	err = pushOrders(ctx, client, queue, cfg.orders, cfg.partitions)
 	if err != nil && ctx.Err() == nil {
 		return sum, err
 	}
@@ -213,6 +213,13 @@ func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 		fmt.Fprintf(out, "broker: %d leased, %d dead-lettered\n", sum.leased, srv.DLQCount(queue))
 	}
 	if sum.processed == int64(cfg.orders) {
+		// Every order handled: wait until the broker has every ack too
+		// (a lag of 0) before the queue goes.
+		wait, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := client.Admin().AwaitDrained(wait, queue, group, queen.DrainOptions{Interval: 100 * time.Millisecond}); err != nil {
+			return sum, fmt.Errorf("wait for the group to drain the queue: %w", err)
+		}
 		if _, err := client.Queue(queue).Delete().Execute(context.Background()); err != nil {
 			return sum, fmt.Errorf("delete queue: %w", err)
 		}
@@ -222,7 +229,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 
 	// Not every order is done: say what is left for the next worker, and
 	// check that nothing went missing on the way.
-	sum.left, err = leftInQueue(client, queue, perPartition)
+	sum.left, err = leftInQueue(client, queue)
 	if err != nil {
 		return sum, fmt.Errorf("read what is left: %w", err)
 	}
@@ -240,41 +247,20 @@ func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 		int64(cfg.orders)-sum.processed, idleStop, sum.left, queue)
 }
 
-// leftInQueue counts the orders the group has not consumed yet: its lag on
-// each partition it has read, and every order of the partitions it has not.
-func leftInQueue(client *queen.Client, queue string, perPartition map[string]int64) (int64, error) {
+// leftInQueue counts the orders the group has not settled yet: its lag on
+// every partition of the queue, those it never read included.
+func leftInQueue(client *queen.Client, queue string) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	lag := map[string]int64{}
-	d, err := client.Admin().GetConsumerGroup(ctx, group)
-	var be *queen.BrokerError
-	switch {
-	case errors.As(err, &be) && be.Status == 404: // the group never consumed
-	case err != nil:
-		return 0, err
-	default:
-		for _, p := range d.Queues[queue].Partitions {
-			lag[p.Partition] = p.OffsetLag
-		}
-	}
-	var left int64
-	for name, n := range perPartition {
-		if l, ok := lag[name]; ok {
-			left += l
-		} else {
-			left += n
-		}
-	}
-	return left, nil
+	lag, err := client.Admin().Lag(ctx, queue, group)
+	return lag.Pending, err
 }
 
 // pushOrders pushes the orders in chunks, each partition ("customer-K")
-// getting every partitions-th order, and returns how many each got. Every
-// order carries its own transaction id, so a retried push never stores it
-// twice.
-func pushOrders(ctx context.Context, client *queen.Client, queue string, total, partitions int) (map[string]int64, error) {
+// getting every partitions-th order. Every order carries its own
+// transaction id, so a retried push never stores it twice.
+func pushOrders(ctx context.Context, client *queen.Client, queue string, total, partitions int) error {
 	const chunk = 500
-	per := make(map[string]int64, partitions)
 	for p := range partitions {
 		name := fmt.Sprintf("customer-%d", p)
 		var items []any
@@ -291,18 +277,17 @@ func pushOrders(ctx context.Context, client *queen.Client, queue string, total, 
 				Payload:       map[string]any{"id": id, "customer": p, "total": 10 + id%90},
 				TransactionID: fmt.Sprintf("order-%d", id),
 			})
-			per[name]++
 			if len(items) == chunk {
 				if err := flush(); err != nil {
-					return per, fmt.Errorf("push: %w", err)
+					return fmt.Errorf("push: %w", err)
 				}
 			}
 		}
 		if err := flush(); err != nil {
-			return per, fmt.Errorf("push: %w", err)
+			return fmt.Errorf("push: %w", err)
 		}
 	}
-	return per, nil
+	return nil
 }
 
 // progress prints a progress line every 250 ms until the returned func is

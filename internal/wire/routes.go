@@ -70,7 +70,8 @@ const (
 	// RouteDLQReplay is POST: replay a dead-lettered message by its row id (DLQMoveResponse; 2.x).
 	RouteDLQReplay Route = APIPrefix + "/dlq/{id}/replay"
 	// RouteMessage is GET: one message with its queue's configuration
-	// (queueConfig; 0.15.1 has it); DELETE: delete it.
+	// (queueConfig; 0.15.1 has it); DELETE: delete the message and its
+	// dead letters (0.15.1), or only its dead letters (2.x).
 	RouteMessage Route = APIPrefix + "/messages/{partitionId}/{transactionId}"
 	// RouteMessageRetry is POST: replay a dead-lettered message by its address (2.x).
 	RouteMessageRetry Route = APIPrefix + "/messages/{partitionId}/{transactionId}/retry"
