@@ -63,6 +63,7 @@ type part struct {
 	pending  []ackItem
 	sending  int
 	heldAcks []ackItem // a whole part's acks waiting for retryDelay
+	posted   bool      // in the loop's outbox
 	// lingerTill: quick calls' acks may wait for the next ones until then
 	// (zero: they go as soon as the sender is free).
 	lingerTill time.Time
@@ -82,9 +83,17 @@ const (
 	partRuleWait                 // a failure waits for the queue's settings
 )
 
-// waiting says whether the part occupies no handler: it waits for a
-// retry.
-func (pt *part) waiting() bool { return pt.state == partHeld }
+// setState moves pt to s, keeping the count of the parts that occupy a
+// handler (l.occupying: not settled, not waiting for a retry).
+func (l *loop) setState(pt *part, s handling) {
+	switch {
+	case pt.state == partHeld && s != partHeld:
+		l.occupying++
+	case pt.state != partHeld && s == partHeld:
+		l.occupying--
+	}
+	pt.state = s
+}
 
 // newPop turns a pop's answer into parts.
 func (l *loop) newPop(res *popResult) *pop {
@@ -120,6 +129,7 @@ func (l *loop) newPop(res *popResult) *pop {
 		}
 	}
 	p.open = len(p.parts)
+	l.occupying += len(p.parts)
 	return p
 }
 
@@ -137,7 +147,7 @@ func (l *loop) dispatched(res *popResult, reserved int) {
 	}
 	l.startRenewals(p)
 	for _, pt := range p.parts {
-		pt.state = partQueued
+		l.setState(pt, partQueued)
 		l.queued = append(l.queued, pt)
 	}
 	l.fetcher.landed(l.fetcher.inflight+l.inHand() > l.cfg.slots) // no handler idle: nothing to pace
@@ -159,14 +169,14 @@ func (l *loop) dispatch() {
 
 // start hands pt to a worker from its next message.
 func (l *loop) start(pt *part) {
-	pt.state = partBusy
+	l.setState(pt, partBusy)
 	l.running = append(l.running, pt)
 	l.e.workc <- work{pt: pt, msgs: pt.msgs, from: pt.next, whole: pt.whole, ctx: pt.p.ctx}
 }
 
 // requeue puts pt first in line, to go on from its next message.
 func (l *loop) requeue(pt *part) {
-	pt.state = partQueued
+	l.setState(pt, partQueued)
 	l.queued = slices.Insert(l.queued, 0, pt)
 }
 

@@ -94,7 +94,11 @@ type loop struct {
 	queued  []*part // parts waiting for a worker, in order
 	running []*part // parts a worker has
 	held    []*part // parts waiting for a retry (RetryDelay)
+	outbox  []*part // parts that had acks to send (some may have none left)
 	workers int     // worker goroutines alive
+	// occupying counts the parts that occupy a handler: not settled, not
+	// waiting for a retry (setState).
+	occupying int
 
 	failures *failureCounter
 	rules    ruleState

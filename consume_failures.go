@@ -163,7 +163,8 @@ func (l *loop) hold(pt *part, i, attempt int, delay time.Duration, text string) 
 	c.attempt = attempt
 	pt.msgs[i] = &c
 	pt.next, pt.failText = i, text
-	pt.state, pt.due = partHeld, time.Now().Add(delay)
+	l.setState(pt, partHeld)
+	pt.due = time.Now().Add(delay)
 	l.held = append(l.held, pt)
 	if !pt.failing {
 		pt.failing = true
@@ -213,7 +214,9 @@ func (l *loop) endHold(pt *part) {
 func (l *loop) releaseHeldAcks(pt *part) {
 	pt.pending = append(pt.pending, pt.heldAcks...)
 	pt.heldAcks = nil
-	pt.state, pt.resolved = partIdle, true
+	l.post(pt)
+	l.setState(pt, partIdle)
+	pt.resolved = true
 	l.resolvedMsg(pt)
 	l.check(pt)
 }
@@ -259,16 +262,19 @@ func (l *loop) wholeDone(pt *part, r result) {
 		}
 		items = append(items, it)
 	}
-	pt.next, pt.state = len(pt.msgs), partIdle
+	pt.next = len(pt.msgs)
+	l.setState(pt, partIdle)
 	if len(heldParts) > 0 && rule.delay > 0 && l.phase == running {
 		for _, it := range items {
 			if slices.ContainsFunc(heldParts, func(h *Message) bool { return samePartition(h, it.s.Message) }) {
 				pt.heldAcks = append(pt.heldAcks, it)
 			} else {
 				pt.pending = append(pt.pending, it)
+				l.post(pt)
 			}
 		}
-		pt.state, pt.due = partHeld, time.Now().Add(rule.delay)
+		l.setState(pt, partHeld)
+		pt.due = time.Now().Add(rule.delay)
 		l.held = append(l.held, pt)
 		pt.failing = true
 		pt.p.holding++
@@ -277,6 +283,7 @@ func (l *loop) wholeDone(pt *part, r result) {
 		return
 	}
 	pt.pending = items
+	l.post(pt)
 	pt.resolved = true
 	l.check(pt)
 }
@@ -320,7 +327,7 @@ func (l *loop) ruleFor(m *Message, pt *part, r result) (retryRule, bool) {
 	if !rs.reading {
 		return rs.rule, true
 	}
-	pt.state = partRuleWait
+	l.setState(pt, partRuleWait)
 	pt.parked = &r
 	rs.parked = append(rs.parked, pt)
 	return retryRule{}, false
@@ -353,7 +360,8 @@ func (l *loop) ruleRead(j *job) {
 	rs.parked = nil
 	for _, pt := range parked {
 		r := *pt.parked
-		pt.parked, pt.state = nil, partIdle
+		pt.parked = nil
+		l.setState(pt, partIdle)
 		switch {
 		case pt.p.lost:
 			l.drop(pt)

@@ -287,6 +287,9 @@ func runEngine(t *testing.T, e *engine) error {
 	go func() { done <- e.run() }()
 	select {
 	case err := <-done:
+		if n := e.st.occupying; n != 0 {
+			t.Errorf("the loop ended with %d parts counted as occupying a handler", n)
+		}
 		return err
 	case <-time.After(30 * time.Second):
 		t.Fatal("the engine did not stop within 30 s")

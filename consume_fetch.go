@@ -110,17 +110,7 @@ func (l *loop) canPop() bool {
 // done and waiting for the answer to their last ack (which frees their
 // partition). With the pops in flight it is held below Concurrency, so
 // that the loop never handles more than Concurrency partitions.
-func (l *loop) inHand() int {
-	n := 0
-	for _, p := range l.pops {
-		for _, pt := range p.parts {
-			if !pt.settled && !pt.waiting() {
-				n++
-			}
-		}
-	}
-	return n
-}
+func (l *loop) inHand() int { return l.occupying }
 
 // popMore orders the pops that may go now.
 func (l *loop) popMore(now time.Time) {

@@ -179,7 +179,7 @@ func (l *loop) handled(r result) {
 	}
 	if r.end {
 		l.running = deleteOne(l.running, pt)
-		pt.state = partIdle
+		l.setState(pt, partIdle)
 	}
 	if r.goexit {
 		l.workers--

@@ -71,9 +71,29 @@ func (l *loop) addAck(pt *part, it ackItem) {
 		pt.pending = make([]ackItem, 0, len(pt.msgs)-pt.next+1) // room for the rest of the part
 	}
 	pt.pending = append(pt.pending, it)
+	l.post(pt)
 	if signal(it.s.Status) {
 		pt.signal = true
 	}
+}
+
+// post puts pt in the outbox, if it is not there.
+func (l *loop) post(pt *part) {
+	if !pt.posted {
+		pt.posted = true
+		l.outbox = append(l.outbox, pt)
+	}
+}
+
+// tidy drops the parts with nothing left to send from the outbox.
+func (l *loop) tidy() {
+	l.outbox = slices.DeleteFunc(l.outbox, func(pt *part) bool {
+		if len(pt.pending) > 0 || pt.sending > 0 {
+			return false
+		}
+		pt.posted = false
+		return true
+	})
 }
 
 // giveBack resolves pt: first (when given) and every message from
@@ -86,7 +106,8 @@ func (l *loop) giveBack(pt *part, from int, first *ackItem) {
 	for _, m := range pt.msgs[min(from, len(pt.msgs)):] {
 		l.addAck(pt, ackItem{s: Settlement{Message: m, Status: StatusRetry}, chosen: StatusRetry})
 	}
-	pt.next, pt.resolved, pt.state = len(pt.msgs), true, partIdle
+	pt.next, pt.resolved = len(pt.msgs), true
+	l.setState(pt, partIdle)
 	l.check(pt)
 }
 
@@ -101,7 +122,7 @@ func (l *loop) drop(pt *part) {
 	pt.heldAcks, pt.parked = nil, nil
 	pt.resolved = true
 	if pt.state != partBusy {
-		pt.state = partIdle
+		l.setState(pt, partIdle)
 	}
 	l.check(pt)
 }
@@ -130,6 +151,7 @@ func (l *loop) check(pt *part) {
 		return
 	}
 	pt.settled = true
+	l.occupying--
 	l.fetcher.freed(l.cfg.slots)
 	p := pt.p
 	if p.open--; p.open > 0 {
@@ -161,11 +183,9 @@ func (a *ackState) wakeAt(l *loop, now time.Time) time.Time {
 		return a.pauseTill
 	}
 	var at time.Time
-	for _, p := range l.pops {
-		for _, pt := range p.parts {
-			if pt.lingering(now) && pt.sendable() > 0 && (at.IsZero() || pt.lingerTill.Before(at)) {
-				at = pt.lingerTill
-			}
+	for _, pt := range l.outbox {
+		if pt.lingering(now) && pt.sendable() > 0 && (at.IsZero() || pt.lingerTill.Before(at)) {
+			at = pt.lingerTill
 		}
 	}
 	return at
@@ -174,11 +194,9 @@ func (a *ackState) wakeAt(l *loop, now time.Time) time.Time {
 // hasAcks says whether some part has an ack that may go at now (zero:
 // lingering ones too).
 func (l *loop) hasAcks(now time.Time) bool {
-	for _, p := range l.pops {
-		for _, pt := range p.parts {
-			if pt.sendable() > 0 && (now.IsZero() || !pt.lingering(now)) {
-				return true
-			}
+	for _, pt := range l.outbox {
+		if pt.sendable() > 0 && (now.IsZero() || !pt.lingering(now)) {
+			return true
 		}
 	}
 	return false
@@ -236,30 +254,27 @@ func (l *loop) ackJob() *job {
 	j.acks, j.chosen, j.retried, j.parts = j.acks[:0], j.chosen[:0], nil, j.parts[:0]
 	j.res, j.err, j.timedOut = nil, nil, false
 	hooked := l.e.hooks != nil // the outcomes chosen are for the SettleHook
-	for _, p := range l.pops {
-		for _, pt := range p.parts {
-			n := pt.sendable()
-			if n == 0 {
-				continue
-			}
-			pt.lingerTill = time.Time{}
-			for _, it := range pt.pending[:n] {
-				j.acks = append(j.acks, it.s)
-				if hooked {
-					j.chosen = append(j.chosen, Settlement{Message: it.s.Message, Status: it.chosen})
-				}
-				if it.retried {
-					if j.retried == nil {
-						j.retried = make([]bool, len(j.acks)-1, cap(j.acks))
-					}
-				}
-				if j.retried != nil {
-					j.retried = append(j.retried, it.retried)
-				}
-			}
-			pt.sending = n
-			j.parts = append(j.parts, pt)
+	l.tidy()
+	for _, pt := range l.outbox {
+		n := pt.sendable()
+		if n == 0 {
+			continue
 		}
+		pt.lingerTill = time.Time{}
+		for _, it := range pt.pending[:n] {
+			j.acks = append(j.acks, it.s)
+			if hooked {
+				j.chosen = append(j.chosen, Settlement{Message: it.s.Message, Status: it.chosen})
+			}
+			if it.retried && j.retried == nil {
+				j.retried = make([]bool, len(j.acks)-1, cap(j.acks))
+			}
+			if j.retried != nil {
+				j.retried = append(j.retried, it.retried)
+			}
+		}
+		pt.sending = n
+		j.parts = append(j.parts, pt)
 	}
 	return j
 }
