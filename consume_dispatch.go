@@ -50,7 +50,7 @@ type part struct {
 	msgs  []*Message
 	whole bool // a whole pop (batch handler), not one partition
 	next  int  // msgs[next:] not yet given to a handler
-	state handling
+	state stage
 	due   time.Time // held: when the retry (or the held acks) goes
 	// parked is a failure waiting for the read of the queue's settings.
 	parked *result
@@ -72,20 +72,20 @@ type part struct {
 	settled    bool // resolved and every ack answered (or given up)
 }
 
-// handling is where a part's handling is.
-type handling uint8
+// stage is where a part's handling is.
+type stage uint8
 
 const (
-	partIdle     handling = iota // between runs, or resolved
-	partQueued                   // waiting for a worker
-	partBusy                     // a worker has it
-	partHeld                     // waiting for a retry (RetryDelay)
-	partRuleWait                 // a failure waits for the queue's settings
+	partIdle     stage = iota // between runs, or resolved
+	partQueued                // waiting for a worker
+	partBusy                  // a worker has it
+	partHeld                  // waiting for a retry (RetryDelay)
+	partRuleWait              // a failure waits for the queue's settings
 )
 
 // setState moves pt to s, keeping the count of the parts that occupy a
 // handler (l.occupying: not settled, not waiting for a retry).
-func (l *loop) setState(pt *part, s handling) {
+func (l *loop) setState(pt *part, s stage) {
 	switch {
 	case pt.state == partHeld && s != partHeld:
 		l.occupying++

@@ -96,8 +96,8 @@ type loop struct {
 	held    []*part // parts waiting for a retry (RetryDelay)
 	outbox  []*part // parts that had acks to send (some may have none left)
 	workers int     // worker goroutines alive
-	// occupying counts the parts that occupy a handler: not settled, not
-	// waiting for a retry (setState).
+	// occupying counts the parts a pop beside them may find leased: not
+	// settled, not waiting for a retry (setState).
 	occupying int
 
 	failures *failureCounter

@@ -36,6 +36,7 @@ type fakeBroker struct {
 	renewEr error                 // renew fails with this while set
 	popWait time.Duration         // an empty pop waits this long (or its ctx)
 	popGate chan struct{}         // when set, a pop waits for it before answering
+	setGate chan struct{}         // when set, a settle waits for it before answering
 	rule    *retryRule            // the queue's retry settings (nil: unreadable)
 	quickMs *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
 
@@ -151,6 +152,12 @@ func (f *fakeBroker) pop(ctx context.Context, capped int, nowait bool) (*popResu
 }
 
 func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult, error) {
+	f.mu.Lock()
+	gate := f.setGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.acks = append(f.acks, slices.Clone(acks))

@@ -28,12 +28,12 @@ type job struct {
 	err  error
 
 	// jobAck: the acks as sent, the outcomes chosen, which were sent
-	// before without an answer (nil: none), and the parts they came from.
+	// before without an answer (nil: none), the parts they came from, and
+	// the requests that carry them (a part's acks all in one request).
 	acks, chosen []Settlement
 	retried      []bool
 	parts        []*part
-	res          []AckResult
-	timedOut     bool // the attempt ran out of time: it may have been applied
+	reqs         []ackReq
 
 	// jobRenew: the lease, its extension, its pop's size.
 	p       *pop
@@ -45,6 +45,14 @@ type job struct {
 	// jobRule: the failed message to read through (nil at the start).
 	failed *Message
 	rule   retryRule
+}
+
+// ackReq is one ack request of a job, acks[from:to], and its answer.
+type ackReq struct {
+	from, to int
+	res      []AckResult
+	err      error
+	timedOut bool // the attempt ran out of time: it may have been applied
 }
 
 // send is the sender goroutine.

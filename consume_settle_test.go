@@ -3,6 +3,7 @@ package queen
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -171,5 +172,93 @@ func TestSettleRefusalAfterLostAnswerIsNoRefusal(t *testing.T) {
 		assert.Contains(t, out, `level=INFO msg="queen: acks refused after an attempt whose answer was lost`, out)
 		require.Len(t, hooked, 1, "OnLoopError got the refusal of an ack the lost attempt applied")
 		assert.ErrorIs(t, hooked[0], ErrOutcomeUnknown)
+	})
+}
+
+// A job of more than ackChunk acks is cut into up to Concurrency requests
+// of at least ackChunk acks each, at part boundaries (a part's acks stay
+// in one request, in order); the sender sends them at once.
+func TestSettleSplitsLargeJobs(t *testing.T) {
+	for _, tc := range []struct {
+		slots int
+		parts []int
+		want  string
+	}{
+		{1, []int{60, 60, 60, 60}, "[0 240]"},
+		{4, []int{60, 60, 60, 60}, "[0 120] [120 240]"},
+		{4, []int{30, 30}, "[0 60]"},
+		{4, []int{250, 10}, "[0 250] [250 260]"},
+		{16, []int{100, 100, 100, 100, 100}, "[0 100] [100 200] [200 300] [300 400] [400 500]"},
+		{2, []int{100, 100, 100, 100, 100}, "[0 300] [300 500]"},
+	} {
+		l := &loop{cfg: &engineConfig{slots: tc.slots}}
+		j := &job{}
+		for _, n := range tc.parts {
+			j.parts = append(j.parts, &part{sending: n})
+			j.acks = append(j.acks, make([]Settlement, n)...)
+		}
+		l.split(j)
+		var got []string
+		for _, r := range j.reqs {
+			got = append(got, fmt.Sprint([]int{r.from, r.to}))
+		}
+		assert.Equal(t, tc.want, strings.Join(got, " "), "slots %d, parts %v", tc.slots, tc.parts)
+	}
+}
+
+// A job split into requests, one of which fails on the way: the acks of
+// the requests answered are done, those of the failed one go again. While
+// the first job's requests are held, the four partitions complete; every
+// job of 300 acks or more is cut into requests sent at once.
+func TestSettleSplitJobPartlyFailing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(400)
+		for _, p := range []string{"a", "b", "c", "d"} {
+			f.add(p, 100)
+		}
+		f.setGate = make(chan struct{})
+		var calls atomic.Int32
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, slots: 4}, 400,
+			func(context.Context, *Message) error {
+				if calls.Add(1) == 1 {
+					time.Sleep(time.Millisecond) // not quick: its ack goes at once, and waits at the gate
+				}
+				return nil
+			})
+		go func() {
+			for calls.Load() < 400 {
+				time.Sleep(time.Millisecond)
+			}
+			synctest.Wait()
+			f.mu.Lock()
+			f.setErrs = []error{&BrokerError{Status: 503}} // one of the next requests
+			gate := f.setGate
+			f.setGate = nil
+			f.mu.Unlock()
+			close(gate)
+		}()
+		require.NoError(t, runEngine(t, e))
+		assert.Empty(t, f.left())
+		settles := f.settles()
+		sizes := make([]int, len(settles))
+		seen := map[string]int{}
+		for i, s := range settles {
+			sizes[i] = len(s)
+			for _, a := range s {
+				seen[a.Message.TransactionID]++
+			}
+		}
+		assert.Len(t, seen, 400)
+		f.mu.Lock()
+		assert.Empty(t, f.setErrs, "no request met the 503")
+		f.mu.Unlock()
+		// Nothing went in one request of 300 or more: the jobs were cut
+		// (the requests of the one that met the 503 sent again).
+		total := 0
+		for _, n := range sizes {
+			total += n
+			assert.Less(t, n, 300, "sizes %v", sizes)
+		}
+		assert.Greater(t, total, 400, "nothing was sent again: sizes %v", sizes)
 	})
 }
