@@ -18,8 +18,11 @@ import (
 //     and the handler hooks for the messages the owner hands them, and
 //     report each outcome as it is decided (donec);
 //   - ONE sender (consume_send.go) sends the loop's acks, lease renewals
-//     and reads of the queue's retry settings, one request at a time, and
-//     returns each answer (sentc).
+//     and reads of the queue's retry settings, each job on a goroutine of
+//     its own, and returns each answer (sentc). Acks go in one job at a
+//     time, what completes meanwhile in the next; only a batch's worth
+//     (ackChunk) goes beside a job in flight, never two jobs with one
+//     partition.
 //
 // A pop's answer goes fetch (consume_fetch.go), dispatch into parts, one
 // per partition (consume_dispatch.go), handle (consume_handle.go), settle
@@ -66,8 +69,9 @@ type engine struct {
 	life  lifecycle
 
 	// The channels. Each is buffered so that the owner never blocks on a
-	// send: it orders at most Concurrency pops and hands at most
-	// Concurrency parts to workers, and gives the sender one job at a time.
+	// send: it orders at most Concurrency pops, hands at most Concurrency
+	// parts to workers, and gives the sender at most as many jobs at once
+	// as sendc holds.
 	popOrders chan popOrder  // owner -> fetchers
 	popc      chan popAnswer // fetchers -> owner
 	workc     chan work      // owner -> workers
@@ -96,20 +100,19 @@ type loop struct {
 	held    []*part // parts waiting for a retry (RetryDelay)
 	outbox  []*part // parts that had acks to send (some may have none left)
 	workers int     // worker goroutines alive
-	// occupying counts the parts a pop beside them may find leased: not
-	// settled, not waiting for a retry (setState).
+	// occupying counts the parts that occupy a handler: not settled, not
+	// waiting for a retry (setState; inHand).
 	occupying int
 
 	failures *failureCounter
 	rules    ruleState
 	acks     ackState // the outbox's backoff and outage
-	sending  *job     // the sender's job in flight (nil: the sender is free)
-	spare    *job     // the last ack job, for the next one
+	sending  int      // the sender's jobs in flight
+	acking   int      // of them, ack jobs
+	spares   []*job   // ack jobs answered, for the next ones
 	renewals []*pop   // pops whose renewal is due, in order
-	lastJob  jobKind  // the kind of the sender's last job (fairness)
 
 	lastBusy time.Time // the last pop settled (or the start), for IdleMillis
-	stopAt   time.Time
 	drainAt  time.Time // a stop's wait for answers on their way ends (zero: none)
 	graceAt  time.Time // a stop's grace period ends (zero: none)
 }
@@ -175,7 +178,10 @@ func (e *engine) run() error {
 	slots := e.cfg.slots
 	e.popOrders, e.popc = make(chan popOrder, slots), make(chan popAnswer, slots)
 	e.workc, e.donec = make(chan work, slots), make(chan result, 4*slots)
-	e.sendc, e.sentc = make(chan *job, 1), make(chan *job, 1)
+	// Jobs in flight: ack jobs (at most Concurrency), a renewal per pop
+	// in hand (at most 2×Concurrency), a read of the queue's settings.
+	jobs := 3*slots + 1
+	e.sendc, e.sentc = make(chan *job, jobs), make(chan *job, jobs)
 	l.lastBusy = time.Now()
 	l.fetcher.start(e.cfg.retry)
 	for range slots {
@@ -319,7 +325,7 @@ func (l *loop) nextWake(now time.Time) time.Time {
 // handler running, every pop settled (or given up).
 func (l *loop) finished() bool {
 	return l.phase != running && l.fetcher.inflight == 0 && len(l.running) == 0 &&
-		l.sending == nil && len(l.pops) == 0
+		l.sending == 0 && len(l.pops) == 0
 }
 
 // shutdown ends the loop's goroutines and contexts; it returns when none

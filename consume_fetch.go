@@ -109,7 +109,7 @@ func (l *loop) canPop() bool {
 // inHand is how many parts occupy a handler: waiting for one, running, or
 // done and waiting for the answer to their last ack (which frees their
 // partition). With the pops in flight it is held below Concurrency, so
-// that the loop never handles more than Concurrency partitions.
+// that the loop never handles more than Concurrency pops at once.
 func (l *loop) inHand() int { return l.occupying }
 
 // popMore orders the pops that may go now.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 )
 
@@ -142,14 +143,7 @@ func (e *engine) handleWhole(w work) {
 	outs := make([]Outcome, len(w.msgs))
 	var skip []*Message // a message of each partition whose rest goes back
 	for i, m := range w.msgs {
-		if given := func() bool {
-			for _, s := range skip {
-				if samePartition(s, m) {
-					return true
-				}
-			}
-			return false
-		}(); given {
+		if slices.ContainsFunc(skip, func(s *Message) bool { return samePartition(s, m) }) {
 			outs[i] = Retry()
 			continue
 		}
@@ -171,7 +165,7 @@ func (e *engine) handleWhole(w work) {
 func (l *loop) handled(r result) {
 	pt, p := r.pt, r.pt.p
 	if r.called {
-		if r.outs != nil || pt.whole {
+		if pt.whole {
 			p.calls += len(pt.msgs)
 		} else {
 			p.calls++

@@ -2,14 +2,18 @@ package queen
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
 // The sender: ONE goroutine sends the loop's acks, lease renewals and
-// reads of the queue's retry settings, one request at a time, each one
-// attempt (the loop's retries are the owner's, consume_broker.go). The
-// owner gives it a job only when it is free, and reads the job's answer
-// only once the sender gave it back.
+// reads of the queue's retry settings, each request one attempt (the
+// loop's retries are the owner's, consume_broker.go). It runs each job the
+// owner gives it on a goroutine of its own and hands it back answered, so
+// that a renewal never waits behind an ack; the owner decides how many
+// jobs are in flight (consume_settle.go, flush) and reads a job only once
+// it is back. When the owner closes sendc, the sender returns after the
+// jobs in flight.
 
 type jobKind uint8
 
@@ -57,24 +61,29 @@ type ackReq struct {
 
 // send is the sender goroutine.
 func (e *engine) send() {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for j := range e.sendc {
-		switch j.kind {
-		case jobAck:
-			e.sendAcks(j)
-		case jobRenew:
-			e.sendRenew(j)
-		case jobRule:
-			e.readRule(j)
-		}
-		e.sentc <- j
+		wg.Go(func() {
+			switch j.kind {
+			case jobAck:
+				e.sendAcks(j)
+			case jobRenew:
+				e.sendRenew(j)
+			case jobRule:
+				e.readRule(j)
+			}
+			e.sentc <- j
+		})
 	}
 }
 
 // sent takes a job's answer back on the owner.
 func (l *loop) sent(j *job) {
-	l.sending, l.lastJob = nil, j.kind
+	l.sending--
 	switch j.kind {
 	case jobAck:
+		l.acking--
 		l.acked(j)
 	case jobRenew:
 		l.renewed(j)

@@ -14,7 +14,8 @@ import (
 // is acked at the time goes in one batch ack, across partitions and pops;
 // what completes while it is on its way goes in the next. A partition's
 // acks go in its order, each in a request after the previous one's (the
-// sender has one request in flight), and its dlq, retry or failed (which
+// sender has one job in flight, and a job's requests never share a
+// partition: split), and its dlq, retry or failed (which
 // end its lease on 2.x, PROTOCOL.md §4.1, §15) goes with everything of
 // the partition after it: completions after a dead letter wait for it, and
 // a give-back sends the rest of the partition as retry in the same
@@ -180,27 +181,36 @@ type ackState struct {
 // wakeAt is when acks held back (by a backoff, or lingering) may go
 // (zero: none held).
 func (a *ackState) wakeAt(l *loop, now time.Time) time.Time {
-	if !a.pauseTill.IsZero() && l.hasAcks(time.Time{}) {
+	if !a.pauseTill.IsZero() && l.ackable(time.Time{}) > 0 {
 		return a.pauseTill
 	}
 	var at time.Time
 	for _, pt := range l.outbox {
-		if pt.lingering(now) && pt.sendable() > 0 && (at.IsZero() || pt.lingerTill.Before(at)) {
+		if pt.lingering(now) && pt.sending == 0 && pt.sendable() > 0 && (at.IsZero() || pt.lingerTill.Before(at)) {
 			at = pt.lingerTill
 		}
 	}
 	return at
 }
 
-// hasAcks says whether some part has an ack that may go at now (zero:
-// lingering ones too).
-func (l *loop) hasAcks(now time.Time) bool {
+// ackable counts the acks that may go in a job at now, those of parts
+// whose acks linger included; 0 when every part with acks to send
+// lingers (now zero: none lingers) or has acks in flight.
+func (l *loop) ackable(now time.Time) int {
+	n, due := 0, false
 	for _, pt := range l.outbox {
-		if pt.sendable() > 0 && (now.IsZero() || !pt.lingering(now)) {
-			return true
+		if pt.sending > 0 {
+			continue
+		}
+		if k := pt.sendable(); k > 0 {
+			n += k
+			due = due || now.IsZero() || !pt.lingering(now)
 		}
 	}
-	return false
+	if !due {
+		return 0
+	}
+	return n
 }
 
 // mayAck says whether an ack request may go now: not during a backoff,
@@ -212,53 +222,57 @@ func (l *loop) mayAck(now time.Time) bool {
 	return l.phase == running || l.fetcher.quiet(l.life.pollCtx, now)
 }
 
-// flush gives the sender its next job when it is free: a read of the
-// queue's settings first, then renewals and acks in turn.
+// flush gives the sender the jobs that may go: a read of the queue's
+// settings, every renewal due, and acks: one job when none is in flight,
+// what completed meanwhile in the next; beside jobs in flight another only
+// for a batch's worth (ackChunk acks or more), up to Concurrency ack jobs
+// at once (a 0.15.1 broker settles acks one by one in PostgreSQL, and
+// serves several requests side by side). A part with acks in flight waits
+// for their answer.
 func (l *loop) flush(now time.Time) {
-	if l.sending != nil {
-		return
-	}
 	if j := l.rules.job; j != nil {
 		l.rules.job = nil
 		l.give(j)
-		return
 	}
-	acks := l.mayAck(now) && l.hasAcks(now)
-	if len(l.renewals) > 0 && (l.lastJob != jobRenew || !acks) {
+	for len(l.renewals) > 0 {
 		l.give(l.renewJob())
+	}
+	if !l.mayAck(now) {
 		return
 	}
-	if acks {
+	for l.acking < l.cfg.slots {
+		n := l.ackable(now)
+		if n == 0 || (l.acking > 0 && n < ackChunk) {
+			return
+		}
+		l.acking++
 		l.give(l.ackJob())
-		return
-	}
-	if len(l.renewals) > 0 {
-		l.give(l.renewJob())
 	}
 }
 
 // give hands j to the sender.
 func (l *loop) give(j *job) {
 	j.at = time.Now()
-	l.sending = j
+	l.sending++
 	l.e.sendc <- j
 }
 
 // ackJob gathers every ack that may go, lingering ones included, into
-// one request. It reuses the last ack job: the sender has one at a time.
+// one job. It reuses an ack job answered before.
 func (l *loop) ackJob() *job {
-	j := l.spare
-	if j == nil {
+	var j *job
+	if n := len(l.spares); n > 0 {
+		j, l.spares = l.spares[n-1], l.spares[:n-1]
+	} else {
 		j = &job{kind: jobAck}
 	}
-	l.spare = nil
 	j.acks, j.chosen, j.retried, j.parts, j.reqs = j.acks[:0], j.chosen[:0], nil, j.parts[:0], j.reqs[:0]
 	j.err = nil
 	hooked := l.e.hooks != nil // the outcomes chosen are for the SettleHook
 	l.tidy()
 	for _, pt := range l.outbox {
 		n := pt.sendable()
-		if n == 0 {
+		if n == 0 || pt.sending > 0 {
 			continue
 		}
 		pt.lingerTill = time.Time{}
@@ -365,7 +379,7 @@ func (l *loop) acked(j *job) {
 		pt.answered()
 		l.check(pt)
 	}
-	l.spare = j
+	l.spares = append(l.spares, j)
 	switch {
 	case failed != nil:
 		d := l.acks.backoff.failed(failed.err)

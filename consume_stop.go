@@ -126,7 +126,7 @@ func (l *loop) stop(err error) {
 		return
 	}
 	now := time.Now()
-	l.phase, l.stopAt = draining, now
+	l.phase = draining
 	close(l.life.stopCh)
 	if l.fetcher.inflight == 0 {
 		l.fetcher.abandon(l.life.pollCancel)
