@@ -37,6 +37,7 @@ type fakeBroker struct {
 	popWait time.Duration         // an empty pop waits this long (or its ctx)
 	popGate chan struct{}         // when set, a pop waits for it before answering
 	setGate chan struct{}         // when set, a settle waits for it before answering
+	setting int                   // settles in flight now
 	rule    *retryRule            // the queue's retry settings (nil: unreadable)
 	quickMs *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
 
@@ -154,12 +155,14 @@ func (f *fakeBroker) pop(ctx context.Context, capped int, nowait bool) (*popResu
 func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult, error) {
 	f.mu.Lock()
 	gate := f.setGate
+	f.setting++
 	f.mu.Unlock()
 	if gate != nil {
 		<-gate
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.setting--
 	f.acks = append(f.acks, slices.Clone(acks))
 	if len(f.setErrs) > 0 {
 		err := f.setErrs[0]

@@ -262,3 +262,74 @@ func TestSettleSplitJobPartlyFailing(t *testing.T) {
 		assert.Greater(t, total, 400, "nothing was sent again: sizes %v", sizes)
 	})
 }
+
+// While an ack is on its way, what completes waits for the next one,
+// unless it is a batch's worth (ackChunk acks or more), which goes beside
+// it.
+func TestSettleBatchGoesBesideAckInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		quick   int // the quick messages of partition b
+		besides bool
+	}{{5, false}, {ackChunk, true}} {
+		t.Run(fmt.Sprint(tc.quick), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeBroker(1000)
+				f.add("a", 1)
+				f.add("b", tc.quick)
+				f.setGate = make(chan struct{})
+				e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, slots: 2}, 1+tc.quick,
+					func(_ context.Context, m *Message) error {
+						if m.PartitionID == "b" {
+							time.Sleep(100 * time.Microsecond) // quick calls; a's one message acked first, held at the gate
+						}
+						return nil
+					})
+				done := make(chan error, 1)
+				go func() { done <- runEngine(t, e) }()
+				time.Sleep(time.Second) // b is done meanwhile
+				synctest.Wait()
+				f.mu.Lock()
+				setting := f.setting
+				gate := f.setGate
+				f.setGate = nil
+				f.mu.Unlock()
+				close(gate)
+				require.NoError(t, <-done)
+				if tc.besides {
+					assert.Equal(t, 2, setting, "b's batch waited for a's ack")
+				} else {
+					assert.Equal(t, 1, setting, "b's few acks went beside a's")
+				}
+				assert.Len(t, f.settles(), 2)
+				assert.Empty(t, f.left())
+			})
+		})
+	}
+}
+
+// A renewal does not wait behind an ack on its way.
+func TestSettleRenewalBesideAck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("a", 1)
+		f.add("b", 1)
+		f.setGate = make(chan struct{})
+		var renewed atomic.Bool
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, slots: 2, renewEvery: time.Second, renewSecs: 3}, 2,
+			func(_ context.Context, m *Message) error {
+				if m.PartitionID == "b" {
+					time.Sleep(3 * time.Second) // its pop is renewed meanwhile, a's ack held at the gate
+					f.mu.Lock()
+					renewed.Store(f.renews["L1"] >= 2)
+					gate := f.setGate
+					f.setGate = nil
+					f.mu.Unlock()
+					close(gate)
+				}
+				return nil
+			})
+		require.NoError(t, runEngine(t, e))
+		assert.True(t, renewed.Load(), "the renewals waited behind the ack")
+		assert.Empty(t, f.left())
+	})
+}
