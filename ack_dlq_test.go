@@ -70,3 +70,34 @@ func TestSettleBatchReportsDeadLettersPerItem(t *testing.T) {
 		}
 	}
 }
+
+// Replaying a dead letter whose copy is already stored changes nothing: the
+// result is a duplicate, the row stays, and MessageID is empty (the 2.x
+// broker names the zero UUID, no message).
+func TestReplayDLQDuplicateReportsNoMessageID(t *testing.T) {
+	_, c := newBroker(t)
+	mustPush(t, c, "mail", "p", map[string]int{"n": 1})
+	msgs, err := c.Queue("mail").Batch(1).Wait(false).Pop(t.Context())
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("pop: %d, %v", len(msgs), err)
+	}
+	if _, err := c.Settle(t.Context(), msgs[0], queen.StatusDLQ, queen.AckOptions{Error: "poison"}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := c.Admin().ListDLQ(t.Context(), "mail", queen.DLQListOptions{})
+	if err != nil || len(page.Messages) != 1 {
+		t.Fatalf("dlq: %+v, %v", page, err)
+	}
+	dl := page.Messages[0]
+	copied := mustPush(t, c, "mail", "p", queen.Item{Payload: 1, TransactionID: "dlq:" + dl.ID})
+	res, err := c.Admin().ReplayDLQ(t.Context(), dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved || res.Result != "duplicate" || res.MessageID != "" || res.Offset != copied[0].Offset {
+		t.Fatalf("replay = %+v; want a duplicate with no message id at offset %d", res, copied[0].Offset)
+	}
+	if page, _ := c.Admin().ListDLQ(t.Context(), "mail", queen.DLQListOptions{}); len(page.Messages) != 1 {
+		t.Fatalf("the row went: %+v", page)
+	}
+}

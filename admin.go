@@ -37,6 +37,8 @@ type SeekConsumerGroupOptions struct {
 	ToEnd bool
 	// CreateIfMissing seeks a group that has no position on the queue
 	// instead of failing with ErrGroupNotFound (0.15.1 then moves nothing).
+	// A 2.x group has a position once something was delivered to it there
+	// (or it was sought): one that only registered is not listed yet.
 	CreateIfMissing bool
 }
 

@@ -292,7 +292,8 @@ type ReplayResult struct {
 	Partition string `json:"partition,omitempty"`
 	// TransactionID is the copy's: "dlq:<row id>" on 2.x, "dlq:" and the
 	// original's on 0.15.1 (see ReplayDLQ). MessageID is the copy's id
-	// when the broker says it.
+	// when the broker says it; "" for a duplicate (a 2.x broker names no
+	// copy there: the zero UUID).
 	TransactionID         string `json:"transactionId,omitempty"`
 	MessageID             string `json:"messageId,omitempty"`
 	Offset                int64  `json:"offset"` // -1 when unknown

@@ -59,8 +59,9 @@ func (e *PushError) Error() string {
 //	_, err := client.Queue("orders").Push(queen.Item{Payload: order, TransactionID: order.ID}).Execute(ctx)
 type Item struct {
 	Payload any // any value that encodes to JSON
-	// TransactionID: a second push of it to the partition is answered
-	// duplicate. Empty: the client makes one.
+	// TransactionID: a second push of it to the partition within the
+	// queue's dedup window is answered duplicate. Empty: the client makes
+	// one.
 	TransactionID string
 	TraceID       string // a UUID; see Message.TraceID
 }

@@ -178,7 +178,7 @@ func (b *broker) ack(group string, items []ackIn, now time.Time) []ackOut {
 		for j, i := range idx {
 			in[j] = items[i]
 		}
-		tr := ackTarget(p, p.cursors[group], k.lease, in, now, true)
+		tr := ackTarget(p, p.cursors[group], k.lease, in, b.recent, now, true)
 		b.commitTarget(p, group, tr, now)
 		for j, i := range idx {
 			outs[i] = tr.per[j]
@@ -250,7 +250,7 @@ func (c *cursor) clone() *cursor {
 //     dead-letter queue, not every signal of a target that filed one.
 //
 // cur0 is not modified: the result holds a new cursor.
-func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now time.Time, repeatOK bool) targetResult {
+func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, recent int64, now time.Time, repeatOK bool) targetResult {
 	cfg := p.q.cfg
 	res := targetResult{per: make([]ackOut, len(items))}
 	refuse := func(msg string) targetResult {
@@ -260,7 +260,8 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		res.stale = true
 		return res
 	}
-	if cur0 == nil {
+	if cur0 == nil || !cur0.row {
+		// No cursor row: the group never popped, acked or sought here.
 		if worker != "" {
 			return refuse(errInvalidLease)
 		}
@@ -273,7 +274,7 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 		if repeatOK && c.released != nil && c.released.id == worker {
 			any := false
 			for i, it := range items {
-				off, ok, _ := p.resolveTxn(it.txn, c.released.lo, c.released.hi, c.committed)
+				off, ok, _ := p.resolveTxn(it.txn, c.released.lo, c.released.hi, c.committed, recent, now)
 				if ok && off <= c.committed {
 					res.per[i] = ackOut{success: true, leaseReleased: true}
 					any = true
@@ -308,7 +309,7 @@ func ackTarget(p *partition, cur0 *cursor, worker string, items []ackIn, now tim
 	}
 	rs := make([]resolved, len(items))
 	for i, it := range items {
-		off, found, below := p.resolveTxn(it.txn, committed0+1, end, committed0)
+		off, found, below := p.resolveTxn(it.txn, committed0+1, end, committed0, recent, now)
 		rs[i] = resolved{off: off, found: found, below: below && !found}
 	}
 
@@ -493,10 +494,11 @@ func orDefault(p *string, def string) string {
 // resolveTxn finds an acknowledged transactionId in p as the 2.x ack does
 // (rsm/dedup.rs resolve): off is the lowest offset stored under it in
 // [lo, hi] (found), and below reports whether it is also stored at or
-// below committed.
-func (p *partition) resolveTxn(txn string, lo, hi, committed int64) (off int64, found, below bool) {
+// below committed, as a message the broker still recognises there
+// (recognised).
+func (p *partition) resolveTxn(txn string, lo, hi, committed int64, recent int64, now time.Time) (off int64, found, below bool) {
 	for _, o := range p.byTxn[txn] {
-		if o <= committed {
+		if o <= committed && p.recognised(o, committed, recent, now) {
 			below = true
 		}
 		if o >= lo && o <= hi && !found {
@@ -504,4 +506,25 @@ func (p *partition) resolveTxn(txn string, lo, hi, committed int64) (off int64, 
 		}
 	}
 	return off, found, below
+}
+
+// recentlyConsumed is how many of a group's last consumed messages of a
+// partition the 2.x broker recognises in a repeated ack, past the rows
+// window (broker.recent; tests of this package lower it).
+const recentlyConsumed = 65536
+
+// rowsWindowMin is the least time the 2.x broker keeps a pushed message's
+// transactionId row (QUEEN_RAFT_TXN_WINDOW_MIN_S).
+const rowsWindowMin = 900 * time.Second
+
+// recognised reports whether the 2.x broker still knows the consumed
+// message at off for an ack (a repeated completed ack is then a no-op, not
+// stale): while its transactionId row lives (the queue's dedup window, or
+// completedRetentionSeconds if longer, at least 15 minutes), or while it is
+// among the last 65,536 messages the group consumed from the partition
+// (upstream CHANGELOG 2.2.0; PROTOCOL.md §19).
+func (p *partition) recognised(off, committed, recent int64, now time.Time) bool {
+	cfg := p.q.cfg
+	window := max(time.Duration(max(cfg.DedupWindowSeconds, cfg.CompletedRetentionSeconds))*time.Second, rowsWindowMin)
+	return committed-off < recent || !p.msgs[off].createdAt.Before(now.Add(-window))
 }

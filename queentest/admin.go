@@ -437,7 +437,7 @@ func (s *Server) handleSeek(w *recorder, req *request) {
 			p.cursors[group] = c
 		}
 		c.lease = nil
-		c.committed, c.intent = target, false
+		c.committed, c.row = target, true
 		c.clearAttempt()
 		c.batchRetry = 0
 		c.released = nil
@@ -474,9 +474,9 @@ func (b *broker) cursorLags(only string, now time.Time) []cursorLag {
 		for _, p := range q.parts {
 			groups := make([]string, 0, len(p.cursors))
 			for g, c := range p.cursors {
-				// A cursor only a pinned pop's subscription placed has no
-				// row on the 2.x broker: its views do not list it.
-				if (only == "" || g == only) && !c.intent {
+				// The views list cursor rows only: a partition the group
+				// never popped, sought or acked is not in them.
+				if (only == "" || g == only) && c.row {
 					groups = append(groups, g)
 				}
 			}
@@ -682,9 +682,11 @@ func (s *Server) handleDeleteGroup(w *recorder, req *request) {
 		}
 		if q := b.queues[qn]; q != nil {
 			for _, p := range q.parts {
-				if p.cursors[group] != nil {
+				if c := p.cursors[group]; c != nil {
 					delete(p.cursors, group)
-					count++
+					if c.row {
+						count++ // the cursor rows the broker deletes
+					}
 				}
 			}
 		}

@@ -233,6 +233,9 @@ func TestConsumerGroupListDetailDelete(t *testing.T) {
 	p := h.popQ("q1", vals("consumerGroup", "g", "subscriptionMode", "all", "batch", "2"))
 	h.ackAll(p, "g")
 	h.popQ("q2", vals("consumerGroup", "g", "subscriptionMode", "all"))
+	// A `new` group is listed once something was delivered to it.
+	h.pop("/api/v1/pop/queue/q1", vals("consumerGroup", "other", "conflation", "true")) // registers, delivers nothing
+	h.pushN("q1", "c", 1)
 	h.popQ("q1", vals("consumerGroup", "other", "conflation", "true"))
 
 	var rows []tGroupRow
@@ -243,8 +246,8 @@ func TestConsumerGroupListDetailDelete(t *testing.T) {
 	}
 	g1 := byKey["g/q1"]
 	assert.Equal(t, []string{"q1"}, g1.Topics)
-	assert.Equal(t, 2, g1.Members, "one cursor per partition")
-	assert.Equal(t, 2, g1.TotalLag)
+	assert.Equal(t, 1, g1.Members, "one cursor row per partition popped: b was not")
+	assert.Equal(t, 1, g1.TotalLag, "a's last message; b has no row to lag")
 	assert.Equal(t, "Stable", g1.State)
 	assert.Equal(t, "all", g1.SubscriptionMode)
 	assert.Contains(t, byKey, "g/q2")
@@ -262,7 +265,7 @@ func TestConsumerGroupListDetailDelete(t *testing.T) {
 	h.doJSON("GET", "/api/v1/consumer-groups/g", nil, http.StatusOK, &detail)
 	require.Contains(t, detail, "q1")
 	require.Contains(t, detail, "q2")
-	require.Len(t, detail["q1"].Partitions, 2)
+	require.Len(t, detail["q1"].Partitions, 1)
 	assert.Equal(t, "a", detail["q1"].Partitions[0].Partition)
 	assert.Equal(t, 1, detail["q1"].Partitions[0].OffsetLag)
 	assert.True(t, detail["q2"].Partitions[0].LeaseActive)
@@ -272,7 +275,7 @@ func TestConsumerGroupListDetailDelete(t *testing.T) {
 	var del map[string]any
 	h.doJSON("DELETE", "/api/v1/consumer-groups/g/queues/q1", nil, http.StatusOK, &del)
 	assert.Equal(t, true, del["success"])
-	assert.EqualValues(t, 2, del["deletedPartitions"])
+	assert.EqualValues(t, 1, del["deletedPartitions"], "cursor rows")
 	assert.Equal(t, "q1", del["queueName"])
 	assert.Equal(t, true, del["metadataDeleted"])
 	detail = nil
@@ -284,8 +287,8 @@ func TestConsumerGroupListDetailDelete(t *testing.T) {
 	h.doJSON("GET", "/api/v1/consumer-groups/g", nil, http.StatusNotFound, nil)
 
 	// A deleted group registers afresh: `all` reads q1 from the start again.
-	p = h.popQ("q1", vals("consumerGroup", "g", "subscriptionMode", "all", "batch", "100", "partitions", "2"))
-	assert.Len(t, p.Messages, 4)
+	p = h.popQ("q1", vals("consumerGroup", "g", "subscriptionMode", "all", "batch", "100", "partitions", "3"))
+	assert.Len(t, p.Messages, 5)
 }
 
 func TestHealthIsThe2xShape(t *testing.T) {

@@ -46,6 +46,12 @@ type broker struct {
 	dlq     map[string]*dlqRow
 	dlqSeq  int64
 	msgSeq  int64 // every stored message gets the next number
+	// recent is how many of a group's last consumed messages a repeated
+	// ack still recognises (recentlyConsumed).
+	recent int64
+	// entryMax bounds the planned size of one (queue, partition) group of
+	// a 2.x push or transaction (WithEntryMaxBytes).
+	entryMax int
 
 	// changed is closed and replaced on every state change (and when a
 	// FakeClock moves): parked long polls wait on it.
@@ -93,7 +99,7 @@ type partition struct {
 	name      string
 	q         *queue
 	createdAt time.Time
-	lastWrite time.Time
+	lastWrite time.Time          // the newest message's creation; a delete leaves it (0.15.1 partition_lookup)
 	msgs      []*message         // offset = index (0.15.1: a deleted message leaves, removeMessage015)
 	byTxn     map[string][]int64 // transactionId -> the offsets stored under it, ascending
 	cursors   map[string]*cursor
@@ -107,6 +113,10 @@ type message struct {
 	createdAt time.Time
 	offset    int64
 	seq       int64 // broker-wide push order
+	// row is the place of the message's row in 0.15.1's messages table
+	// (broker-wide, ascending): a 0.15.1 push stores its rows by partition
+	// id, then transaction id (storeRows015); otherwise it is seq.
+	row int64
 }
 
 // cursor is one consumer group's position on one partition. On the 0.15.1
@@ -131,13 +141,16 @@ type cursor struct {
 	// that message, so it is not the NULL cursor of a group that consumed
 	// nothing (null015).
 	deletedBelow bool
-	// intent: the cursor was seeded from the subscription a pinned pop of
-	// an unregistered group carried, and nothing was delivered or sought
-	// since. The 2.x broker keeps no row for it (a first contact that
-	// delivers nothing writes no cursor): the consumer-group views do not
-	// show it, and the group's registration seeds it again by the group's
-	// policy (rsm/consume/load.rs register; rsm/planner/pop.rs claim_one).
-	intent bool
+	// row: the 2.x broker keeps a cursor row for it, written when the
+	// group first had something delivered, acked or sought here (or by a
+	// conflating pinned registration, on every partition). A cursor without
+	// one is only the start the broker would give the partition: acks find
+	// no cursor there, the views do not list it, and a restart forgets it
+	// (rsm/consume/state.rs Part::has_row, rsm/consume/ack.rs ack_target).
+	// A pinned pop of an unregistered group seeds one from its own
+	// subscription; the group's registration seeds it again by the group's
+	// policy (rsm/consume/load.rs register).
+	row bool
 }
 
 type lease struct {
@@ -191,6 +204,7 @@ type dlqRow struct {
 	errMsg     string
 	retryCount int
 	failedAt   time.Time
+	row        int64 // the message's row (message.row)
 }
 
 func newBroker(clock Clock, defaults QueueConfig, legacy bool) *broker {
@@ -205,6 +219,8 @@ func newBroker(clock Clock, defaults QueueConfig, legacy bool) *broker {
 		groups:      map[groupKey]*groupMeta{},
 		dlq:         map[string]*dlqRow{},
 		changed:     make(chan struct{}),
+		recent:      recentlyConsumed,
+		entryMax:    defaultEntryMaxBytes,
 		ap:          newAutopilot(),
 		pushed:      make(chan struct{}),
 		pushes:      map[string]uint64{},
@@ -468,11 +484,11 @@ type subscription struct {
 // registerGroup registers a named group on queue name at its first pop and
 // returns its stored registration (the first one wins, later requests never
 // change it). Cursors for the partitions that exist now are created at the
-// subscription's start; those a seek or a delivery placed already are never
-// re-seeded. A cursor that a pinned pop seeded from its own subscription
-// and that delivered nothing is seeded again, by the registration (2.x
-// rsm/consume/load.rs register drops those parts and the group's load seeds
-// them by its policy).
+// subscription's start, without a row; those with a row (a seek or a
+// delivery placed them) are never re-seeded. A cursor that a pinned pop
+// seeded from its own subscription and that delivered nothing is seeded
+// again, by the registration (2.x rsm/consume/load.rs register drops those
+// parts and the group's load seeds them by its policy).
 func (b *broker) registerGroup(name, group string, sub subscription, now time.Time) *groupMeta {
 	k := groupKey{name, group}
 	if m := b.groups[k]; m != nil {
@@ -482,8 +498,8 @@ func (b *broker) registerGroup(name, group string, sub subscription, now time.Ti
 	b.groups[k] = m
 	if q := b.queues[name]; q != nil {
 		for _, p := range q.parts {
-			if c := p.cursors[group]; c != nil && c.intent && c.lease == nil {
-				c.committed, c.intent = b.seed(p, group), false
+			if c := p.cursors[group]; c != nil && !c.row && c.lease == nil {
+				c.committed = b.seed(p, group)
 			}
 			b.cursorOf(p, group)
 		}
@@ -498,7 +514,7 @@ func (b *broker) fileDLQ(p *partition, group string, off int64, errMsg string, r
 	r := &dlqRow{
 		id: newUUID(), seq: b.dlqSeq, queue: p.q.name, pid: p.id, wireID: b.wireID(p), partition: p.name,
 		group: group, offset: off, messageID: m.id, txn: m.txn, payload: m.payload,
-		errMsg: errMsg, retryCount: retryCount, failedAt: now,
+		errMsg: errMsg, retryCount: retryCount, failedAt: now, row: m.row,
 	}
 	b.dlq[r.id] = r
 }

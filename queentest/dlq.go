@@ -15,9 +15,9 @@ import (
 // api_dlq_move): the 2.x list envelope is
 // {messages, total, pagination:{limit, offset}}, newest failure first,
 // limit 100 by default clamped to 1..1000 (this settles PROTOCOL.md's open
-// point on the envelope). The upstream list filters by queue and
-// consumerGroup; partition (name), from and to (failedAt bounds) are
-// honoured here as well, as PROTOCOL.md §7 lists them.
+// point on the envelope). The list filters by queue and consumerGroup
+// only: partition, from and to, which PROTOCOL.md §7 lists, are not read
+// (§19).
 
 func (r *dlqRow) wire() wire.DLQMessage {
 	group, msg, off := r.group, r.errMsg, r.offset
@@ -29,7 +29,7 @@ func (r *dlqRow) wire() wire.DLQMessage {
 	}
 }
 
-// handleDLQList is GET /api/v1/dlq?queue=&consumerGroup=&partition=&from=&to=&limit=&offset=.
+// handleDLQList is GET /api/v1/dlq?queue=&consumerGroup=&limit=&offset=.
 func (s *Server) handleDLQList(w *recorder, req *request) {
 	q := req.query
 	limit, offset := 100, 0
@@ -39,19 +39,14 @@ func (s *Server) handleDLQList(w *recorder, req *request) {
 	if n, err := strconv.Atoi(q.Get("offset")); err == nil && n > 0 {
 		offset = n
 	}
-	from, hasFrom := parseTime(q.Get("from"))
-	to, hasTo := parseTime(q.Get("to"))
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var rows []*dlqRow
 	for _, r := range b.dlq {
 		switch {
-		case q.Get("queue") != "" && r.queue != q.Get("queue"):
-		case q.Get("consumerGroup") != "" && r.group != q.Get("consumerGroup"):
-		case q.Get("partition") != "" && r.partition != q.Get("partition"):
-		case hasFrom && r.failedAt.Before(from):
-		case hasTo && r.failedAt.After(to):
+		case q.Has("queue") && r.queue != q.Get("queue"):
+		case q.Has("consumerGroup") && r.group != q.Get("consumerGroup"):
 		default:
 			rows = append(rows, r)
 		}
@@ -72,17 +67,25 @@ func (s *Server) handleDLQList(w *recorder, req *request) {
 // handleDLQReplay is POST /api/v1/dlq/{id}/replay {queue?, partition?}: the
 // dead letter is pushed again (to its own queue and partition unless
 // overridden) with transactionId "dlq:<id>", and its row is removed.
-// 404 {"success":false,"result":"gone"} when there is no such row.
+// 404 {"success":false,"result":"gone"} when there is no such row. When
+// the copy is already stored (within the dedup window), the answer is
+// result "duplicate", replayedAs.message_id the zero UUID and the row stays
+// (upstream phase2/admin.rs api_dlq_move). The broker answers a push it
+// refuses 409, which nothing here refuses.
 func (s *Server) handleDLQReplay(w *recorder, req *request) {
 	id := req.params[0]
 	s.replayDLQ(w, req, func(r *dlqRow) bool { return r.id == id })
 }
 
 // handleDLQRetryByAddress is POST /api/v1/messages/{partitionId}/{transactionId}/retry,
-// the same replay addressed by the message.
+// the same replay addressed by the message: its partition's decimal id or
+// UUID, and its transactionId, both as sent (not unescaped).
 func (s *Server) handleDLQRetryByAddress(w *recorder, req *request) {
-	pid, txn := req.params[0], req.params[1]
-	s.replayDLQ(w, req, func(r *dlqRow) bool { return strconv.FormatInt(r.pid, 10) == pid && r.txn == txn })
+	txn := req.params[1]
+	s.b.mu.Lock()
+	p := s.b.partitionByAddress(req.params[0])
+	s.b.mu.Unlock()
+	s.replayDLQ(w, req, func(r *dlqRow) bool { return p != nil && r.pid == p.id && r.txn == txn })
 }
 
 func (s *Server) replayDLQ(w *recorder, req *request, match func(*dlqRow) bool) {
@@ -123,9 +126,11 @@ func (s *Server) replayDLQ(w *recorder, req *request, match func(*dlqRow) bool) 
 	}
 	txn := "dlq:" + row.id
 	m, dup := b.pushOne(queue, part, row.payload, txn, nil, b.now())
-	result, status := "moved", wire.PushQueued
+	result, status, id := "moved", wire.PushQueued, m.id
 	if dup {
-		result, status = "duplicate", wire.PushDuplicate
+		// The copy is already there (inside its dedup window): nothing is
+		// stored, the row stays, and the answer names no message id.
+		result, status, id = "duplicate", wire.PushDuplicate, zeroUUID
 	} else {
 		delete(b.dlq, row.id)
 	}
@@ -134,7 +139,7 @@ func (s *Server) replayDLQ(w *recorder, req *request, match func(*dlqRow) bool) 
 		"success": true, "result": result, "queue": queue, "partition": part, "consumerGroup": row.group,
 		"dlqId": row.id, "originalTransactionId": row.txn,
 		"replayedAs": map[string]any{
-			"index": 0, "message_id": m.id, "transaction_id": txn, "queueName": queue, "status": status, "offset": m.offset,
+			"index": 0, "message_id": id, "transaction_id": txn, "queueName": queue, "status": status, "offset": m.offset,
 		},
 		"dlqRowRemoved": !dup,
 	})
@@ -175,7 +180,13 @@ func (s *Server) handleDLQPurge(w *recorder, req *request) {
 // of 0, leaves no row, which the route answers {"success":true,"value":null}.
 // Entries carry the message's id (there is no dead-letter row id), the
 // message's creation time and the failure time, both to the millisecond,
-// newest failure first; there is no total.
+// newest failure first; there is no total. The procedure orders by the
+// failure time alone, and one batch ack dead-letters a whole pop at one
+// time: such ties come in the order of their messages' rows (message.row),
+// the order the real broker's plan read them in, which is neither the
+// order of the pushed items nor that of the ack. (Another plan may read
+// them otherwise: a client must not depend on it.) Letters of one message
+// for several groups, newest first.
 
 type dlqEntry015 struct {
 	ID            string          `json:"id"`
@@ -254,6 +265,9 @@ func (s *Server) handleDLQList015(w *recorder, req *request) {
 	sort.Slice(rows, func(i, j int) bool {
 		if !rows[i].failedAt.Equal(rows[j].failedAt) {
 			return rows[i].failedAt.After(rows[j].failedAt)
+		}
+		if rows[i].row != rows[j].row {
+			return rows[i].row < rows[j].row
 		}
 		return rows[i].seq > rows[j].seq
 	})

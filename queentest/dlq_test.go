@@ -83,9 +83,10 @@ func TestDLQListFiltersAndPages(t *testing.T) {
 	}
 	assert.Equal(t, 3, get(vals("queue", "q")).Total)
 	assert.Equal(t, 1, get(vals("queue", "q", "consumerGroup", "g")).Total)
-	assert.Equal(t, 2, get(vals("queue", "q", "partition", "a")).Total)
-	assert.Equal(t, 2, get(vals("from", t0.Add(1500*time.Millisecond).Format(time.RFC3339Nano))).Total)
-	assert.Equal(t, 2, get(vals("to", t0.Add(1500*time.Millisecond).Format(time.RFC3339Nano))).Total)
+	// partition, from and to are not read (upstream reads.rs api_dlq).
+	assert.Equal(t, 3, get(vals("queue", "q", "partition", "a")).Total)
+	assert.Equal(t, 4, get(vals("from", t0.Add(1500*time.Millisecond).Format(time.RFC3339Nano))).Total)
+	assert.Equal(t, 4, get(vals("to", t0.Add(1500*time.Millisecond).Format(time.RFC3339Nano))).Total)
 	page := get(vals("limit", "2", "offset", "1"))
 	assert.Equal(t, 4, page.Total)
 	assert.Equal(t, 2, page.Pagination.Limit)
@@ -146,4 +147,30 @@ func TestDLQPurge(t *testing.T) {
 	h.doJSON("DELETE", "/api/v1/dlq?queue=q", nil, http.StatusOK, &out)
 	assert.EqualValues(t, 2, out["deleted"])
 	assert.Equal(t, 0, s.DLQCount("q"))
+}
+
+// TestDLQReplayDuplicateAnswersTheZeroUUID: replaying a dead letter whose
+// copy ("dlq:<id>") is already stored within the dedup window stores
+// nothing, keeps the row and answers result duplicate with the zero UUID
+// as replayedAs.message_id (upstream phase2/admin.rs api_dlq_move).
+func TestDLQReplayDuplicateAnswersTheZeroUUID(t *testing.T) {
+	clock := NewFakeClock(t0)
+	s := Start(t, WithClock(clock))
+	h := newHC(t, s)
+	h.pushN("q", "a", 1)
+	deadLetter(h, "q", "a", "", clock)
+	var list tDLQ
+	h.doJSON("GET", "/api/v1/dlq?queue=q", nil, http.StatusOK, &list)
+	id := list.Messages[0].ID
+	copied := h.push(item{"queue": "q", "partition": "a", "payload": 1, "transactionId": "dlq:" + id})[0]
+
+	var out map[string]any
+	h.doJSON("POST", "/api/v1/dlq/"+id+"/replay", nil, http.StatusOK, &out)
+	assert.Equal(t, "duplicate", out["result"])
+	assert.Equal(t, false, out["dlqRowRemoved"])
+	replayed := out["replayedAs"].(map[string]any)
+	assert.Equal(t, zeroUUID, replayed["message_id"])
+	assert.Equal(t, "duplicate", replayed["status"])
+	assert.EqualValues(t, *copied.Offset, replayed["offset"], "the copy's offset")
+	assert.Equal(t, 1, s.DLQCount("q"), "the row stays")
 }

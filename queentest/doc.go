@@ -3,7 +3,11 @@
 //
 // It speaks the HTTP API of the Queen 2.x broker and follows that broker's
 // semantics (not any client's convenience), so a client that works against
-// it behaves the same against a real broker:
+// it behaves the same against a real broker. The 2.x it follows is the
+// newest upstream source that could be read, release 2.2.0 (queen-mq/queen:
+// server/src/handlers/{data,raft}.rs, rsm/facade/real.rs and real/phase2,
+// rsm/consume, rsm/planner, rsm/dedup.rs; the facts a client depends on are
+// in the shared PROTOCOL.md §19):
 //
 //   - Queues are created by their first push (with DefaultQueueConfig, or
 //     WithDefaultQueueConfig) or by POST /api/v1/configure, which stores
@@ -21,22 +25,31 @@
 //     shared cursor; each consumer group has its own cursor per partition,
 //     starting where the subscription of the pop that registered the group
 //     (its first wildcard or discovery pop) says: new, all, or
-//     subscriptionFrom. A plain pinned pop registers nothing and starts its
-//     partition by its own subscription; a partition it started without
-//     delivering anything is not in the group views, and the group's
-//     registration starts it again by the group's. wait=true parks up to timeout (at
-//     most 60 s) and wakes on a push. An empty pop is a bodiless 204.
-//     autopilot=true lets the broker choose the batch and width the request
-//     left out.
+//     subscriptionFrom. A group's cursor on a partition gets its row (and
+//     shows in the group views and lag figures) when something is first
+//     delivered to the group there, or a seek places it; an ack on a
+//     partition without one is refused as stale. A plain pinned pop
+//     registers nothing and starts its partition by its own subscription,
+//     which the group's registration replaces while the partition has no
+//     row. A partition written less than the queue's windowBuffer ago is
+//     not claimed. wait=true parks up to timeout (at most 60 s) and wakes
+//     on a push. An empty pop is a bodiless 204. autopilot=true lets the
+//     broker choose the batch and width the request left out;
+//     commitOnDelivery=true (or autoAck=true) commits at delivery.
 //   - Acks follow the 2.x outcomes: completed (with implicit ack of the
 //     prefix), failed (one retry spent, claimable again at once, then
 //     dead-lettered or dropped), retry (no retry spent) and dlq; a stale or
-//     foreign lease id is refused per item. Leases expire on the Clock and
-//     are renewed per lease id. deliveryAttempt is the claim's: a claim
-//     starting where the cursor's previous claim started (after an expiry,
-//     a retry or a failed first message) counts up, any other starts at 1. Conflation, commit on delivery (autoAck),
-//     transactions, seek, consumer-group admin, the dead-letter queue, fetch
-//     by offset and /health are there too.
+//     foreign lease id is refused per item, and dlq:true marks the items
+//     this ack filed. A repeated completed ack is a no-op while the broker
+//     recognises the message (its dedup row, or the group's last 65,536),
+//     stale after. Leases expire on the Clock and are renewed per lease
+//     id. deliveryAttempt is the claim's: a claim starting where the
+//     cursor's previous claim started (after an expiry, a retry or a
+//     failed first message) counts up, any other starts at 1.
+//   - Conflation, transactions (a body the broker's parse refuses is a
+//     400), seek, consumer-group admin, the dead-letter queue (list,
+//     replay, purge, and DELETE of a message's dead letters), the message
+//     view, fetch by offset and /health are there too.
 //
 // Start one per test with Start (or NewServer and Close), and point the
 // client at its URL:
@@ -46,8 +59,10 @@
 //
 // Tests move time with a FakeClock (lease expiry, dedup windows, delayed
 // messages), and inject faults per route: FailNext answers the next
-// requests with an error status (and Retry-After) without applying them,
-// AddLatency delays them, DropNextResponses applies them and then cuts the
+// requests with an error status (and a Retry-After only if asked) without
+// applying them, FailNextWith with a Failure such as BrokerUnavailable
+// (the broker's own 503, Retry-After: 1), AddLatency delays them,
+// DropNextResponses applies them and then cuts the
 // connection, RefuseConnections closes the port for a while, and Restart
 // crashes the broker and starts it again, forgetting what the real broker
 // keeps only in memory (on the 2.x profile, the start that a pinned pop of
@@ -72,10 +87,13 @@
 // (default address 127.0.0.1:6632, -profile 2.x or 0.15.1) for development
 // in any language.
 //
-// The broker keeps everything in memory and forgets it on Close. It does not
-// implement authentication, tenants, retention, encryption, streams, KV or
-// timers. Where the 2.x wire was looked up upstream rather than taken from
-// the shared protocol notes, the source is named next to the code.
+// The broker keeps everything in memory and forgets it on Close. It leaves
+// out authentication, tenants, retention, encryption, streams, ephemeral
+// queues, locks, the KV and timers APIs, and the kv, timers and positions
+// riders of a transaction (a transaction carrying one rolls back with
+// reason bad_request). Where the 2.x wire was looked up upstream rather
+// than taken from the shared protocol notes, the source is named next to
+// the code.
 //
 // Choices worth knowing, all on purpose:
 //
@@ -84,8 +102,11 @@
 //     queue). A pinned or discovery pop creates nothing.
 //   - A plain push does not store traceId (the 2.x broker parses and drops
 //     it); a transaction push keeps a valid UUID one.
-//   - Injected 429s carry code "overloaded": the real admission code string
-//     could not be confirmed upstream.
 //   - A wildcard pop takes the partitions whose next message is the oldest
-//     first, so no partition starves.
+//     first, so no partition starves. The 2.x broker takes them in the
+//     order they became claimable (its ready ring, walked from a rotating
+//     shard): neither order is one a test should rely on.
+//   - A push refused for good (planned larger than WithEntryMaxBytes) is
+//     the only non-retryable refusal; the others the broker may answer
+//     (a 409 on a replay among them) do not arise here.
 package queentest

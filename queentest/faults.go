@@ -54,9 +54,31 @@ const (
 )
 
 type failRule struct {
-	left       int
-	status     int
-	retryAfter time.Duration
+	left int
+	Failure
+}
+
+// Failure is an error answer that FailNextWith injects: HTTP Status with
+// the 2.x error envelope {"error","code"}, and a Retry-After header only
+// when RetryAfter > 0 (whole seconds as an integer, otherwise fractional
+// seconds such as "0.05").
+type Failure struct {
+	Status int
+	// Code is the envelope's code; "" picks it from the status as
+	// FailNext does.
+	Code       string
+	RetryAfter time.Duration
+}
+
+// BrokerUnavailable is the 2.x broker's own answer when it cannot serve a
+// request now: 503 with Retry-After: 1 and code, as its err_response
+// writes them (handlers/raft.rs): "retry" (no quorum, a leader change or a
+// retryable refusal), "no_leader", "timeout" (the request's deadline
+// passed: a 503, never a 504), "outcome_unknown" (a forward whose outcome
+// is open), "standby". A Retry-After of 1 s makes every client wait a
+// second: inject it where a test needs the real header.
+func BrokerUnavailable(code string) Failure {
+	return Failure{Status: http.StatusServiceUnavailable, Code: code, RetryAfter: time.Second}
 }
 
 // faults holds the injected faults and the request counters.
@@ -122,15 +144,27 @@ func (f *faults) takeDrop(r Route) bool {
 // {"error","code"} (code chosen from the status: 400 bad_request,
 // 429 overloaded, 500 internal, 503 retry, 507 storage_full, ...), with a
 // Retry-After header when retryAfter > 0 (whole seconds as an integer,
-// otherwise fractional seconds such as "0.05"). Calls queue up: a second
-// FailNext applies after the first one's n requests.
+// otherwise fractional seconds such as "0.05"). A 503 carries exactly the
+// header asked for: the real broker's Retry-After: 1 is BrokerUnavailable's
+// (FailNextWith). Calls queue up: a second FailNext applies after the
+// first one's n requests.
 func (s *Server) FailNext(r Route, n int, status int, retryAfter time.Duration) {
+	s.FailNextWith(r, n, Failure{Status: status, RetryAfter: retryAfter})
+}
+
+// FailNextWith is FailNext with the answer given as a Failure, its code
+// included: FailNextWith(RoutePush, 1, BrokerUnavailable("timeout")) answers
+// the next push as a 2.x broker whose deadline passed.
+func (s *Server) FailNextWith(r Route, n int, f Failure) {
 	if n <= 0 {
 		return
 	}
+	if f.Code == "" {
+		f.Code = codeForStatus(f.Status)
+	}
 	s.faults.mu.Lock()
 	defer s.faults.mu.Unlock()
-	s.faults.fails[r] = append(s.faults.fails[r], &failRule{left: n, status: status, retryAfter: retryAfter})
+	s.faults.fails[r] = append(s.faults.fails[r], &failRule{left: n, Failure: f})
 }
 
 // AddLatency makes each request of route r wait d before it is handled
@@ -289,10 +323,10 @@ func formatRetryAfter(d time.Duration) string {
 }
 
 // codeForStatus is the `code` of an injected failure. The 2.x broker's
-// codes: 400 planner codes (bad_request), 413 name_too_long, 503 retry,
-// 507 storage_full, 500 internal. The 429 admission code string is not in
-// the upstream sources we could read (PROTOCOL.md §1.1: UNCONFIRMED);
-// "overloaded" is our choice, named after the broker's Overloaded error.
+// codes: 400 planner codes (bad_request), 413 name_too_long, 429
+// overloaded, 503 retry (and no_leader, timeout, outcome_unknown, standby:
+// BrokerUnavailable), 507 storage_full, 500 internal. The broker sends no
+// 504; one injected here stands for a proxy's (gateway_timeout).
 func codeForStatus(status int) string {
 	switch status {
 	case http.StatusBadRequest:
@@ -312,7 +346,7 @@ func codeForStatus(status int) string {
 	case http.StatusServiceUnavailable:
 		return "retry"
 	case http.StatusGatewayTimeout:
-		return "timeout"
+		return "gateway_timeout"
 	case http.StatusInsufficientStorage:
 		return "storage_full"
 	}

@@ -215,3 +215,32 @@ func TestAwaitRequests(t *testing.T) {
 	require.NoError(t, <-done)
 	require.NoError(t, s.AwaitRequests(t.Context(), RouteHealth, 2), "already there")
 }
+
+// TestFailNextWithBrokerUnavailable: a 503 injected with FailNext carries
+// only the headers the test chose; BrokerUnavailable is the 2.x broker's
+// own 503, Retry-After: 1 and its code, a timeout included (the broker
+// sends no 504).
+func TestFailNextWithBrokerUnavailable(t *testing.T) {
+	s := Start(t)
+	h := newHC(t, s)
+	s.FailNext(RoutePush, 1, http.StatusServiceUnavailable, 0)
+	s.FailNextWith(RoutePush, 1, BrokerUnavailable("timeout"))
+	s.FailNext(RoutePush, 1, http.StatusGatewayTimeout, 0)
+	code := func(raw []byte) string {
+		var e map[string]string
+		require.NoError(t, json.Unmarshal(raw, &e))
+		return e["code"]
+	}
+	st, hdr, raw := h.do("POST", "/api/v1/push", item{"items": []item{{"queue": "q", "payload": 1}}})
+	assert.Equal(t, http.StatusServiceUnavailable, st)
+	assert.Empty(t, hdr.Get("Retry-After"), "no header the test did not ask for")
+	assert.Equal(t, "retry", code(raw))
+	st, hdr, raw = h.do("POST", "/api/v1/push", item{"items": []item{{"queue": "q", "payload": 1}}})
+	assert.Equal(t, http.StatusServiceUnavailable, st)
+	assert.Equal(t, "1", hdr.Get("Retry-After"))
+	assert.Equal(t, "timeout", code(raw))
+	st, _, raw = h.do("POST", "/api/v1/push", item{"items": []item{{"queue": "q", "payload": 1}}})
+	assert.Equal(t, http.StatusGatewayTimeout, st)
+	assert.Equal(t, "gateway_timeout", code(raw), "a 504 is a proxy's")
+	assert.Equal(t, Failure{Status: 503, Code: "standby", RetryAfter: time.Second}, BrokerUnavailable("standby"))
+}

@@ -49,3 +49,51 @@ func TestDeleteMessageRemovesDeadLetters(t *testing.T) {
 	want404(strconv.Itoa(n + 1))
 	want404("not-a-partition")
 }
+
+// TestMessageView2x: GET /api/v1/messages/{pid}/{txn} on 2.x is the
+// message with its status against the partition's cursor rows, the
+// queue's options and the cursors (upstream phase2/reads.rs api_message).
+func TestMessageView2x(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	configure(h, "mv", item{"retryLimit": 4, "namespace": "shop"})
+	h.pushN("mv", "p", 2)
+	p := h.popQ("mv", vals("consumerGroup", "g1", "subscriptionMode", "all", "batch", "1"))
+	m := p.Messages[0]
+	path := messagePath(m.PartitionID, m.TransactionID)
+
+	var v map[string]any
+	h.doJSON("GET", path, nil, http.StatusOK, &v)
+	assert.Equal(t, m.ID, v["id"])
+	assert.Equal(t, m.TransactionID, v["transactionId"])
+	assert.Equal(t, map[string]any{"n": 0.0}, v["data"])
+	assert.Equal(t, v["data"], v["payload"])
+	assert.Regexp(t, anyUUID, v["partitionId"], "the partition's UUID, not its pid")
+	assert.Equal(t, "mv/p", v["queuePath"])
+	assert.Equal(t, "shop", v["namespace"])
+	assert.Nil(t, v["task"])
+	assert.Equal(t, "processing", v["status"])
+	assert.Nil(t, v["errorMessage"])
+	assert.EqualValues(t, 0, v["retryCount"])
+	assert.EqualValues(t, 4, v["queueConfig"].(map[string]any)["retryLimit"])
+	assert.Equal(t, map[string]any{"hasQueueMode": false, "busGroupsCount": 1.0, "type": "bus"}, v["mode"])
+	require.Len(t, v["consumerGroups"], 1)
+	assert.Equal(t, "g1", v["consumerGroups"].([]any)[0].(map[string]any)["name"])
+
+	h.ackAll(p, "g1")
+	h.doJSON("GET", path, nil, http.StatusOK, &v)
+	assert.Equal(t, "completed", v["status"])
+
+	// Another group dead-letters it: dead_letter wins.
+	q := h.popQ("mv", vals("consumerGroup", "g2", "subscriptionMode", "all", "batch", "1"))
+	out := h.ack("/api/v1/ack", item{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": q.LeaseID,
+		"consumerGroup": "g2", "status": "dlq", "error": "bad"})
+	require.True(t, out[0].DLQ)
+	h.doJSON("GET", path, nil, http.StatusOK, &v)
+	assert.Equal(t, "dead_letter", v["status"])
+	assert.Equal(t, "bad", v["errorMessage"])
+
+	var miss map[string]any
+	h.doJSON("GET", messagePath(m.PartitionID, "nope"), nil, http.StatusNotFound, &miss)
+	assert.Equal(t, map[string]any{"error": "Message not found"}, miss)
+}

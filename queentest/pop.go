@@ -437,9 +437,9 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			m := b.groups[groupKey{n, pr.group}]
 			if m == nil && pr.pinned {
 				p := q.byName[pr.partition]
-				if !pr.sub.conflation || p == nil || (p.cursors[pr.group] != nil && !p.cursors[pr.group].intent) {
+				if !pr.sub.conflation || p == nil || (p.cursors[pr.group] != nil && p.cursors[pr.group].row) {
 					if p != nil && p.cursors[pr.group] == nil {
-						p.cursors[pr.group] = &cursor{committed: p.seedIntent(pr.sub), attemptOff: -1, intent: true}
+						p.cursors[pr.group] = &cursor{committed: p.seedIntent(pr.sub), attemptOff: -1}
 					}
 					conflate[n] = pr.sub.conflation
 					if pr.sub.conflation {
@@ -449,7 +449,15 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 					continue
 				}
 			}
+			registrar := m == nil && pr.pinned
 			m = b.registerGroup(n, pr.group, pr.sub, now)
+			if registrar {
+				// The conflating registrar writes a row on every partition
+				// at its seed (rsm/consume/pop.rs bulk_seed).
+				for _, p := range q.parts {
+					b.cursorOf(p, pr.group).row = true
+				}
+			}
 			conflate[n] = m.conflation
 			if m.conflation {
 				t := true
@@ -549,7 +557,7 @@ func (b *broker) popOnce(pr popReq, leaseID string, now time.Time) popResult {
 			continue
 		}
 		budget -= len(offs)
-		c.intent = false
+		c.row = true
 		if res.claimed == 0 {
 			res.body.Partition, res.body.PartitionID = p.name, p.pid()
 		}

@@ -182,6 +182,17 @@ func (s *Server) park015(ctx context.Context, r *recheck015, queue string, pushe
 	}
 }
 
+// windowHeld015 reports whether the queue's windowBuffer holds p from
+// 0.15.1 pops at now: its newest message (partition_lookup's
+// last_message_created_at, lastWrite here) was created less than
+// windowBuffer seconds ago. The pinned route answers the hold at once,
+// before it reads the group, the batch or a lease; the wildcard route
+// passes the partition by.
+func (p *partition) windowHeld015(now time.Time) bool {
+	w := p.q.cfg.WindowBuffer
+	return w > 0 && !p.lastWrite.IsZero() && now.Before(p.lastWrite.Add(time.Duration(w)*time.Second))
+}
+
 // pop015 is one run of pop_unified_batch_v4. It reports the body and
 // whether it holds messages. Callers hold mu. (A parked pop looks again on
 // the broker's schedule, park015: no wake-up time is derived from leases
@@ -196,6 +207,11 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 		switch {
 		case part == nil:
 			return emptyPop015("partition_not_found"), false
+		case part.windowHeld015(now):
+			return map[string]any{
+				"success": true, "queue": queue, "partition": partName, "partitionId": part.uuid,
+				"leaseId": "", "consumerGroup": p.group, "messages": []any{}, "windowBufferActive": true,
+			}, false
 		case tooLong015(p.group):
 			return dbErrorBody(errTooLong015), false
 		case p.batch < 0:
@@ -224,11 +240,12 @@ func (b *broker) pop015(queue, partName string, pinned bool, p pop015Params, lea
 	if q == nil {
 		return emptyPop015("no_available_partition"), false
 	}
-	// The candidates: partitions with messages, no live lease of the group,
-	// and a message past its cursor (a NULL cursor always qualifies).
+	// The candidates: partitions with messages, not held by the queue's
+	// windowBuffer, no live lease of the group, and a message past its
+	// cursor (a NULL cursor always qualifies).
 	var cands []candidate
 	for _, part := range q.parts {
-		if len(part.msgs) == 0 {
+		if len(part.msgs) == 0 || part.windowHeld015(now) {
 			continue
 		}
 		from := int64(0)

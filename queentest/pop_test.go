@@ -491,6 +491,14 @@ func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
 	require.Equal(t, http.StatusOK, st)
 	require.NotNil(t, p.Conflation)
 	assert.Equal(t, []int{1}, ns(t, p.Messages))
+	// Its registration writes a cursor row on every partition of the
+	// queue (rsm/consume/pop.rs bulk_seed): all of them are in its view.
+	var qv struct {
+		Partitions []any `json:"partitions"`
+	}
+	h.doJSON("GET", "/api/v1/resources/queues/q", nil, http.StatusOK, &qv)
+	h.doJSON("GET", "/api/v1/consumer-groups/cg", nil, http.StatusOK, &detail)
+	assert.Len(t, detail["q"].Partitions, len(qv.Partitions))
 	_, p = h.pop("/api/v1/pop/queue/q", vals("consumerGroup", "cg", "partitions", "10"))
 	require.NotNil(t, p)
 	require.NotNil(t, p.Conflation, "the stored policy of the registration")
@@ -516,19 +524,25 @@ func TestPinnedPopDoesNotRegisterTheGroup(t *testing.T) {
 // The subscription knobs read as the 2.x broker reads them (handlers/data.rs,
 // config.rs normalize_subscription_mode): no subscriptionMode is the default,
 // new; one that spells new (any case, "new-only" and its kin) is new; any
-// other, an empty one included, is all; subscriptionFrom=now is new.
+// other, an empty one included, is all; subscriptionFrom=now is new. A
+// group is listed once it has a cursor row: once something was delivered.
 func TestSubscriptionModeSpellings(t *testing.T) {
 	h := newHC(t, Start(t))
 	h.pushN("q", "p", 1)
-	for group, q := range map[string]url.Values{
+	modes := map[string]url.Values{
 		"absent":   vals(),
 		"empty":    vals("subscriptionMode", ""),
 		"NEW":      vals("subscriptionMode", "NEW"),
 		"new-only": vals("subscriptionMode", "new-only"),
 		"bogus":    vals("subscriptionMode", "from_beginning"),
 		"now":      vals("subscriptionFrom", "now", "subscriptionMode", "all"),
-	} {
+	}
+	for group, q := range modes {
 		q.Set("consumerGroup", group)
+		h.pop("/api/v1/pop/queue/q", q)
+	}
+	h.pushN("q", "p", 1)
+	for _, q := range modes {
 		h.pop("/api/v1/pop/queue/q", q)
 	}
 	var rows []struct {

@@ -93,9 +93,18 @@ func WithProfile(p Profile) Option {
 //     dead-letter and a retry release it; the lease is checked against the
 //     state before the request, so a single ack after a release is refused
 //     "Invalid or expired lease". retryDelay is not applied (0.15.1 stores
-//     it and never reads it). windowBuffer is not applied either, although
-//     the real broker's pop procedures apply it (002_pop_unified.sql): a
-//     known difference of this profile.
+//     it and never reads it).
+//
+//   - windowBuffer holds a partition until its newest message is that many
+//     seconds old (a delete does not end the hold): the wildcard route
+//     passes it by, the pinned route answers success:true, messages:[],
+//     leaseId "", windowBufferActive:true (before it reads the group, the
+//     batch or a lease), which a waiting pop does not send. Not modelled:
+//     the real wildcard route skips partitions not written since two
+//     minutes before the group's last empty scan of the queue
+//     (consumer_watermarks), so a hold longer than that can hide a
+//     partition from it until the next push there (a queue with
+//     windowBuffer 200 did so; the pinned route still took the message).
 //
 //   - Seek, configure (replace semantics; no recognised option errors yet
 //     creates the queue), transactions (execute_transaction_v2), lease
@@ -126,7 +135,10 @@ func WithProfile(p Profile) Option {
 //     claimed, and for an empty group list); the DLQ list
 //     (no total; entries carry the message's id; the limit never cuts the
 //     list, an offset of 1 or more or a limit of 0 answers
-//     {"success":true,"value":null}; partition, from and to are ignored).
+//     {"success":true,"value":null}; partition, from and to are ignored;
+//     letters of one failure time, such as those of one batch ack, in the
+//     order the real broker's plan gave: their messages' rows, which a push
+//     stores by partition id, then transaction id, not in item order).
 //     The message view GET /api/v1/messages/{partitionId}/{transactionId}
 //     is the 0.15.1 one (status, queueConfig, mode, consumerGroups; an
 //     unknown message is 200 {"error":"Message not found"}). DELETE of

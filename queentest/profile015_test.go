@@ -846,3 +846,113 @@ func TestBroker015PushWakesParkedPop(t *testing.T) {
 		assert.Equal(t, 1200*time.Millisecond, r.took, "the push did not wake the pop at once (its next look was at 2.1 s)")
 	})
 }
+
+// TestBroker015WindowBuffer: a queue's windowBuffer holds a partition from
+// pops until its newest message is windowBuffer seconds old, as
+// pop_unified_batch_v4 does and the real 0.15.1 broker answered (a queue
+// with windowBuffer 2: the wildcard route no_available_partition, the
+// pinned route the body below, then, 2 s after the last push, the whole
+// burst). The pinned route answers the hold before it reads the group, the
+// batch or a lease. Deleting the newest message does not end the hold (it
+// runs from partition_lookup, which a delete leaves alone).
+func TestBroker015WindowBuffer(t *testing.T) {
+	h := start015(t)
+	configure(h.hc, "wb", item{"windowBuffer": 2, "leaseTime": 30})
+	pid := h.push15("wb", "p1", item{"n": 0})[0]["partition_id"].(string)
+	h.push15("wb", "p2", item{"n": 10})
+	held := func(group string) string {
+		return `{"consumerGroup":"` + group + `","leaseId":"","messages":[],"partition":"p1","partitionId":"` + pid +
+			`","queue":"wb","success":true,"windowBufferActive":true}`
+	}
+	pinned := func(query string) string {
+		st, _, raw := h.do("GET", "/api/v1/pop/queue/wb/partition/p1?"+query, nil)
+		require.Equal(t, http.StatusOK, st)
+		return string(raw)
+	}
+	h.requireNoPartition("wb", vals("batch", "10", "partitions", "2"))
+	assert.JSONEq(t, held(queueModeGroup), pinned("batch=10"))
+	assert.JSONEq(t, held("g"), pinned("batch=10&consumerGroup=g"))
+	assert.JSONEq(t, held(queueModeGroup), pinned("batch=-1"), "the batch is not read while held")
+
+	h.clock.Advance(time.Second)
+	h.push15("wb", "p1", item{"n": 1}) // the hold runs from this one now
+	h.clock.Advance(time.Second)
+	p := h.pop15("wb", vals("batch", "10", "partitions", "2"))
+	assert.Equal(t, []int{10}, ns(t, p.Messages), "p2, quiet for 2 s, is free; p1 is not")
+	assert.JSONEq(t, held(queueModeGroup), pinned("batch=10"))
+	h.clock.Advance(time.Second)
+	p = h.pop15("wb", vals("batch", "10"))
+	assert.Equal(t, []int{0, 1}, ns(t, p.Messages), "the burst in one claim, exactly 2 s after its last message")
+
+	// A push to the leased partition holds it again: the hold is answered
+	// before the lease is looked at.
+	h.push15("wb", "p1", item{"n": 2})
+	assert.JSONEq(t, held(queueModeGroup), pinned("batch=10"))
+	h.clock.Advance(2 * time.Second)
+	assert.JSONEq(t, `{"error":"lease_held","messages":[],"success":false}`, pinned("batch=10"))
+	h.batchAck("", ackItem(p.Messages[0], "completed"), ackItem(p.Messages[1], "completed"))
+
+	last := h.push15("wb", "p1", item{"n": 3})[0]
+	del := h.obj("DELETE", "/api/v1/messages/"+pid+"/"+last["transaction_id"].(string), nil)
+	require.Equal(t, true, del["success"], del)
+	assert.JSONEq(t, held(queueModeGroup), pinned("batch=10"), "the delete does not end the hold")
+	h.requireNoPartition("wb", vals("batch", "10"))
+	h.clock.Advance(2 * time.Second)
+	p = h.pop15("wb", vals("batch", "10"))
+	assert.Equal(t, []int{2}, ns(t, p.Messages))
+}
+
+// TestBroker015WindowBufferWaitingPops: a held partition is no answer for a
+// waiting pop: the pinned one sends the long poll's timeout answer, not the
+// hold's body; a wildcard one takes the messages at its first look after
+// the hold ends (the real broker: a wildcard pop with wait=true parked 2 s
+// after a push and answered the message as the window passed).
+func TestBroker015WindowBufferWaitingPops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := bubble015(t)
+		configure(h.hc, "ww", item{"windowBuffer": 2})
+		h.push15("ww", "p", item{"n": 0})
+		st, _, raw := h.do("GET", "/api/v1/pop/queue/ww/partition/p?wait=true&timeout=1000&batch=10", nil)
+		require.Equal(t, http.StatusOK, st)
+		assert.JSONEq(t, `{"consumerGroup":"__QUEUE_MODE__","leaseId":null,"messages":[],"partition":"p","partitionId":null,"queue":"ww","success":true}`, string(raw))
+
+		res := waitingPop015(h.hc, "ww")
+		time.Sleep(150 * time.Millisecond) // looks at 0 and 100 ms: held
+		synctest.Wait()
+		select {
+		case r := <-res:
+			t.Fatalf("a held partition answered a waiting pop: %+v", r)
+		default:
+		}
+		h.clock.Advance(2 * time.Second)
+		r := <-res
+		require.NoError(t, r.err)
+		assert.Equal(t, []int{0}, ns(t, r.pop.Messages))
+		assert.Equal(t, 200*time.Millisecond, r.took, "taken at the next look")
+	})
+}
+
+// TestBroker015GeneratedTransactionID: an item without a transactionId, or
+// with an empty one, is stored under a random (version 4) transaction id of
+// its own, not its message id (a UUIDv7): push_messages_v3 generates it with
+// gen_random_uuid(), as the real broker's answers show.
+func TestBroker015GeneratedTransactionID(t *testing.T) {
+	h := start015(t)
+	res := h.arr("POST", "/api/v1/push", item{"items": []item{
+		{"queue": "gt", "partition": "p", "payload": item{"n": 0}},
+		{"queue": "gt", "partition": "p", "payload": item{"n": 1}, "transactionId": ""},
+	}})
+	v4 := `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`
+	for _, r := range res {
+		assert.Equal(t, "queued", r["status"])
+		assert.Regexp(t, v4, r["transaction_id"])
+		assert.NotEqual(t, r["message_id"], r["transaction_id"])
+	}
+	assert.NotEqual(t, res[0]["transaction_id"], res[1]["transaction_id"])
+	p := h.pop15("gt", vals("batch", "2"))
+	require.Len(t, p.Messages, 2)
+	for i, m := range p.Messages {
+		assert.Equal(t, res[i]["transaction_id"], m.TransactionID)
+		assert.Equal(t, res[i]["message_id"], m.ID)
+	}
+}

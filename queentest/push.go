@@ -2,6 +2,7 @@ package queentest
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -39,10 +40,15 @@ func (s *Server) handlePush(w *recorder, req *request) {
 		case it.Payload == nil:
 			w.error(http.StatusBadRequest, "bad_body", "bad push body: missing field `payload`")
 			return
-		case len(it.TransactionID) > maxTxnBytes:
-			w.error(http.StatusBadRequest, "bad_request", "transactionId is longer than 65535 bytes")
+		}
+	}
+	for i, it := range body.Items {
+		if len(it.TransactionID) > maxTxnBytes {
+			w.error(http.StatusBadRequest, "bad_body", fmt.Sprintf("bad push body: transactionId of item %d exceeds the %d-byte limit", i, maxTxnBytes))
 			return
 		}
+	}
+	for _, it := range body.Items {
 		if nameTooLong(w, it.Queue, "", partitionName(it.Partition)) {
 			return
 		}
@@ -55,15 +61,35 @@ func (s *Server) handlePush(w *recorder, req *request) {
 	// An item repeating an earlier item of the request follows it (upstream
 	// push_impl collapses them before the dedup window is consulted).
 	leaders := map[[3]string]int{}
+	follows := make([]int, len(body.Items))
+	groups := map[[2]string]*entryPlan{}
 	for i, it := range body.Items {
+		follows[i] = -1
 		if it.TransactionID != "" {
 			k := [3]string{it.Queue, partitionName(it.Partition), it.TransactionID}
 			if l, ok := leaders[k]; ok {
-				out[i] = out[l]
-				out[i].Index, out[i].Status = i, wire.PushDuplicate
+				follows[i] = l
 				continue
 			}
 			leaders[k] = i
+		}
+		b.plan(groups, it.Queue, it.Partition, it.TransactionID, it.Payload, now)
+	}
+	for i, it := range body.Items {
+		if l := follows[i]; l >= 0 {
+			out[i] = out[l]
+			out[i].Index = i
+			if out[i].Status != wire.PushError {
+				out[i].Status = wire.PushDuplicate
+			}
+			continue
+		}
+		if groups[[2]string{it.Queue, partitionName(it.Partition)}].refused(b.entryMax) {
+			// A non-retryable refusal of the group: its items are answered
+			// `error` and nothing of it is stored (push_impl).
+			id := newUUID()
+			out[i] = wire.PushResult{Index: i, MessageID: id, TransactionID: orMinted(it.TransactionID, id), QueueName: it.Queue, Status: wire.PushError}
+			continue
 		}
 		m, dup := b.pushOne(it.Queue, it.Partition, it.Payload, it.TransactionID, nil, now)
 		off := m.offset
@@ -141,12 +167,64 @@ func (b *broker) pushOne(queueName, part string, payload json.RawMessage, txn st
 	}
 	b.msgSeq++
 	m := &message{
-		id: id, txn: txn, traceID: traceID, seq: b.msgSeq,
+		id: id, txn: txn, traceID: traceID, seq: b.msgSeq, row: b.msgSeq,
 		payload:   append(json.RawMessage(nil), payload...),
 		createdAt: now, offset: int64(len(p.msgs)),
 	}
 	p.msgs = append(p.msgs, m)
 	p.byTxn[txn] = append(p.byTxn[txn], m.offset)
-	p.lastWrite = now
+	if now.After(p.lastWrite) {
+		p.lastWrite = now
+	}
 	return m, false
+}
+
+// defaultEntryMaxBytes is the 2.x broker's bound on the planned size of one
+// command (QUEEN_RAFT_ENTRY_MAX_BYTES).
+const defaultEntryMaxBytes = 96 << 20
+
+// WithEntryMaxBytes sets the 2.x broker's bound on the planned size of one
+// (queue, partition) group of a push or a transaction
+// (QUEEN_RAFT_ENTRY_MAX_BYTES, default 96 MiB; rsm/planner/push.rs): a
+// group planned larger is refused for good, a push answering its items
+// `error` in its 201 and storing nothing of that group, a transaction
+// rolling back with reason "too_large". The planned size, as the broker
+// counts it, is about each new message's payload and transactionId plus
+// 80 bytes, and 256 bytes a group. A test sets a small bound to see the
+// refusal.
+func WithEntryMaxBytes(n int) Option { return func(o *options) { o.entryMax = n } }
+
+// entryPlan is what one (queue, partition) group of a request would store.
+type entryPlan struct {
+	queue, partition string
+	bytes            int
+}
+
+// plan counts one leader item (not repeating an earlier item of the
+// request) into its group's planned size. Callers hold mu.
+func (b *broker) plan(groups map[[2]string]*entryPlan, queue, part, txn string, payload json.RawMessage, now time.Time) *entryPlan {
+	k := [2]string{queue, partitionName(part)}
+	g := groups[k]
+	if g == nil {
+		g = &entryPlan{queue: queue, partition: k[1], bytes: 256}
+		groups[k] = g
+	}
+	g.bytes += 32 // every item of the command
+	if txn == "" {
+		txn = "01234567-89ab-cdef-0123-456789abcdef" // the minted id's length
+	}
+	if _, dup := b.repeats(queue, part, txn, now); !dup {
+		g.bytes += len(payload) + len(txn) + 48 // the frame and its hash
+	}
+	return g
+}
+
+// refused reports whether the group plans larger than max bytes.
+func (g *entryPlan) refused(max int) bool { return g != nil && g.bytes > max }
+
+func orMinted(txn, id string) string {
+	if txn == "" {
+		return id
+	}
+	return txn
 }

@@ -1,8 +1,10 @@
 package queentest
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -47,7 +49,8 @@ type push015Item struct {
 //     item needs a string queue; partition, transactionId and traceId must be
 //     strings when present. Empty strings are accepted (an empty queue or
 //     partition name included); partition defaults to "Default", payload to
-//     {}, an empty transactionId is minted, an empty traceId is none.
+//     {}, a missing or empty transactionId is minted (a random version 4
+//     UUID, not the message id), an empty traceId is none.
 //   - 201 [] for no items.
 //   - When the database refuses the batch (a traceId that is not a UUID, a
 //     queue, partition or transactionId longer than its 255-character
@@ -118,6 +121,7 @@ func (s *Server) handlePush015(w *recorder, req *request) {
 	b.mu.Lock()
 	now := b.now()
 	out := make([]push015Result, len(items))
+	var stored []storedRow015
 	for i, it := range items {
 		var trace *string
 		if it.trace != "" {
@@ -125,14 +129,19 @@ func (s *Server) handlePush015(w *recorder, req *request) {
 			trace = &t
 		}
 		b.queueOf015(it.queue, now)
+		if it.txn == "" {
+			it.txn = newUUID4() // gen_random_uuid(), not the message id
+		}
 		m, dup := b.pushOne(it.queue, it.partition, it.payload, it.txn, trace, now)
 		out[i] = push015Result{Index: i, MessageID: m.id, QueueName: it.queue, Status: "duplicate", TransactionID: m.txn}
 		if !dup {
 			pid := b.queues[it.queue].byName[it.partition].uuid
 			out[i].Status, out[i].PartitionID, out[i].TraceID, out[i].queued = "queued", &pid, trace, true
 			b.pushedTo(it.queue)
+			stored = append(stored, storedRow015{pid, m})
 		}
 	}
+	storeRows015(stored)
 	b.bump()
 	b.mu.Unlock()
 	w.json(http.StatusOK, out)
@@ -152,4 +161,29 @@ func (b *broker) queueOf015(name string, now time.Time) *queue {
 		q.task = parts[1]
 	}
 	return q
+}
+
+// storedRow015 is a message one 0.15.1 push stored, with its partition id.
+type storedRow015 struct {
+	partitionID string
+	m           *message
+}
+
+// storeRows015 orders the rows of the messages one push stored as
+// push_messages_v3's INSERT does: by partition id, then transaction id (the
+// order of its dedup window; ids and the C.UTF-8 collation compare bytes),
+// whatever the order of the items. Nothing reads rows but the DLQ list,
+// where they order letters of one failure time.
+func storeRows015(stored []storedRow015) {
+	rows := make([]int64, len(stored))
+	for i, s := range stored {
+		rows[i] = s.m.row
+	}
+	slices.Sort(rows)
+	slices.SortStableFunc(stored, func(a, b storedRow015) int {
+		return cmp.Or(strings.Compare(a.partitionID, b.partitionID), strings.Compare(a.m.txn, b.m.txn))
+	})
+	for i, s := range stored {
+		s.m.row = rows[i]
+	}
 }

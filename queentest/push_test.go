@@ -204,3 +204,53 @@ func TestPushDedupWindow(t *testing.T) {
 	assert.Equal(t, "queued", push("d", "t1")[0].Status)
 
 }
+
+// TestPushTransactionIDLimit: a transactionId over 65,535 bytes fails the
+// whole push with 400 bad_body, naming the item (upstream push_impl).
+func TestPushTransactionIDLimit(t *testing.T) {
+	h := newHC(t, Start(t))
+	var e map[string]string
+	h.doJSON("POST", "/api/v1/push", item{"items": []item{
+		{"queue": "q", "payload": 1},
+		{"queue": "q", "payload": 2, "transactionId": strings.Repeat("t", 65536)},
+	}}, http.StatusBadRequest, &e)
+	assert.Equal(t, "bad_body", e["code"])
+	assert.Contains(t, e["error"], "transactionId of item 1 exceeds the 65535-byte limit")
+	h.doJSON("GET", "/api/v1/resources/queues/q", nil, http.StatusNotFound, nil)
+	h.push(item{"queue": "q", "payload": 1, "transactionId": strings.Repeat("t", 65535)})
+}
+
+// TestPushRefusedGroupAnswersError: a (queue, partition) group the broker
+// refuses for good (planned larger than QUEEN_RAFT_ENTRY_MAX_BYTES) is
+// answered status `error` inside the 201, with no offset and nothing
+// stored, while the request's other groups are stored; a transaction
+// carrying it rolls back with reason too_large (upstream push_impl,
+// rsm/planner/push.rs).
+func TestPushRefusedGroupAnswersError(t *testing.T) {
+	h := newHC(t, Start(t, WithEntryMaxBytes(1024)))
+	big := strings.Repeat("x", 2000)
+	out := h.push(
+		item{"queue": "q", "partition": "small", "payload": 1},
+		item{"queue": "q", "partition": "big", "payload": big, "transactionId": "t-big"},
+		item{"queue": "q", "partition": "big", "payload": big, "transactionId": "t-big"},
+		item{"queue": "q", "partition": "small", "payload": 2},
+	)
+	assert.Equal(t, []string{"queued", "error", "error", "queued"}, []string{out[0].Status, out[1].Status, out[2].Status, out[3].Status})
+	assert.Nil(t, out[1].Offset)
+	assert.Equal(t, "t-big", out[1].TransactionID)
+	assert.Regexp(t, uuidRE, out[1].MessageID)
+	var q struct {
+		Partitions []struct {
+			Name string `json:"name"`
+		} `json:"partitions"`
+	}
+	h.doJSON("GET", "/api/v1/resources/queues/q", nil, http.StatusOK, &q)
+	require.Len(t, q.Partitions, 1, "nothing of the refused group was created")
+	assert.Equal(t, "small", q.Partitions[0].Name)
+
+	var tx txnAnswer
+	h.doJSON("POST", "/api/v1/transaction", item{"operations": []item{{"type": "push", "queue": "q", "partition": "big", "payload": big}}},
+		http.StatusOK, &tx)
+	assert.False(t, tx.Success)
+	assert.Equal(t, "too_large", tx.Reason)
+}

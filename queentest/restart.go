@@ -60,17 +60,18 @@ func (s *Server) awaitIdle() {
 // resetEngine drops what the broker's consume engine keeps only in memory,
 // as the 2.x broker does when it starts leading (a restart, a leader
 // change: rsm/consume/mod.rs on_leader, on_step_down, reset): the cursors
-// that pinned pops of unregistered groups seeded and that delivered nothing
-// (they have no cursor row, rsm/consume/state.rs Part::has_row), and the
-// term of every lease (each becomes foreign: restartLeaseGrace). On the
-// 0.15.1 profile it does nothing. Callers hold mu.
+// without a row (rsm/consume/state.rs Part::has_row: starts that a pinned
+// pop of an unregistered group, or a registration, gave a partition where
+// nothing was delivered since), and the term of every lease (each becomes
+// foreign: restartLeaseGrace). On the 0.15.1 profile it does nothing.
+// Callers hold mu.
 func (b *broker) resetEngine() {
 	if b.legacy {
 		return
 	}
 	for _, p := range b.parts {
 		for g, c := range p.cursors {
-			if c.intent && c.lease == nil {
+			if !c.row && c.lease == nil {
 				delete(p.cursors, g)
 				continue
 			}

@@ -22,7 +22,7 @@ import (
 )
 
 // Version is what GET /health reports as the broker version.
-const Version = "2.0.1-queentest"
+const Version = "2.2.0-queentest"
 
 // maxBody is the 2.x broker's default request body limit (QUEEN_MAX_BODY_BYTES).
 const maxBody = 64 << 20
@@ -70,6 +70,7 @@ type options struct {
 	defaults *QueueConfig
 	log      *slog.Logger
 	profile  Profile
+	entryMax int
 }
 
 // WithClock makes the broker read time from c: lease expiry,
@@ -134,7 +135,11 @@ func (o *options) newBroker() *broker {
 	if o.defaults != nil {
 		defaults = *o.defaults
 	}
-	return newBroker(o.clock, defaults, legacy)
+	b := newBroker(o.clock, defaults, legacy)
+	if o.entryMax > 0 {
+		b.entryMax = o.entryMax
+	}
+	return b
 }
 
 // listen serves the broker state b on a listener of its own at o.addr: a
@@ -295,11 +300,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if f, ok := s.faults.takeFail(route); ok {
-		s.log.Debug("queentest injected failure", "route", string(route), "status", f.status)
-		if f.retryAfter > 0 {
-			w.Header().Set("Retry-After", formatRetryAfter(f.retryAfter))
+		s.log.Debug("queentest injected failure", "route", string(route), "status", f.Status)
+		if f.RetryAfter > 0 {
+			w.Header().Set("Retry-After", formatRetryAfter(f.RetryAfter))
 		}
-		writeErrorDirect(w, f.status, codeForStatus(f.status), "injected failure (queentest FailNext)")
+		writeErrorDirect(w, f.Status, f.Code, "injected failure (queentest FailNext)")
 		return
 	}
 
@@ -428,11 +433,13 @@ func match(r *http.Request, gen *wire.Generation, legacy bool) (Route, handler, 
 	case is("POST", wire.RouteDLQReplay):
 		return RouteDLQ, (*Server).handleDLQReplay, params
 	case is("POST", wire.RouteMessageRetry):
+		params, _ = wire.RouteMessageRetry.Match(raw) // as sent, like the message routes
 		return RouteDLQ, (*Server).handleDLQRetryByAddress, params
 	case is("GET", wire.RouteMessage):
-		return RouteMessages, (*Server).handleGetMessage015, params
-	case is("DELETE", wire.RouteMessage):
 		// 2.x reads these two segments as sent, like 0.15.1.
+		params, _ = wire.RouteMessage.Match(raw)
+		return RouteMessages, by((*Server).handleGetMessage, (*Server).handleGetMessage015), params
+	case is("DELETE", wire.RouteMessage):
 		params, _ = wire.RouteMessage.Match(raw)
 		return RouteMessages, by((*Server).handleDeleteMessage, (*Server).handleDeleteMessage015), params
 	case is("POST", wire.RouteFetch):

@@ -282,7 +282,7 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 		for _, a := range byTarget[k] {
 			in = append(in, a.in)
 		}
-		tr := ackTarget(p, cur, k.worker, in, now, false)
+		tr := ackTarget(p, cur, k.worker, in, b.recent, now, false)
 		if tr.stale {
 			why := errStaleAck
 			for _, o := range tr.per {
@@ -303,17 +303,28 @@ func (s *Server) handleTransaction(w *recorder, req *request) {
 	// "duplicate"); a repeat inside this transaction only follows its first
 	// occurrence.
 	firsts := map[string]bool{}
+	groups := map[[2]string]*entryPlan{}
+	var planned []*entryPlan
 	for _, p := range pushes {
-		if p.txn == "" {
-			continue // a minted id repeats nothing
-		}
 		key := p.queue + "\x00" + p.part + "\x00" + p.txn
-		if firsts[key] {
+		if p.txn != "" && firsts[key] {
 			continue
 		}
 		firsts[key] = true
+		if g := b.plan(groups, p.queue, p.part, p.txn, p.payload, now); len(planned) == 0 || planned[len(planned)-1] != g {
+			planned = append(planned, g)
+		}
+		if p.txn == "" {
+			continue // a minted id repeats nothing
+		}
 		if off, ok := b.repeats(p.queue, p.part, p.txn, now); ok {
 			fail("duplicate", fmt.Sprintf("QDUP the message pushed to %s/%s repeats a stored transactionId (original offset %d); nothing was applied", p.queue, p.part, off))
+			return
+		}
+	}
+	for _, g := range planned {
+		if g.refused(b.entryMax) {
+			fail("too_large", fmt.Sprintf("planned push of %d B exceeds QUEEN_RAFT_ENTRY_MAX_BYTES (%d)", g.bytes, b.entryMax))
 			return
 		}
 	}

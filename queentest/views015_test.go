@@ -186,3 +186,46 @@ func TestBroker015GroupViews(t *testing.T) {
 	assert.Equal(t, 200, st)
 	assert.Empty(t, raw)
 }
+
+// TestBroker015DLQTiesInRowOrder: letters of one failure time (one batch
+// ack dead-lettering a pop) come, among themselves, in the order of their
+// messages' rows, as the real 0.15.1 broker listed them (its list orders by
+// failed_at alone; its plan read the ties in the messages table's order): a
+// push stores its rows by partition id, then transaction id (byte order),
+// whatever the order of its items, and pushes one after another. Not the
+// order of the items or of the ack, nor their reverse.
+func TestBroker015DLQTiesInRowOrder(t *testing.T) {
+	h := start015(t)
+	var items []item
+	for i, txn := range []string{"c", "a", "e", "b", "d"} {
+		items = append(items, item{"queue": "dt", "partition": "p", "transactionId": txn, "payload": item{"n": i}})
+	}
+	items = append(items, item{"queue": "dt", "partition": "q", "transactionId": "x", "payload": item{"n": 10}})
+	res := h.arr("POST", "/api/v1/push", item{"items": items})
+	h.push15("dt", "p", item{"n": 5}) // a later push, whatever its transaction id
+	h.clock.Advance(time.Second)
+
+	p := h.pop15("dt", vals("batch", "100", "partitions", "2"))
+	require.Len(t, p.Messages, 7)
+	acks := make([]item, len(p.Messages))
+	for i, m := range p.Messages {
+		acks[i] = ackItem(m, "dlq")
+	}
+	for _, a := range h.batchAck("", acks...) {
+		require.Equal(t, true, a["dlq"], a)
+	}
+
+	var got []int
+	failed := map[any]bool{}
+	for _, e := range h.obj("GET", "/api/v1/dlq?queue=dt", nil)["messages"].([]any) {
+		m := e.(map[string]any)
+		got = append(got, int(m["data"].(map[string]any)["n"].(float64)))
+		failed[m["failedAt"]] = true
+	}
+	require.Len(t, failed, 1, "one failure time")
+	want := []int{1, 3, 0, 4, 2, 10, 5} // p's by transaction id, then q's
+	if res[5]["partition_id"].(string) < res[0]["partition_id"].(string) {
+		want = []int{10, 1, 3, 0, 4, 2, 5}
+	}
+	assert.Equal(t, want, got)
+}

@@ -28,8 +28,8 @@ func TestBinaryServesAndStops(t *testing.T) {
 		wantVersion string
 		wantEngine  bool
 	}{
-		{nil, "2.0.1-queentest", true},
-		{[]string{"-profile", "2.x"}, "2.0.1-queentest", true},
+		{nil, "2.2.0-queentest", true},
+		{[]string{"-profile", "2.x"}, "2.2.0-queentest", true},
 		{[]string{"-profile", "0.15.1"}, "1.0.0", false},
 	} {
 		t.Run(strings.Join(append([]string{"args"}, tc.args...), " "), func(t *testing.T) {
@@ -40,7 +40,7 @@ func TestBinaryServesAndStops(t *testing.T) {
 		runBinary(t, bin, nil, []string{"QUEENTEST_PROFILE=0.15.1"}, "1.0.0", false)
 	})
 	t.Run("flag wins over QUEENTEST_PROFILE", func(t *testing.T) {
-		runBinary(t, bin, []string{"-profile", "2.x"}, []string{"QUEENTEST_PROFILE=0.15.1"}, "2.0.1-queentest", true)
+		runBinary(t, bin, []string{"-profile", "2.x"}, []string{"QUEENTEST_PROFILE=0.15.1"}, "2.2.0-queentest", true)
 	})
 	t.Run("unknown profile", func(t *testing.T) {
 		err := exec.Command(bin, "-addr", "127.0.0.1:0", "-profile", "1.9").Run()

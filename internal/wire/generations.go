@@ -101,8 +101,9 @@ type Generation struct {
 	// {messages, pagination}.
 	DLQTotal bool
 
-	// DLQFilters: the DLQ list honours partition, from and to (2.x);
-	// 0.15.1 reads only queue and consumerGroup.
+	// DLQFilters: the client sends partition, from and to on the DLQ list
+	// (2.x; the 2.2-era broker reads only queue and consumerGroup, like
+	// 0.15.1, so the client also filters what comes back).
 	DLQFilters bool
 
 	// DLQPaging: the DLQ list honours limit and offset (2.x). On 0.15.1
@@ -147,13 +148,8 @@ func Gen2x() Generation {
 	return Generation{
 		Name:   "2.x",
 		Engine: "raft",
-		// The message view of 0.15.1: not found in the 2.x source at hand
-		// (UNCONFIRMED), so served as the unknown route it is taken for.
-		// DELETE of a message deletes its dead-letter rows (2.2-era
-		// phase2/admin.rs api_message_delete).
-		lacks: []Endpoint{
-			{"GET", RouteMessage},
-		},
+		// The message view and DELETE of a message (its dead-letter rows
+		// only) are served by 2.2-era phase2/reads.rs api_dynamic.
 		DefaultPopBatch:         200,
 		Autopilot:               true,
 		Conflation:              true,
