@@ -12,8 +12,8 @@ const DefaultGracePeriod = 10 * time.Second
 
 // The public face of the consume loop: ConsumeBuilder, its options and
 // Execute. The engine's parts are the other consume_*.go files
-// (consume_engine.go lists them); docs/CONSUME.md states what the loop
-// promises in full.
+// (consume_engine.go tells who owns what); docs/CONSUME.md states what the
+// loop promises in full.
 
 // ErrHandlerPanic is matched by the error of a consume handler or
 // callback that panicked: the panic is recovered and logged, and the
@@ -27,9 +27,13 @@ type LoopError struct {
 	// Op is the loop's step that failed: LoopOpPop, LoopOpSettle,
 	// LoopOpRenew or LoopOpLease.
 	Op string
-	// LeaseID names the pop's lease (settle, renew, lease); empty for a pop.
+	// LeaseID names the pop's lease of a renewal or a lost lease, and of
+	// an ack request whose messages are all of one pop (an ack request
+	// carries what completed meanwhile, of any pop: empty then); empty
+	// for a pop.
 	LeaseID string
-	// Messages is how many messages the failed step concerned (0 for a pop).
+	// Messages is how many messages the failed step concerned: an ack
+	// request's, a renewed pop's (0 for a pop).
 	Messages int
 	// Err is the failure.
 	Err error
@@ -40,9 +44,11 @@ const (
 	// LoopOpPop: a pop failed; the loop backs off and pops again, or,
 	// after a refusal for good, Execute returns it.
 	LoopOpPop = "pop"
-	// LoopOpSettle: an attempt of a pop's batch ack failed; after a
-	// transient failure it is sent again, for up to 15 s in all (then its
-	// messages come back when their lease runs out).
+	// LoopOpSettle: an attempt of an ack request failed; after a
+	// transient failure its acks are sent again after a backoff, with
+	// what completed meanwhile: while the loop runs until they go, after
+	// a stop for up to 15 s (then their messages come back when their
+	// lease runs out).
 	LoopOpSettle = "settle"
 	// LoopOpRenew: a lease renewal failed on the way; it is tried again at
 	// the next tick, and the handlers go on.
@@ -79,10 +85,12 @@ type Outcome struct {
 // moves past it.
 func Complete() Outcome { return Outcome{Status: StatusCompleted} }
 
-// Fail is the outcome of a message to try again: it comes back, with the
-// rest of its partition, after the queue's retryDelay, err's text kept. A
-// consume loop counts it against RetryLimit for that message alone
-// (docs/RETRIES.md); sent with Settle or SettleBatch, the broker counts
+// Fail is the outcome of a message to try again. A consume loop retries
+// it where it failed: the handler gets it again after the queue's
+// retryDelay (its partition kept, nothing after it handled meanwhile),
+// up to the queue's RetryLimit for that message alone, then dead-letters
+// it with err's text (docs/RETRIES.md). Sent with Settle or SettleBatch,
+// it comes back with the rest of its partition, and the broker counts
 // per partition.
 func Fail(err error) Outcome { return Outcome{Status: StatusFailed, Error: errText(err)} }
 
@@ -158,10 +166,12 @@ type ConsumeBuilder struct {
 
 // Consume prepares a loop that calls h once per message, in partition
 // order, one message of a partition at a time. nil acks the message
-// completed; an error acks it failed (counted per message against
-// RetryLimit, see OnError; a Poison error dead-letters it at once) and
-// gives back the rest of its partition in the pop. A pop's messages are settled in one batch ack. Either ctx
-// ending stops the loop: ctx gives its values to h's ctx, which is
+// completed, as soon as the loop's one ack sender is free (what completes
+// meanwhile goes in the next ack). An error retries the message where it
+// failed, after the queue's RetryDelay, up to RetryLimit, then
+// dead-letters it (see OnError; msg.Attempt() counts the calls; a Poison
+// error dead-letters it at once); the rest of its partition waits. Either
+// ctx ending stops the loop: ctx gives its values to h's ctx, which is
 // cancelled when the grace period after a stop ends or its lease is lost.
 // The QueueBuilder's options are copied now. Details: docs/CONSUME.md.
 func (b *QueueBuilder) Consume(ctx context.Context, h func(ctx context.Context, msg *Message) error) *ConsumeBuilder {
@@ -170,9 +180,11 @@ func (b *QueueBuilder) Consume(ctx context.Context, h func(ctx context.Context, 
 
 // ConsumeBatch prepares a loop that calls h once per pop with the whole
 // batch. nil acks every message completed; an error fails each
-// partition's first message of the batch and gives back the rest (a
-// Poison error dead-letters the whole batch). With Each(), h gets one
-// message at a time, as under Consume.
+// partition's first message of the batch (one failure of it against
+// RetryLimit, dlq past it) and gives the batch back after the queue's
+// RetryDelay, to be delivered again (a Poison error dead-letters the
+// whole batch). With Each(), h gets one message at a time, as under
+// Consume, retries in place included.
 func (b *QueueBuilder) ConsumeBatch(ctx context.Context, h func(ctx context.Context, msgs []*Message) error) *ConsumeBuilder {
 	return &ConsumeBuilder{qb: *b, ctx: ctx, handleBatch: h, grace: DefaultGracePeriod}
 }
@@ -188,14 +200,15 @@ func (cb *ConsumeBuilder) OnSuccess(f func(ctx context.Context, msg *Message) Ou
 // OnError makes f choose the outcome of each message whose handler
 // returned an error or panicked, instead of Fail (DLQ for a Poison error,
 // which is also what a zero Outcome from f means then): DLQ, say, for an
-// error that retrying cannot fix. After Fail or Retry the rest of the partition
-// in the pop is given back unhandled. A message stopped by the loop's stop
-// is given back with Retry without calling f.
+// error that retrying cannot fix. After Fail the message is retried in
+// place (the rest of its partition waits); after Retry it and the rest of
+// its partition in the pop are given back. A message stopped by the
+// loop's stop is given back with Retry without calling f.
 //
 // The loop counts each message's failures itself against the queue's
-// RetryLimit, sending retry while it has failures left (after the queue's
-// retryDelay) and dlq at the one past it; docs/RETRIES.md says how, and
-// where that promise ends.
+// RetryLimit: it calls the handler again after the queue's retryDelay
+// while the message has failures left, and dead-letters it at the one
+// past them; docs/RETRIES.md says how, and where that promise ends.
 func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err error) Outcome) *ConsumeBuilder {
 	cp := *cb
 	cp.onError = f

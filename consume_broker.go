@@ -17,16 +17,18 @@ import (
 //
 //   - pop: again after retryBackoff, until the loop stops (the outage,
 //     consume_fetch.go);
-//   - ack: again after retryBackoff while the failure is transient, for
-//     up to settleTimeout (sendAcks, consume_settle.go);
+//   - ack: again after retryBackoff while the failure is transient, with
+//     what completed meanwhile: while the loop runs until it goes, after
+//     a stop for up to settleTimeout (acked, consume_settle.go); each
+//     attempt has settleTimeout;
 //   - renew: again at the next tick (consume_lease.go): a renewal extends
 //     the lease by three ticks, so two may fail in a row;
-//   - the queue's settings: maxRuleReads reads (readRule,
+//   - the queue's settings: maxRuleReads reads (ruleFor,
 //     consume_failures.go).
 const (
 	brokerDownMin = 50 * time.Millisecond  // the first pause after a failure
 	brokerDownMax = 200 * time.Millisecond // the longest: the loop resumes within about 0.2 s of a broker's restart
-	settleTimeout = 15 * time.Second       // how long a failing ack is sent again
+	settleTimeout = 15 * time.Second       // one ack attempt; how long a failing ack is sent again after a stop
 	renewTimeout  = 10 * time.Second       // one renewal
 	ruleTimeout   = 5 * time.Second        // one read of the queue's settings
 	maxRuleReads  = 2
@@ -92,9 +94,10 @@ type consumeBroker interface {
 	// nowait: the broker answers at once, even when the pop is one that
 	// waits for messages (consume_fetch.go says when).
 	pop(ctx context.Context, max int, nowait bool) (*popResult, error)
-	// settle sends the outcomes of one pop in one ack request and returns
-	// the broker's answer per outcome (nil when it gave none). A broker
-	// that refuses some of them answers with an *AckError.
+	// settle sends outcomes (of any of the loop's pops) in one ack
+	// request and returns the broker's answer per outcome (nil when it
+	// gave none). A broker that refuses some of them answers with an
+	// *AckError.
 	settle(ctx context.Context, acks []Settlement) ([]AckResult, error)
 	// retryRule reads the queue's retryLimit, retryDelay, leaseTime and
 	// dead-letter flag. failed, when not nil, is a message that failed: a
@@ -158,8 +161,8 @@ func (b *clientBroker) sendPop(ctx context.Context, max int, nowait bool) (*popR
 	return res, nil
 }
 
-// settle sends one ack request; the settler reports the whole settlement
-// (its retries included) to the hooks once.
+// settle sends one ack request; the sender reports it to the hooks
+// (sendAcks) once it got an answer.
 func (b *clientBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult, error) {
 	res, _, _, err := b.c.settleBatch(ctx, acks, AckOptions{ConsumerGroup: b.group}, 1)
 	return res, err

@@ -311,12 +311,12 @@ func TestConsumeLoopErrorsTyped(t *testing.T) {
 	})
 }
 
-// A handler panic is logged at Error with its stack, and its error names
-// the message: queue, partition, transaction id.
+// A handler panic is logged at Error with its stack, and its error (as
+// OnError gets it) names the message: queue, partition, transaction id.
 func TestConsumePanicNamesTheMessage(t *testing.T) {
-	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
+	e := newEnv(t, withQueueConfig(noRetryDelay))
 	e.pushN("orders", "p7", 1)
-	var txn string
+	var txn, text string
 	err := execute(t, context.Background(), func(ctx context.Context) error {
 		return e.c.Queue("orders").Limit(2).
 			Consume(ctx, func(_ context.Context, m *queen.Message) error {
@@ -325,12 +325,15 @@ func TestConsumePanicNamesTheMessage(t *testing.T) {
 					panic("kaboom")
 				}
 				return nil
+			}).
+			OnError(func(_ context.Context, _ *queen.Message, err error) queen.Outcome {
+				text = err.Error()
+				return queen.Outcome{}
 			}).Execute(ctx)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := e.spy.ackRequests()[0].Items[0].Error
 	for _, want := range []string{"queue orders", "partition p7", "transaction " + txn, "kaboom"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("panic error %q lacks %q", text, want)

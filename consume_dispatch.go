@@ -3,77 +3,181 @@ package queen
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"time"
 )
 
-// The scheduler: a pop's messages become groups, and each group is
-// handled by one goroutine of the loop (consume_handle.go), in order:
+// Dispatch: a pop's answer becomes parts, each handled by one worker at a
+// time, in order:
 //
-//   - per message (Consume, or Each()): one group per partition of the
-//     pop; the loop starts a group only when no other group of its
-//     partition runs, so a partition's messages are handled one at a time
-//     and in order; Concurrency(n) groups run at once, on n partitions;
-//   - per pop (ConsumeBatch without Each()): one group, the whole pop.
+//   - per message (Consume, or Each()): one part per partition of the
+//     pop; a part starts only when no other part of its partition runs,
+//     so a partition's messages are handled one at a time and in order;
+//     Concurrency(n) parts run at once, on n partitions;
+//   - per pop (ConsumeBatch without Each()): one part, the whole pop.
 //
-// A group records an outcome per message it handled (group.acks, in
-// message order) and where it stopped (group.next): the settler gives
-// back msgs[next:] with retry.
+// A part keeps where its handling is (next: the first message not yet
+// given to a handler) and the outcomes not yet acked (consume_settle.go).
 
-// batch is one pop's messages, from its answer until its ack.
-type batch struct {
-	leaseID  string
-	msgs     []*Message
-	groups   []*group
-	reserved int                     // what its pop took from the Limit
-	poppedAt time.Time               // when its answer came
-	ctx      context.Context         // the handlers' ctx; a lost lease cancels it
-	cancel   context.CancelCauseFunc // of ctx
-	keeper   *leaseKeeper            // nil without RenewLease
-	left     atomic.Int32            // groups not done
-	held     *heldAcks               // the ack held for retryDelay (settle), nil: none
-
-	// one is the group of a pop that makes one group (a batch handler's
-	// pop, a pop of one partition), kept in the batch to spare allocating
-	// it; groups is then oneRef[:].
-	one    group
-	oneRef [1]*group
-}
-
-// group is what one handler goroutine handles: the messages of one
-// partition of a pop, or a whole pop.
-type group struct {
-	b       *batch
+// pop is one pop's messages, from its answer until the answer to its last
+// ack.
+type pop struct {
+	leaseID string
 	msgs    []*Message
-	whole   bool         // a whole pop (batch handler), not one partition
-	acks    []Settlement // outcomes, in message order
-	next    int          // msgs[next:] have no outcome: given back with retry
-	handled int          // messages given to the handler, for the Limit
-	lost    bool         // the lease was lost while it was handled
-	goexit  bool         // its handler ended the goroutine (runtime.Goexit)
+	parts   []*part
+	units   int       // the Limit's units it holds: messages got, and retries taken
+	calls   int       // handler calls made with its messages
+	at      time.Time // when its answer came
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	open    int  // parts not settled
+	lost    bool // a renewal found its lease lost
+	// Its renewals (consume_lease.go).
+	renewAt  time.Time // the next one (zero: none)
+	renewing bool      // one is due or in flight
+	failing  bool      // the last one failed on the way (said once)
+	holding  int       // parts holding a failed message: renewed without RenewLease too
+
+	// one spares allocating the part of a pop that makes one part (a batch
+	// handler's pop, a pop of one partition); parts is then oneRef[:].
+	one    part
+	oneRef [1]*part
 }
 
-// newBatch turns a pop's answer into groups.
-func (e *engine) newBatch(res *popResult, reserved int) *batch {
-	b := &batch{leaseID: res.leaseID, msgs: res.messages, reserved: reserved, poppedAt: time.Now(), ctx: e.life.hctx, cancel: func(error) {}}
-	if e.cfg.renewEvery > 0 && b.leaseID != "" {
-		// Only a renewal can tell that the lease is lost.
-		b.ctx, b.cancel = context.WithCancelCause(e.life.hctx)
+// part is what one worker handles at a time: the messages of one
+// partition of a pop, or a whole pop.
+type part struct {
+	p     *pop
+	msgs  []*Message
+	whole bool // a whole pop (batch handler), not one partition
+	next  int  // msgs[next:] not yet given to a handler
+	state stage
+	due   time.Time // held: when the retry (or the held acks) goes
+	// parked is a failure waiting for the read of the queue's settings.
+	parked *result
+	// failing: msgs[next] failed and waits for, or runs, its retry (its
+	// pop's lease is renewed meanwhile); failText is its error.
+	failing  bool
+	failText string
+	// The acks (consume_settle.go): pending, not yet answered; the first
+	// sending of them are in the sender's request.
+	pending  []ackItem
+	sending  int
+	heldAcks []ackItem // a whole part's acks waiting for retryDelay
+	posted   bool      // in the loop's outbox
+	// lingerTill: quick calls' acks may wait for the next ones until then
+	// (zero: they go as soon as the sender is free).
+	lingerTill time.Time
+	signal     bool // pending holds a dlq, retry or failed: what follows waits for it
+	resolved   bool // no outcome will come any more
+	settled    bool // resolved and every ack answered (or given up)
+}
+
+// stage is where a part's handling is.
+type stage uint8
+
+const (
+	partIdle     stage = iota // between runs, or resolved
+	partQueued                // waiting for a worker
+	partBusy                  // a worker has it
+	partHeld                  // waiting for a retry (RetryDelay)
+	partRuleWait              // a failure waits for the queue's settings
+)
+
+// setState moves pt to s, keeping the count of the parts that occupy a
+// handler (l.occupying: not settled, not waiting for a retry).
+func (l *loop) setState(pt *part, s stage) {
+	switch {
+	case pt.state == partHeld && s != partHeld:
+		l.occupying++
+	case pt.state != partHeld && s == partHeld:
+		l.occupying--
 	}
-	switch msgs := res.messages; {
-	case !e.cfg.each || onePartition(msgs):
-		b.one = group{b: b, msgs: msgs[:len(msgs):len(msgs)], whole: !e.cfg.each}
-		b.oneRef[0] = &b.one
-		b.groups = b.oneRef[:]
+	pt.state = s
+}
+
+// newPop turns a pop's answer into parts.
+func (l *loop) newPop(res *popResult) *pop {
+	p := &pop{leaseID: res.leaseID, msgs: res.messages, units: len(res.messages), at: time.Now()}
+	p.ctx, p.cancel = context.WithCancelCause(l.life.hctx)
+	msgs := res.messages
+	if l.failures.size() > 0 {
+		// A message this loop counted failures of comes back with its
+		// attempt (a copy: the answer's messages are the hooks' too).
+		cloned := false
+		for i, m := range msgs {
+			if n := l.failures.count(m); n > 0 {
+				if !cloned {
+					msgs, cloned = slices.Clone(msgs), true
+				}
+				c := *m
+				c.attempt = n + 1
+				msgs[i] = &c
+			}
+		}
+		p.msgs = msgs
+	}
+	switch {
+	case !l.cfg.each || onePartition(msgs):
+		p.one = part{p: p, msgs: msgs[:len(msgs):len(msgs)], whole: !l.cfg.each}
+		p.oneRef[0] = &p.one
+		p.parts = p.oneRef[:]
 	default:
-		parts := splitPartitions(msgs)
-		b.groups = make([]*group, len(parts))
-		for i, part := range parts {
-			b.groups[i] = &group{b: b, msgs: part}
+		split := splitPartitions(msgs)
+		p.parts = make([]*part, len(split))
+		for i, s := range split {
+			p.parts[i] = &part{p: p, msgs: s}
 		}
 	}
-	b.left.Store(int32(len(b.groups)))
-	return b
+	p.open = len(p.parts)
+	l.occupying += len(p.parts)
+	return p
+}
+
+// dispatched takes a pop's answer with messages (reserved: what its pop
+// took from the Limit): its parts wait for a worker, its renewals start.
+// An answer that comes after the stop is given back whole.
+func (l *loop) dispatched(res *popResult, reserved int) {
+	p := l.newPop(res)
+	l.pops = append(l.pops, p)
+	if l.phase != running {
+		for _, pt := range p.parts {
+			l.giveBack(pt, 0, nil)
+		}
+		return
+	}
+	l.startRenewals(p)
+	for _, pt := range p.parts {
+		l.setState(pt, partQueued)
+		l.queued = append(l.queued, pt)
+	}
+	l.fetcher.landed(l.fetcher.inflight+l.inHand() > l.cfg.slots) // no handler idle: nothing to pace
+}
+
+// dispatch hands the waiting parts whose partition is free to idle
+// workers, in order.
+func (l *loop) dispatch() {
+	for i := 0; i < len(l.queued) && len(l.running) < l.workers && l.phase == running; {
+		pt := l.queued[i]
+		if slices.ContainsFunc(l.running, pt.conflicts) {
+			i++
+			continue
+		}
+		l.queued = slices.Delete(l.queued, i, i+1)
+		l.start(pt)
+	}
+}
+
+// start hands pt to a worker from its next message.
+func (l *loop) start(pt *part) {
+	l.setState(pt, partBusy)
+	l.running = append(l.running, pt)
+	l.e.workc <- work{pt: pt, msgs: pt.msgs, from: pt.next, whole: pt.whole, ctx: pt.p.ctx}
+}
+
+// requeue puts pt first in line, to go on from its next message.
+func (l *loop) requeue(pt *part) {
+	l.setState(pt, partQueued)
+	l.queued = slices.Insert(l.queued, 0, pt)
 }
 
 // splitPartitions cuts msgs into partitions, in the order the partitions
@@ -117,95 +221,7 @@ func samePartition(a, b *Message) bool {
 	return a.PartitionID == b.PartitionID && a.Partition == b.Partition && a.Queue == b.Queue
 }
 
-// conflicts says whether g may not start while o runs: one partition.
-func (g *group) conflicts(o *group) bool {
-	return !g.whole && !o.whole && samePartition(g.msgs[0], o.msgs[0])
+// conflicts says whether pt may not start while o runs: one partition.
+func (pt *part) conflicts(o *part) bool {
+	return !pt.whole && !o.whole && samePartition(pt.msgs[0], o.msgs[0])
 }
-
-// scheduler holds the groups of the pops in hand: queued wait for a handler or for their partition, running are
-// being handled. A group starts only when no group of its partition runs,
-// and the groups of a partition start in the order their pops came.
-type scheduler struct {
-	wake    wakeup // workers waiting for a group (or, after a stop, a settle)
-	queued  []*group
-	running []*group
-}
-
-func newScheduler() scheduler { return scheduler{wake: newWakeup()} }
-
-// dispatch turns a pop's answer (reserved: what its pop took from the
-// Limit) into groups for the scheduler, starts the renewal of its lease,
-// and handles its first group on this goroutine, if a handler is free for
-// it, so that a pop of one partition is handled with no hand-off; workers
-// take the rest. An answer that comes after a stop is given back whole.
-func (e *engine) dispatch(res *popResult, reserved int, s *slot) {
-	b := e.newBatch(res, reserved)
-	l := e.lock()
-	mine, live := l.dispatched(b)
-	if live && e.cfg.renewEvery > 0 && b.leaseID != "" {
-		b.keeper = e.keepLease(b) // before any goroutine can settle b: the loop is held
-	}
-	l.changed()
-	e.unlock()
-	if mine != nil {
-		e.runGroup(mine, s)
-	}
-}
-
-// dispatched takes a pop's groups, and gives the first whose partition is
-// free to its fetcher (mine); after a stop (live false) the pop goes
-// back whole.
-func (l *loop) dispatched(b *batch) (mine *group, live bool) {
-	l.settler.add()
-	if l.phase != running {
-		l.fetcher.landed(false)
-		if l.fetcher.inflight == 0 {
-			l.fetcher.abandon(l.life.pollCancel) // the last pop is back: nothing to wait for
-		}
-		l.settler.hold(b)
-		return nil, false
-	}
-	l.sched.add(b.groups)
-	l.fetcher.landed(l.fetcher.inflight+l.inHand() > l.cfg.slots) // no handler idle: nothing to pace
-	return l.sched.take(l.cfg.slots), true
-}
-
-// add queues the groups of a pop.
-func (s *scheduler) add(groups []*group) { s.queued = append(s.queued, groups...) }
-
-// take moves the first waiting group whose partition is free to running,
-// while fewer than slots run.
-func (s *scheduler) take(slots int) *group {
-	if len(s.running) >= slots {
-		return nil
-	}
-	for i, g := range s.queued {
-		if !slices.ContainsFunc(s.running, g.conflicts) {
-			s.queued = slices.Delete(s.queued, i, i+1)
-			s.running = append(s.running, g)
-			return g
-		}
-	}
-	return nil
-}
-
-// done takes back a group that ran.
-func (s *scheduler) done(g *group) {
-	s.running = slices.DeleteFunc(s.running, func(o *group) bool { return o == g })
-}
-
-// drop gives back the groups that never started (at a stop), and returns
-// the pops whose last group that was.
-func (s *scheduler) drop() []*batch {
-	var ended []*batch
-	for _, g := range s.queued {
-		if g.b.left.Add(-1) == 0 {
-			ended = append(ended, g.b)
-		}
-	}
-	s.queued = nil
-	return ended
-}
-
-// held is how many groups wait or run.
-func (s *scheduler) held() int { return len(s.queued) + len(s.running) }

@@ -4,50 +4,39 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 )
 
-// The engine of one Execute composes its parts, each a type whose fields
-// only its own methods write, each in its own file: fetcher
-// (consume_fetch.go), scheduler (consume_dispatch.go), the handler calls
-// (consume_handle.go), settler (consume_settle.go), failureCounter and
-// ruleReader (consume_failures.go, each with a lock of its own),
-// leaseKeeper (consume_lease.go), lifecycle (consume_stop.go).
+// The engine of one Execute. Its state (the loop type) is owned by one
+// goroutine, Execute's own (run), which takes every decision in a select
+// loop over channels; every other goroutine has one role and talks to it
+// over those channels only:
 //
-// The fetcher, scheduler and settler, and the loop's phase, are the state
-// its goroutines share: the loop type below. Only engine.lock gives a
-// *loop, and unlock ends its use, so every method of loop runs under the
-// engine's mutex and calls the parts' methods; nothing else reaches them.
-// Who writes what:
+//   - fetchers (consume_fetch.go) send the pops the owner orders and
+//     return their answers (popc);
+//   - workers (consume_handle.go) run the handler, the outcome callbacks
+//     and the handler hooks for the messages the owner hands them, and
+//     report each outcome as it is decided (donec);
+//   - ONE sender (consume_send.go) sends the loop's acks, lease renewals
+//     and reads of the queue's retry settings, each job on a goroutine of
+//     its own, and returns each answer (sentc). Acks go in one job at a
+//     time, what completes meanwhile in the next; only a batch's worth
+//     (ackChunk) goes beside a job in flight, never two jobs with one
+//     partition.
 //
-//   - loop.phase, loop.fatal: loop.stop, loop.changed (done);
-//   - fetcher: the pops in flight, the pacing, the Limit, the outage
-//     (loop.start, loop.takePop, loop.answered, loop.dispatched,
-//     loop.settled, loop.stop, loop.abandon);
-//   - scheduler: the groups waiting and running (loop.dispatched,
-//     loop.takeWork, loop.groupDone, loop.stop);
-//   - settler: the pops not yet settled (loop.dispatched, loop.groupDone,
-//     loop.holdEnd, loop.settled, loop.stop);
-//   - the wakeups of the fetcher and scheduler: next (a goroutine goes to
-//     sleep and wakes) and loop.changed (kick).
-//
-// A pop goes fetch, dispatch, handle, settle: a fetcher goroutine sends
-// it (engine.fetch), turns its answer into groups (engine.dispatch) and
-// handles the first itself (engine.runGroup), and the goroutine that ends
-// the pop's last group settles it (engine.settle); workers handle the
-// other groups. A pop whose failed partitions wait for the queue's
-// retryDelay waits on a goroutine of its own (holdFailed), so that the
-// wait occupies no handler. Each goroutine takes its next task with next;
-// who has nothing to do waits on its wakeup, which loop.changed kicks
-// when the state may have work for it. Execute's own goroutine (run,
-// consume_stop.go) turns the contexts and the timers into the steps of
-// the stop path.
+// A pop's answer goes fetch (consume_fetch.go), dispatch into parts, one
+// per partition (consume_dispatch.go), handle (consume_handle.go), settle
+// (consume_settle.go): each outcome is acked as soon as the sender is
+// free, a partition's in order, and a failed message is retried where it
+// failed (consume_failures.go), its lease renewed meanwhile
+// (consume_lease.go). The stop path is consume_stop.go. No goroutine but
+// the owner reads or writes the loop; what the others get (a message
+// slice, a ctx, a job) is not written while they hold it.
 
 // engineConfig is what the parts read of the options.
 type engineConfig struct {
 	queue, group string
-	each         bool          // a group per partition, a handler call per message
+	each         bool          // a part per partition, a handler call per message
 	ackOff       bool          // AutoAck(false)
 	slots        int           // Concurrency
 	want         int           // the most one pop asks for
@@ -68,43 +57,65 @@ type handlers struct {
 	onLoopError func(ctx context.Context, err error)
 }
 
-// engine is one Execute.
+// engine is one Execute: what every goroutine of the loop may read (set
+// up before any starts, then never written), the channels between them,
+// and the owner's state.
 type engine struct {
 	b     consumeBroker
 	cfg   engineConfig
 	log   *slog.Logger
 	hooks *hookSet // the Client's (nil: none)
 	on    handlers
+	life  lifecycle
 
-	life     lifecycle       // set up by init, then only read
-	failures *failureCounter // each message's failures
-	rules    ruleReader      // the queue's retryLimit and retryDelay, read once
+	// The channels. Each is buffered so that the owner never blocks on a
+	// send: it orders at most Concurrency pops, hands at most Concurrency
+	// parts to workers, and gives the sender at most as many jobs at once
+	// as sendc holds.
+	popOrders chan popOrder  // owner -> fetchers
+	popc      chan popAnswer // fetchers -> owner
+	workc     chan work      // owner -> workers
+	donec     chan result    // workers -> owner
+	sendc     chan *job      // owner -> sender
+	sentc     chan *job      // sender -> owner
 
-	mu sync.Mutex
-	st loop // through lock only
+	st loop // the owner's alone
 }
 
-// loop is the state the loop's goroutines share (the top of this file).
+// loop is the state of one Execute, read and written by the owner
+// goroutine (run) alone.
 type loop struct {
-	cfg  *engineConfig // read only
+	e    *engine
+	cfg  *engineConfig
 	log  *slog.Logger
-	life *lifecycle // read only: its contexts and channels
-	// The phase: running until the stop, draining until done.
+	life *lifecycle
+
 	phase phase
 	fatal error // what Execute returns
-	// The parts.
+
 	fetcher fetcher
-	sched   scheduler
-	settler settler
-}
+	pops    []*pop  // in hand: from the answer until every ack of it was answered
+	queued  []*part // parts waiting for a worker, in order
+	running []*part // parts a worker has
+	held    []*part // parts waiting for a retry (RetryDelay)
+	outbox  []*part // parts that had acks to send (some may have none left)
+	workers int     // worker goroutines alive
+	// occupying counts the parts that occupy a handler: not settled, not
+	// waiting for a retry (setState; inHand).
+	occupying int
 
-// lock gives the loop's shared state; unlock gives it back.
-func (e *engine) lock() *loop {
-	e.mu.Lock()
-	return &e.st
-}
+	failures *failureCounter
+	rules    ruleState
+	acks     ackState // the outbox's backoff and outage
+	sending  int      // the sender's jobs in flight
+	acking   int      // of them, ack jobs
+	spares   []*job   // ack jobs answered, for the next ones
+	renewals []*pop   // pops whose renewal is due, in order
 
-func (e *engine) unlock() { e.mu.Unlock() }
+	lastBusy time.Time // the last pop settled (or the start), for IdleMillis
+	drainAt  time.Time // a stop's wait for answers on their way ends (zero: none)
+	graceAt  time.Time // a stop's grace period ends (zero: none)
+}
 
 func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 	qb := &cb.qb
@@ -152,201 +163,197 @@ func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
 // newEngine is an engine over any broker (tests give a fake); the caller
 // sets the handlers. consumeCtx is Consume's (nil: none).
 func newEngine(execCtx, consumeCtx context.Context, b consumeBroker, cfg engineConfig, limit int, log *slog.Logger) *engine {
-	e := &engine{b: b, log: log, cfg: cfg, failures: newFailureCounter(maxCountedFailures)}
+	e := &engine{b: b, log: log, cfg: cfg}
 	e.life.init(execCtx, consumeCtx)
-	e.st = loop{cfg: &e.cfg, log: log, life: &e.life, fetcher: newFetcher(limit), sched: newScheduler()}
+	e.st = loop{e: e, cfg: &e.cfg, log: log, life: &e.life, fetcher: newFetcher(limit),
+		failures: newFailureCounter(maxCountedFailures)}
 	return e
 }
 
-// task is what next gives a goroutine of the loop: a pop to send (of n
-// messages), a group to handle, or a pop to settle.
-type task struct {
-	pop       bool
-	n         int
-	nowait    bool
-	settledAt uint64 // the pops settled when the pop went
-	g         *group
-	settle    *batch
-}
-
-// startSlot starts one fetcher (it sends pops and handles the first group
-// of each) or one worker (it handles groups and settles pops).
-func (e *engine) startSlot(fetcher bool) {
-	e.life.spawn(func() {
-		var s slot
-		defer e.slotEnded(&s)
-		for {
-			t, ok := e.next(fetcher)
-			if !ok {
-				return
-			}
-			switch {
-			case t.pop:
-				e.fetch(t, &s)
-			case t.g != nil:
-				e.runGroup(t.g, &s)
-			default:
-				e.settle(t.settle)
-				e.settledLate(t.settle)
-			}
-		}
-	})
-}
-
-// slot is one goroutine of the loop: the group it is handling, if any.
-type slot struct{ g *group }
-
-// slotEnded ends a slot's goroutine. Should a handler have ended it
-// (runtime.Goexit, as t.FailNow does), its group goes on all the same,
-// marked, its running message and the rest without an outcome (given
-// back), and the loop stops.
-func (e *engine) slotEnded(s *slot) {
-	if s.g != nil {
-		s.g.goexit = true
-		e.groupDone(s.g)
+// run is Execute: it starts the loop's goroutines, then runs the owner's
+// select loop until the stop path is done, and returns when no goroutine
+// of the loop is left.
+func (e *engine) run() error {
+	l := &e.st
+	slots := e.cfg.slots
+	e.popOrders, e.popc = make(chan popOrder, slots), make(chan popAnswer, slots)
+	e.workc, e.donec = make(chan work, slots), make(chan result, 4*slots)
+	// Jobs in flight: ack jobs (at most Concurrency), a renewal per pop
+	// in hand (at most 2×Concurrency), a read of the queue's settings.
+	jobs := 3*slots + 1
+	e.sendc, e.sentc = make(chan *job, jobs), make(chan *job, jobs)
+	l.lastBusy = time.Now()
+	l.fetcher.start(e.cfg.retry)
+	for range slots {
+		e.life.spawn(e.fetch)
+		e.life.spawn(e.work)
 	}
-}
+	l.workers = slots
+	e.life.spawn(e.send)
+	defer e.shutdown()
 
-// next waits for the next task of a fetcher or a worker; false: it is done
-// (a fetcher after the stop, a worker when the stop path is done).
-func (e *engine) next(fetcher bool) (task, bool) {
-	var pause *time.Timer
-	defer func() {
-		if pause != nil {
-			pause.Stop()
-		}
-	}()
+	if e.stopping() {
+		l.stop(nil) // a ctx that ended: no pop at all
+	} else {
+		l.readRuleAtStart() // before the first pop can create the queue
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	armed := time.Time{}
+	ended, consumeEnded := e.life.ctx.Done(), e.life.consumeDone
 	for {
-		l := e.lock()
-		if l.phase == running && e.stopping() {
-			l.stop(nil) // a ctx that ended: no pop or message starts after it
+		now := time.Now()
+		l.act(now)
+		if l.finished() {
+			return l.fatal
 		}
-		var t task
-		ok := false
-		if fetcher {
-			t, ok = l.takePop()
-		} else {
-			t, ok = l.takeWork()
+		if l.phase != running {
+			ended, consumeEnded = nil, nil // stopped: nothing more to hear from them
 		}
-		if ok {
-			e.unlock()
-			return t, true
-		}
-		if (fetcher && l.phase != running) || l.phase == done {
-			e.unlock()
-			return task{}, false
-		}
-		w := &l.sched.wake
-		if fetcher {
-			w = &l.fetcher.wake
-		}
-		kick := w.sleep()
-		var wake <-chan time.Time
-		if wait := time.Until(l.fetcher.wakeAt()); fetcher && wait > 0 {
-			if pause == nil {
-				pause = time.NewTimer(wait)
+		// Arm the one timer for the earliest deadline, if it moved.
+		if at := l.nextWake(now); !at.Equal(armed) {
+			armed = at
+			if !at.IsZero() {
+				timer.Reset(max(at.Sub(now), 0))
 			} else {
-				pause.Reset(wait)
+				timer.Stop()
 			}
-			wake = pause.C
 		}
-		e.unlock()
 		select {
-		case <-kick:
-		case <-wake:
+		case a := <-e.popc:
+			l.answered(a)
+		case r := <-e.donec:
+			l.handled(r)
+		case j := <-e.sentc:
+			l.sent(j)
+		case <-timer.C:
+			armed = time.Time{}
+		case <-ended:
+			l.stop(nil)
+		case <-consumeEnded:
+			l.stop(nil)
 		}
-		e.lock()
-		w.woke()
-		e.unlock()
+		l.drainReady()
 	}
 }
 
-// takeWork gives a worker a group whose partition is free, or, after a
-// stop and once quiet, a pop to settle.
-func (l *loop) takeWork() (task, bool) {
-	if l.phase == running {
-		if g := l.sched.take(l.cfg.slots); g != nil {
-			return task{g: g}, true
+// drainReady takes the reports already waiting, so that what completed
+// together is acked together.
+func (l *loop) drainReady() {
+	for range 64 {
+		select {
+		case r := <-l.e.donec:
+			l.handled(r)
+		case a := <-l.e.popc:
+			l.answered(a)
+		default:
+			return
 		}
-		return task{}, false
-	}
-	if b := l.settler.take(l.fetcher.quiet(l.life.pollCtx)); b != nil {
-		return task{settle: b}, true
-	}
-	return task{}, false
-}
-
-// inHand is what the loop holds past the pops' answers: groups waiting or
-// running, pops being settled. With the pops in flight, it is held below
-// Concurrency. The pops held for retryDelay are not in it (they occupy no
-// handler); takePop bounds them.
-func (l *loop) inHand() int { return l.sched.held() + l.settler.settling }
-
-// changed wakes who waits for a task and may now have one, and ends the
-// stop path when nothing is left to do. (Waking only those spares a
-// fetcher that handles its own pop a wake-up of every idle worker at each
-// step.)
-func (l *loop) changed() {
-	if l.phase == draining && l.fetcher.inflight == 0 && len(l.sched.running) == 0 && l.settler.idle() {
-		l.phase = done
-		l.life.finish()
-	}
-	stopped := l.phase != running
-	if stopped || len(l.sched.queued) > 0 {
-		l.sched.wake.kick()
-	}
-	if stopped || l.fetcher.inflight+l.inHand() < l.cfg.slots {
-		l.fetcher.wake.kick()
 	}
 }
 
-// stop is the one way from running to draining; err is what Execute
-// returns (nil: a ctx, Limit or idle stop; a later stop's error does not
-// replace an earlier one). run arms the drain and grace timers when it
-// sees the stop.
-func (l *loop) stop(err error) {
-	if l.fatal == nil {
-		l.fatal = err
+// act does what the state allows now: the stop of a ctx that ended, what
+// is due, handlers for the parts waiting, pops, and the sender's next
+// job.
+func (l *loop) act(now time.Time) {
+	if l.phase == running && l.e.stopping() {
+		l.stop(nil) // no pop or message starts after a ctx ended
 	}
-	if l.phase != running {
-		return
-	}
-	l.phase = draining
-	l.life.announceStop()
-	if l.fetcher.inflight == 0 {
+	l.due(now)
+	l.dispatch()
+	l.popMore(now)
+	l.flush(now)
+}
+
+// due does what a deadline asks: the stop's steps, the parts whose
+// retryDelay is over, the renewals due, IdleMillis.
+func (l *loop) due(now time.Time) {
+	if !l.drainAt.IsZero() && !now.Before(l.drainAt) {
+		l.drainAt = time.Time{}
 		l.fetcher.abandon(l.life.pollCancel)
 	}
-	// Groups that never started: given back (their pops settle when
-	// their last group is done).
-	for _, b := range l.sched.drop() {
-		l.settler.hold(b)
+	if !l.graceAt.IsZero() && !now.Before(l.graceAt) {
+		l.graceAt = time.Time{}
+		l.life.hcancel(errConsumeStopped)
 	}
-	l.changed()
-}
-
-// wakeup is where the loop's goroutines with nothing to do wait (one for
-// the fetchers, one for the workers): a channel closed and replaced by
-// kick.
-type wakeup struct {
-	ch   chan struct{}
-	idle int // goroutines waiting on ch
-}
-
-func newWakeup() wakeup { return wakeup{ch: make(chan struct{})} }
-
-// sleep counts one more waiter and returns the channel to wait on.
-func (w *wakeup) sleep() <-chan struct{} {
-	w.idle++
-	return w.ch
-}
-
-// woke counts one waiter less.
-func (w *wakeup) woke() { w.idle-- }
-
-// kick wakes every waiter, if any.
-func (w *wakeup) kick() {
-	if w.idle > 0 {
-		close(w.ch)
-		w.ch = make(chan struct{})
+	if len(l.held) > 0 {
+		l.retryDue(now)
 	}
+	l.renewDue(now)
+	if l.phase == running && l.cfg.idle > 0 && len(l.pops) == 0 && !now.Before(l.lastBusy.Add(l.cfg.idle)) {
+		l.log.Debug("queen: consume loop idle, stopping", "queue", l.cfg.queue, "group", l.cfg.group, "idle", l.cfg.idle)
+		l.stop(nil)
+	}
+}
+
+// nextWake is the earliest deadline the owner waits for (zero: none).
+func (l *loop) nextWake(now time.Time) time.Time {
+	var at time.Time
+	soon := func(t time.Time) {
+		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	soon(l.drainAt)
+	soon(l.graceAt)
+	if l.phase == running {
+		if l.cfg.idle > 0 && len(l.pops) == 0 {
+			soon(l.lastBusy.Add(l.cfg.idle))
+		}
+		if t := l.fetcher.wakeAt(); l.canPop() && t.After(now) {
+			soon(t) // a pop held back by the pacing
+		}
+	} else if q := l.fetcher.quietAt; l.life.pollCtx.Err() != nil && now.Before(q) {
+		soon(q) // the acks held back may go then
+	}
+	for _, pt := range l.held {
+		soon(pt.due)
+	}
+	for _, p := range l.pops {
+		if p.renewAt.IsZero() || p.renewing {
+			continue
+		}
+		soon(p.renewAt)
+	}
+	if t := l.acks.wakeAt(l, now); t.After(now) {
+		soon(t) // acks held back by a backoff, or lingering
+	}
+	return at
+}
+
+// finished says whether the stop path is done: nothing in flight, no
+// handler running, every pop settled (or given up).
+func (l *loop) finished() bool {
+	return l.phase != running && l.fetcher.inflight == 0 && len(l.running) == 0 &&
+		l.sending == 0 && len(l.pops) == 0
+}
+
+// shutdown ends the loop's goroutines and contexts; it returns when none
+// of them is left.
+func (e *engine) shutdown() {
+	l := &e.life
+	l.hcancel(errConsumeStopped)
+	l.pollCancel()
+	l.reqCancel() // a renewal still in flight: nothing waits for it
+	close(e.popOrders)
+	close(e.workc)
+	close(e.sendc)
+	l.wg.Wait()
+	l.end()
+}
+
+// loopError hands err to the OnLoopError hook, if any; a panic in the hook
+// is logged, never the loop's end. It runs on the fetchers and the sender,
+// never on the owner.
+func (e *engine) loopError(err *LoopError) {
+	f := e.on.onLoopError
+	if f == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			e.log.Error("queen: OnLoopError hook panicked", "panic", v)
+		}
+	}()
+	f(e.life.reqCtx, err)
 }

@@ -46,53 +46,23 @@ func (h *failFirst) times() []time.Time {
 	return append([]time.Time(nil), h.at...)
 }
 
-// A message's failures are counted across its deliveries: retry while at
-// most the limit, dlq (with the error, or a default) at the one past it;
-// completed and dlq end the count; a retry chosen by the handler counts
-// nothing; an unknown rule sends what was chosen.
-func TestFailureCounterApply(t *testing.T) {
+// The counter counts each message's failures across its deliveries, by
+// partition and transaction id (a copy of the message counts as the
+// message); done forgets one.
+func TestFailureCounterCounts(t *testing.T) {
 	fc := newFailureCounter(100)
-	rule := retryRule{known: true, limit: 2}
 	a, b := failMsg("p", "a"), failMsg("p", "b")
-	statuses := func(s []Settlement) string {
-		var out []string
-		for _, x := range s {
-			out = append(out, string(x.Status)+":"+x.Error)
-		}
-		return strings.Join(out, ",")
-	}
-	for round, want := range []string{"retry:boom,retry:", "retry:boom,retry:", "dlq:boom,retry:"} {
-		chosen := []Settlement{{Message: a, Status: StatusFailed, Error: "boom"}, {Message: b, Status: StatusRetry}}
-		sent, retried := fc.apply(rule, chosen)
-		assert.Equal(t, want, statuses(sent), "round %d", round)
-		assert.Equal(t, round < 2, retried, "round %d", round)
-		assert.Equal(t, StatusFailed, chosen[0].Status, "the chosen outcomes stay as they were")
-	}
-	assert.Equal(t, 0, fc.count(a), "a dead-letter ends the count")
-	assert.Equal(t, 0, fc.count(b), "a retry counts nothing")
-
-	sent, _ := fc.apply(rule, []Settlement{{Message: b, Status: StatusFailed}})
-	assert.Equal(t, StatusRetry, sent[0].Status)
-	fc.apply(rule, []Settlement{{Message: b, Status: StatusCompleted}})
-	assert.Equal(t, 0, fc.count(b), "a completion ends the count")
-
-	// RetryLimit 0: the first failure dead-letters, with a default reason.
-	sent, _ = fc.apply(retryRule{known: true}, []Settlement{{Message: a, Status: StatusFailed}})
-	assert.Equal(t, "dlq:failed 1 times", statuses(sent))
-
-	// A 2.x queue with its dead-letter queue off: past the limit the loop
-	// sends failed (the broker drops it once its count is spent), and goes
-	// on doing so for that message.
-	off := retryRule{known: true, limit: 1, dlqOff: true}
-	for _, want := range []AckStatus{StatusRetry, StatusFailed, StatusFailed} {
-		sent, _ = fc.apply(off, []Settlement{{Message: a, Status: StatusFailed}})
-		assert.Equal(t, want, sent[0].Status)
-	}
-
-	// Rule unknown: the broker counts.
-	sent, retried := fc.apply(retryRule{}, []Settlement{{Message: b, Status: StatusFailed}})
-	assert.Equal(t, StatusFailed, sent[0].Status)
-	assert.False(t, retried)
+	assert.Equal(t, 1, fc.failed(a))
+	c := *a
+	assert.Equal(t, 2, fc.failed(&c), "a copy of the message is the message")
+	assert.Equal(t, 1, fc.failed(b))
+	assert.Equal(t, 2, fc.size())
+	fc.done(a)
+	assert.Equal(t, 0, fc.count(a))
+	assert.Equal(t, 1, fc.count(b))
+	fc.done(b)
+	fc.done(b) // twice, or with nothing counted: nothing happens
+	assert.Equal(t, 0, fc.size())
 }
 
 // The counter forgets its oldest counts past its bound, and keeps its
@@ -113,38 +83,80 @@ func TestFailureCounterBounded(t *testing.T) {
 	assert.LessOrEqual(t, len(fc.order), 2*3+1)
 }
 
-// With the queue's retryDelay known, a failure given back with retry (which
-// the broker gives out again at once) waits that long in the loop before
-// its ack, so the message comes back no earlier than a failed ack would
-// have it; a stop ends the wait at once.
-func TestConsumeHoldsFailedForRetryDelay(t *testing.T) {
+// A failed message is retried where it failed: the handler is called
+// again with it after retryDelay (Attempt 2, then 3), its partition
+// leased all along and renewed by the loop without RenewLease, nothing
+// after it handled meanwhile; the broker hears only of the completion.
+// One pop, no retry or failed ack.
+func TestRetryInPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeBroker(10)
-		f.rule = &retryRule{known: true, limit: 2, delay: 10 * time.Second}
-		f.add("p", 1)
-		var h failFirst
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 2, h.handle)
-		require.NoError(t, e.run())
-		at := h.times()
-		require.Len(t, at, 2)
-		assert.GreaterOrEqual(t, at[1].Sub(at[0]), 10*time.Second, "the message came back before retryDelay")
-		assert.Less(t, at[1].Sub(at[0]), 11*time.Second)
-		assert.Equal(t, StatusRetry, f.settles()[0][0].Status)
+		f.rule = &retryRule{known: true, limit: 2, delay: 10 * time.Second, lease: 30 * time.Second}
+		f.add("p", 2)
+		var mu sync.Mutex
+		var calls []string
+		var at []time.Time
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+			func(_ context.Context, m *Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				calls = append(calls, fmt.Sprintf("%s#%d", m.TransactionID, m.Attempt()))
+				at = append(at, time.Now())
+				if m.TransactionID == "p/0" && m.Attempt() < 3 {
+					f.mu.Lock()
+					leased := f.leased["p"]
+					f.mu.Unlock()
+					assert.Equal(t, "L1", leased, "the partition left the loop during the retries")
+					return errors.New("not yet")
+				}
+				return nil
+			})
+		require.NoError(t, runEngine(t, e))
+		assert.Equal(t, []string{"p/0#1", "p/0#2", "p/0#3", "p/1#1"}, calls)
+		assert.Equal(t, 10*time.Second, at[1].Sub(at[0]), "the retry came before retryDelay")
+		assert.Equal(t, 10*time.Second, at[2].Sub(at[1]))
+		assert.Equal(t, []string{"p/0:completed", "p/1:completed"}, statuses(f.settles()))
+		f.mu.Lock()
+		assert.Len(t, f.leases, 1, "the message went back to the broker and was popped again")
+		f.mu.Unlock()
+		f.mu.Lock()
+		renewed := f.renews["L1"]
+		f.mu.Unlock()
+		assert.GreaterOrEqual(t, renewed, 1, "the held failure's lease was not renewed")
 		assert.Empty(t, f.left())
 	})
+}
+
+// The failure past retryLimit dead-letters the message with its error,
+// and the partition goes on: the messages after it are handled in the
+// same pop, and acked after the dead letter, in the same request (a dead
+// letter ends the lease on 2.x).
+func TestRetryInPlaceDeadLetters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeBroker(10)
-		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour}
-		f.add("p", 1)
-		ctx, cancel := context.WithCancel(context.Background())
-		e, _ := testEngine(t, ctx, f, engineConfig{each: true}, 0,
-			func(context.Context, *Message) error { return errors.New("fails") })
-		time.AfterFunc(time.Second, cancel)
-		start := time.Now()
-		require.NoError(t, e.run())
-		assert.Less(t, time.Since(start), 2*time.Second, "the stop did not end the hold")
-		require.Len(t, f.settles(), 1)
-		assert.Equal(t, StatusRetry, f.settles()[0][0].Status)
+		f.rule = &retryRule{known: true, limit: 1}
+		f.add("p", 3)
+		var mu sync.Mutex
+		calls := map[string]int{}
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+			func(_ context.Context, m *Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				calls[m.TransactionID]++
+				if m.TransactionID == "p/1" {
+					return errors.New("poison")
+				}
+				return nil
+			})
+		require.NoError(t, runEngine(t, e))
+		assert.Equal(t, map[string]int{"p/0": 1, "p/1": 2, "p/2": 1}, calls)
+		settles := f.settles()
+		assert.Equal(t, []string{"p/0:completed", "p/1:dlq", "p/2:completed"}, statuses(settles))
+		last := settles[len(settles)-1]
+		assert.Equal(t, []string{"p/1:dlq", "p/2:completed"}, statuses([][]Settlement{last}),
+			"the dead letter and what follows it went apart")
+		assert.Equal(t, "poison", last[0].Error)
+		assert.Empty(t, f.left())
 	})
 }
 
@@ -193,19 +205,6 @@ func TestConsumeWarnsOfUnknownQueue(t *testing.T) {
 	}
 }
 
-// A settle with no failure forgets the counts of the messages it completed
-// (a message that failed once and then completed in a pop of its own).
-func TestFailureCounterForgetsCompleted(t *testing.T) {
-	fc := newFailureCounter(10)
-	m, other := &Message{PartitionID: "p", TransactionID: "a"}, &Message{PartitionID: "p", TransactionID: "b"}
-	fc.failed(m)
-	fc.failed(other)
-	fc.settled([]Settlement{{Message: m, Status: StatusCompleted}, {Message: other, Status: StatusRetry}})
-	assert.Equal(t, 0, fc.count(m))
-	assert.Equal(t, 1, fc.count(other), "a retry keeps the count")
-	assert.Equal(t, 1, fc.size())
-}
-
 type lockedWriter struct {
 	w  *bytes.Buffer
 	mu *sync.Mutex
@@ -218,9 +217,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // SettleHook gives, per message, the outcome the loop chose, the status it
-// sent and the broker's answer: a Fail with retries left goes out as retry
-// (lease released), the one past the limit as dlq (dead-lettered); outside
-// the loop the outcome is the status sent (issue 21 point 6).
+// sent and the broker's answer: a batch handler's Fail with retries left
+// goes out as retry (lease released), the one past the limit as dlq
+// (dead-lettered); outside the loop the outcome is the status sent (issue
+// 21 point 6).
 func TestSettleHookSaysChosenSentAnswered(t *testing.T) {
 	rec := &recHook{}
 	_, c := hookClient(t, nil, rec)
@@ -228,8 +228,10 @@ func TestSettleHookSaysChosenSentAnswered(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Queue("work").Push(1, 2).Execute(t.Context())
 	require.NoError(t, err)
-	err = c.Queue("work").Batch(1).Each().Limit(2).
-		Consume(t.Context(), func(context.Context, *Message) error { return errors.New("poison") }).
+	// A batch handler's failure is given back (retry while retries are
+	// left, dlq past them): the one way a Fail goes out as retry.
+	err = c.Queue("work").Batch(1).Limit(2).
+		ConsumeBatch(t.Context(), func(context.Context, []*Message) error { return errors.New("poison") }).
 		Execute(t.Context())
 	require.NoError(t, err)
 	msgs := popAll(t, c, "work", "")
@@ -294,10 +296,9 @@ func failureRequests(tb testing.TB, known bool, fail bool) (requests, failures i
 }
 
 // The loop's own count costs at most one request per failure over the
-// broker's count, and in fact none: its retry and dlq ride in the pop's
-// batch ack, as failed did, and the queue's settings are read once per
-// loop. (A failure itself costs what it always did, about one pop and one
-// ack for the rest of its partition: logged, not asserted.)
+// broker's count, and in fact fewer: a failure is retried in place, where
+// the broker's count gives the rest of its partition back to be popped
+// again; the queue's settings are read once per loop.
 func TestFailureCostsAtMostOneRequest(t *testing.T) {
 	clean, _ := failureRequests(t, true, false)
 	loop, n := failureRequests(t, true, true)
@@ -315,10 +316,9 @@ func TestFailureCostsAtMostOneRequest(t *testing.T) {
 }
 
 // BenchmarkFailureCost reports what the loop's count costs per failure
-// over the broker's (count-req/failure: at most one, in fact about zero),
-// and what a failure costs over the same messages without failures
-// (extra-req/failure: the pop and ack of the rest of its partition, the
-// same under both counts).
+// over the broker's (count-req/failure: at most one, in fact below zero:
+// a retry in place pops nothing again), and what a failure costs over the
+// same messages without failures (extra-req/failure).
 func BenchmarkFailureCost(b *testing.B) {
 	var clean, loop, broker, n int
 	for b.Loop() {
@@ -381,82 +381,63 @@ func TestRetryRuleReads(t *testing.T) {
 		"/api/v1/resources/queues/v015", "/api/v1/messages/pid-1/txn-1", "/api/v1/resources/queues/typo"}, paths)
 }
 
-// Without RenewLease the hold ends by half the pops' lease (LeaseSeconds
-// over the queue's leaseTime), so that the retry ack finds the lease.
-func TestConsumeHoldEndsBeforeTheLease(t *testing.T) {
+// Without RenewLease a pop holding a failed message is renewed every third
+// of the lease (the shorter of the pops' LeaseTime and the queue's: a
+// 0.15.1 broker ignores the pops'), each renewal by a whole lease, from
+// the failure until the retry's outcome: an hour's retryDelay keeps the
+// partition. With the lease unknown, every 10 s by 30 s.
+func TestRetryHoldRenewsWithoutRenewLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeBroker(10)
 		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour, lease: 300 * time.Second}
 		f.add("p", 1)
 		var h failFirst
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, lease: 20 * time.Second}, 2, h.handle)
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, lease: 30 * time.Second}, 2, h.handle)
 		require.NoError(t, e.run())
 		at := h.times()
 		require.Len(t, at, 2)
-		assert.GreaterOrEqual(t, at[1].Sub(at[0]), 9*time.Second)
-		assert.Less(t, at[1].Sub(at[0]), 11*time.Second, "the hold outlasted half the lease")
+		assert.Equal(t, time.Hour, at[1].Sub(at[0]))
+		f.mu.Lock()
+		renewed := f.renews["L1"]
+		f.mu.Unlock()
+		assert.InDelta(t, 360, renewed, 2, "renewals every 10 s of the hour")
+		assert.Equal(t, []string{"p/0:completed"}, statuses(f.settles()))
 	})
 }
 
-// A pop of two partitions, one with a failure held for retryDelay: the
-// other partition's outcomes are acked at once, the held one after the
-// hold (two requests: one more than without the hold).
-func TestConsumeHoldAcksOtherPartitionsAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakeBroker(10)
-		f.rule = &retryRule{known: true, limit: 2, delay: 10 * time.Second}
-		f.add("a", 1)
-		f.add("b", 2)
-		var mu sync.Mutex
-		failed := false
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
-			func(_ context.Context, m *Message) error {
-				mu.Lock()
-				defer mu.Unlock()
-				if m.PartitionID == "a" && !failed {
-					failed = true
-					return errors.New("once")
-				}
-				return nil
-			})
-		require.NoError(t, e.run())
-		s := f.settles()
-		require.GreaterOrEqual(t, len(s), 2)
-		require.Len(t, s[0], 2, "partition b's acks first")
-		for _, a := range s[0] {
-			assert.Equal(t, "b", a.Message.PartitionID)
-			assert.Equal(t, StatusCompleted, a.Status)
-		}
-		require.Len(t, s[1], 1)
-		assert.Equal(t, "a", s[1][0].Message.PartitionID)
-		assert.Equal(t, StatusRetry, s[1][0].Status)
-		assert.Empty(t, f.left())
-	})
+// renewPlan: RenewLease's interval when set; else, while a failure is
+// held, a third of the shorter lease, by a whole lease; nothing otherwise.
+func TestRenewPlanTakesTheShorterLease(t *testing.T) {
+	l := &loop{cfg: &engineConfig{lease: 10 * time.Minute}}
+	l.rules.rule = retryRule{known: true, lease: 30 * time.Second}
+	p := &pop{}
+	every, _ := l.renewPlan(p)
+	assert.Equal(t, time.Duration(0), every, "no hold, no RenewLease: no renewal")
+	p.holding = 1
+	every, secs := l.renewPlan(p)
+	assert.Equal(t, 10*time.Second, every)
+	assert.Equal(t, 30, secs)
+	l.cfg.lease = 9 * time.Second
+	every, secs = l.renewPlan(p)
+	assert.Equal(t, 3*time.Second, every)
+	assert.Equal(t, 9, secs)
+	l.cfg.lease, l.rules.rule.lease = 0, 0
+	every, secs = l.renewPlan(p)
+	assert.Equal(t, heldRenewEvery, every)
+	assert.Equal(t, heldRenewSecs, secs)
+	l.cfg.renewEvery, l.cfg.renewSecs = time.Second, 3
+	every, secs = l.renewPlan(p)
+	assert.Equal(t, time.Second, every)
+	assert.Equal(t, 3, secs)
 }
 
-// Without RenewLease a hold ends by half the shorter of the pops' LeaseTime
-// and the queue's lease: a 0.15.1 broker ignores the pops' and leases for
-// the queue's time, so the longer one could outlast the real lease.
-func TestHoldForTakesTheShorterLease(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rule := retryRule{known: true, delay: time.Minute, lease: 30 * time.Second}
-		b := &batch{poppedAt: time.Now()}
-		long := &engine{cfg: engineConfig{lease: 10 * time.Minute}}
-		assert.Equal(t, 15*time.Second, long.holdFor(b, rule))
-		short := &engine{cfg: engineConfig{lease: 10 * time.Second}}
-		assert.Equal(t, 5*time.Second, short.holdFor(b, rule))
-		none := &engine{}
-		assert.Equal(t, 15*time.Second, none.holdFor(b, rule))
-	})
-}
-
-// A pop held for retryDelay occupies no handler: with Concurrency(1), the
-// messages of another partition, pushed when the first one failed and so
-// popped later, are handled during the hold, long before retryDelay. The
-// held partition stays leased meanwhile (its lease renewed under
-// RenewLease), so nothing of it comes again; a stop ends the hold at once
-// and sends its retry ack.
-func TestConsumeHoldFreesTheHandler(t *testing.T) {
+// A message waiting for its retry occupies no handler: with
+// Concurrency(1), the messages of another partition, pushed when the
+// first one failed and so popped later, are handled and acked during the
+// wait, long before retryDelay. The held partition stays leased meanwhile
+// (renewed), so nothing of it comes again; a stop ends the wait at once
+// and gives the message back (retry).
+func TestRetryHoldFreesTheHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeBroker(10)
 		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour}
@@ -476,7 +457,7 @@ func TestConsumeHoldFreesTheHandler(t *testing.T) {
 					f.add("b", 2) // b comes in a later pop
 					return errors.New("fails")
 				case "b/0":
-					time.Sleep(5 * time.Second) // a's hold goes on meanwhile
+					time.Sleep(5 * time.Second) // a's wait goes on meanwhile
 				case "b/1":
 					close(bDone)
 				}
@@ -486,33 +467,33 @@ func TestConsumeHoldFreesTheHandler(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- e.run() }()
 		<-bDone
-		synctest.Wait() // b's ack is sent
-		assert.Less(t, time.Since(start), time.Minute, "b waited for a's hold (retryDelay 1 h)")
-		require.Len(t, f.settles(), 1, "only b is acked during a's hold")
-		assert.Equal(t, []string{"b/0:completed", "b/1:completed"}, statuses(f.settles()))
+		synctest.Wait() // b's acks are sent
+		assert.Less(t, time.Since(start), time.Minute, "b waited for a's retry (retryDelay 1 h)")
+		assert.Equal(t, []string{"b/0:completed", "b/1:completed"}, statuses(f.settles()), "only b is acked during a's wait")
 		f.mu.Lock()
 		aLease, renewed := f.leased["a"], f.renews["L1"]
 		f.mu.Unlock()
-		assert.Equal(t, "L1", aLease, "a's partition is not leased by its pop during the hold")
-		assert.GreaterOrEqual(t, renewed, 4, "a's lease is not renewed during the hold")
+		assert.Equal(t, "L1", aLease, "a's partition is not leased by its pop during the wait")
+		assert.GreaterOrEqual(t, renewed, 4, "a's lease is not renewed during the wait")
 
 		stopAt := time.Now()
 		cancel()
 		require.NoError(t, <-done)
-		assert.Less(t, time.Since(stopAt), time.Second, "the stop did not end the hold at once")
+		assert.Less(t, time.Since(stopAt), time.Second, "the stop did not end the wait at once")
 		assert.Equal(t, []string{"b/0:completed", "b/1:completed", "a/0:retry"}, statuses(f.settles()))
 		assert.Equal(t, []string{"a/0"}, f.left(), "a/0 is given back")
 		mu.Lock()
 		defer mu.Unlock()
-		assert.Equal(t, []string{"a/0", "b/0", "b/1"}, handled, "a came again during its hold")
+		assert.Equal(t, []string{"a/0", "b/0", "b/1"}, handled, "a came again during its wait")
 	})
 }
 
-// A held pop is not settled: it still counts against the pops the loop
-// may hold (at most twice Concurrency in all, held ones included), so a
-// queue whose every partition fails does not pile up held pops. With
-// Concurrency(1), a and b are held, c is not popped until a hold ends.
-func TestConsumeHeldPopsAreBounded(t *testing.T) {
+// A pop holding a failure is not settled: it still counts against the
+// pops the loop may hold (at most twice Concurrency in all), so a queue
+// whose every partition fails does not pile up held pops. With
+// Concurrency(1), a and b wait for their retry, c is not popped until one
+// of them is done.
+func TestRetryHeldPopsAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeBroker(10)
 		f.maxPart = 1 // a pop per partition
@@ -533,7 +514,7 @@ func TestConsumeHeldPopsAreBounded(t *testing.T) {
 			})
 		done := make(chan error, 1)
 		go func() { done <- e.run() }()
-		time.Sleep(time.Minute) // well within the holds
+		time.Sleep(time.Minute) // well within the waits
 		synctest.Wait()
 		f.mu.Lock()
 		pops := len(f.pops)
@@ -542,18 +523,18 @@ func TestConsumeHeldPopsAreBounded(t *testing.T) {
 		mu.Lock()
 		assert.Equal(t, []string{"a/0", "b/0"}, handled)
 		mu.Unlock()
-		assert.Empty(t, f.settles(), "a hold ended before retryDelay")
+		assert.Empty(t, f.settles(), "a wait ended before retryDelay")
 		cancel()
 		require.NoError(t, <-done)
-		assert.ElementsMatch(t, []string{"a/0:retry", "b/0:retry"}, statuses(f.settles()), "the stop sends both held acks, in either order")
+		assert.Equal(t, []string{"a/0:retry", "b/0:retry"}, statuses(f.settles()), "the stop gives both back")
 		assert.Equal(t, []string{"a/0", "b/0", "c/0"}, f.left())
 	})
 }
 
-// A lease lost during a hold (told by a renewal) ends the hold and sends
-// nothing for the held partition, at once and at the stop, and the loop
-// goes on.
-func TestConsumeHoldLeaseLostSendsNothing(t *testing.T) {
+// A lease lost during the wait for a retry (told by a renewal) ends the
+// wait and sends nothing for the partition, at once and at the stop, and
+// the renewals of that pop end.
+func TestRetryHoldLeaseLostSendsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeBroker(10)
 		f.rule = &retryRule{known: true, limit: 2, delay: time.Hour}
@@ -571,7 +552,8 @@ func TestConsumeHoldLeaseLostSendsNothing(t *testing.T) {
 		go func() { done <- e.run() }()
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
-		assert.Contains(t, logs.String(), "lease lost while held for retryDelay")
+		assert.Contains(t, logs.String(), "lease lost")
+		assert.Contains(t, logs.String(), "heldForRetry=true")
 		assert.Empty(t, f.settles(), "an ack went for a lost lease")
 		f.mu.Lock()
 		renewed := f.renews["L1"]

@@ -36,6 +36,8 @@ type fakeBroker struct {
 	renewEr error                 // renew fails with this while set
 	popWait time.Duration         // an empty pop waits this long (or its ctx)
 	popGate chan struct{}         // when set, a pop waits for it before answering
+	setGate chan struct{}         // when set, a settle waits for it before answering
+	setting int                   // settles in flight now
 	rule    *retryRule            // the queue's retry settings (nil: unreadable)
 	quickMs *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
 
@@ -152,7 +154,15 @@ func (f *fakeBroker) pop(ctx context.Context, capped int, nowait bool) (*popResu
 
 func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult, error) {
 	f.mu.Lock()
+	gate := f.setGate
+	f.setting++
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.setting--
 	f.acks = append(f.acks, slices.Clone(acks))
 	if len(f.setErrs) > 0 {
 		err := f.setErrs[0]
@@ -287,6 +297,9 @@ func runEngine(t *testing.T, e *engine) error {
 	go func() { done <- e.run() }()
 	select {
 	case err := <-done:
+		if n := e.st.occupying; n != 0 {
+			t.Errorf("the loop ended with %d parts counted as occupying a handler", n)
+		}
 		return err
 	case <-time.After(30 * time.Second):
 		t.Fatal("the engine did not stop within 30 s")

@@ -8,15 +8,17 @@ import (
 	"github.com/queen-go/queen/internal/transport"
 )
 
-// The fetcher decides when a pop goes, how big it is and whether it
-// waits: only for a free handler, within the Limit, after any pause. A pop
-// long-polls only when the loop holds nothing else; beside the loop's own
-// pops it does not wait (the partitions it finds leased may be freed by
-// the loop's next ack, which a waiting pop would notice late), and the
-// first pops of several handlers do not wait either. Once such a pop
-// finds nothing the loop is contended: each settle then lets one pop go,
-// and a handler with none to use long-polls after brokerRecheck.
-// docs/ARCHITECTURE.md (Fetch) tells why each rule is there.
+// Fetch: the owner decides when a pop goes, how big it is and whether it
+// waits (the fetcher's state below); fetcher goroutines only send the
+// pops it orders and hand back the answers. A pop goes only for a free
+// handler, within the Limit, after any pause. It long-polls only when the
+// loop holds nothing else; beside the loop's own pops it does not wait
+// (the partitions it finds leased may be freed by the loop's next ack,
+// which a waiting pop would notice late), and the first pops of several
+// handlers do not wait either. Once such a pop finds nothing the loop is
+// contended: each partition the loop frees (the answer to its last ack)
+// then lets one pop go, and a handler with none to use long-polls after
+// brokerRecheck. docs/ARCHITECTURE.md (Fetch) tells why each rule is there.
 
 // The pacing: each constant answers a behaviour of the broker.
 const (
@@ -25,7 +27,7 @@ const (
 	// A broker re-checks a waiting pop only now and then (0.15.1: after
 	// 100 ms first): the pause after an empty answer, unless the broker
 	// advises one (autopilot waitMs), and how long a contended loop waits
-	// for a settle before it long-polls.
+	// for a freed partition before it long-polls.
 	brokerRecheck = 100 * time.Millisecond
 	// An answer the broker has sent arrives within this (a local HTTP
 	// answer, with margin): what a stop gives the pops in flight before it
@@ -39,181 +41,112 @@ const (
 	outageLogEvery = 30 * time.Second
 )
 
+// popOrder is a pop the owner orders: at most n messages (0: the
+// builder's batch), waiting or not.
+type popOrder struct {
+	n         int
+	nowait    bool
+	settledAt uint64 // fetcher.settled when it went
+}
+
+// popAnswer is a fetcher's report of a pop.
+type popAnswer struct {
+	order popOrder
+	res   *popResult
+	err   error
+	took  time.Duration
+}
+
+// fetch is a fetcher goroutine: it sends the pops the owner orders, one
+// at a time, and reports each answer. A failed pop goes to OnLoopError
+// here, not on the owner.
+func (e *engine) fetch() {
+	for o := range e.popOrders {
+		began := time.Now()
+		res, err := e.b.pop(e.life.pollCtx, o.n, o.nowait)
+		if err != nil && !e.life.stopped() {
+			e.loopError(&LoopError{Op: LoopOpPop, Err: err})
+		}
+		e.popc <- popAnswer{order: o, res: res, err: err, took: time.Since(began)}
+	}
+}
+
 // fetcher is the pops' state: in flight, paced, within the Limit, through
 // an outage, abandoned at a stop.
 type fetcher struct {
-	wake      wakeup    // fetchers waiting for a pop to go
 	inflight  int       // pops in flight
 	limit     limiter   // the Limit
 	outage    outage    // failed pops in a row
 	pauseTill time.Time // no pop before (after an empty answer or a failure)
 	// The pacing of pops that do not wait (the top of this file).
-	settled    uint64    // pops settled so far
+	settled    uint64    // partitions freed so far
 	answered   bool      // a pop was answered (empty or not)
 	flowing    bool      // the last answer brought messages
-	contended  bool      // a pop that did not wait found nothing; pops go one per settle
-	tokens     int       // settles not yet used by a pop, while contended
+	contended  bool      // a pop that did not wait found nothing; pops go one per freed partition
+	tokens     int       // freed partitions not yet used by a pop, while contended
 	fallbackAt time.Time // while contended with no token: a long poll may go after this
-	lastBusy   time.Time // the last settle (or the start), for IdleMillis
 	// The stop.
 	abandoned bool      // pops in flight were abandoned at the stop
 	quietAt   time.Time // when an abandoned pop is surely gone
 }
 
 func newFetcher(limit int) fetcher {
-	return fetcher{wake: newWakeup(), limit: limiter{on: limit > 0, left: limit}, lastBusy: time.Now()}
+	return fetcher{limit: limiter{on: limit > 0, left: limit}}
 }
 
 // start readies the fetcher at the loop's start: the outage's backoff
 // within the Client's retry policy.
 func (f *fetcher) start(p RetryPolicy) { f.outage = outage{backoff: newRetryBackoff(p)} }
 
-// popDone is a pop that came back: its reservation from the Limit, and
-// what it brought.
-type popDone struct {
-	reserved  int
-	nowait    bool
-	settledAt uint64 // fetcher.settled when it went
-	res       *popResult
-	err       error
-	took      time.Duration
+// canPop says whether a pop may go as far as the loop's bounds go (the
+// pacing aside): running, the queue's settings read, and fewer than
+// twice Concurrency pops in flight or in hand (parts waiting for a retry
+// occupy no handler, but their pops count here).
+func (l *loop) canPop() bool {
+	return l.phase == running && !l.rules.starting && l.fetcher.inflight+len(l.pops) < 2*l.cfg.slots
 }
 
-// fetch sends the pop of t, for at most t.n messages (0: the builder's
-// batch), and hands an answer with messages to the scheduler, which
-// handles its first group on this goroutine.
-func (e *engine) fetch(t task, s *slot) {
-	began := time.Now()
-	res, err := e.b.pop(e.life.pollCtx, t.n, t.nowait)
-	if e.answered(popDone{reserved: t.n, nowait: t.nowait, settledAt: t.settledAt, res: res, err: err, took: time.Since(began)}) {
-		e.dispatch(res, t.n, s)
-	}
-}
+// inHand is how many parts occupy a handler: waiting for one, running, or
+// done and waiting for the answer to their last ack (which frees their
+// partition). With the pops in flight it is held below Concurrency, so
+// that the loop never handles more than Concurrency pops at once.
+func (l *loop) inHand() int { return l.occupying }
 
-// answered takes a pop's answer: the pacing, the Limit, the outage. It
-// says whether the answer brought messages, for dispatch; that pop stays
-// counted in flight until dispatch has its groups.
-func (e *engine) answered(d popDone) (messages bool) {
-	got := 0
-	if d.res != nil {
-		got = len(d.res.messages)
-	}
-	stopped := e.lock().answered(d, got)
-	e.unlock()
-	if d.err != nil && !stopped {
-		e.loopError(&LoopError{Op: LoopOpPop, Err: d.err})
-	}
-	return got > 0
-}
-
-// answered is engine.answered's part under the loop; stopped: the answer
-// came after the stop.
-func (l *loop) answered(d popDone, got int) (stopped bool) {
-	f := &l.fetcher
-	stopped = l.phase != running
-	if n, since := f.answer(d, got, stopped); n > 0 {
-		// The outage's end, at the level of its start, so that a logger
-		// that shows the outage shows its end.
-		l.log.Warn("queen: pops succeed again", "queue", l.cfg.queue, "group", l.cfg.group,
-			"failures", n, "after", time.Since(since).Round(time.Millisecond))
-	}
-	switch {
-	case got > 0:
-		return stopped // dispatched's turn
-	case stopped:
-		if f.inflight == 0 {
-			f.abandon(l.life.pollCancel) // the last pop is back: nothing to wait for
+// popMore orders the pops that may go now.
+func (l *loop) popMore(now time.Time) {
+	for l.canPop() {
+		o, ok := l.fetcher.take(now, l.inHand(), l.cfg.slots, l.cfg.want)
+		if !ok {
+			return
 		}
-	case d.err != nil:
-		l.popFailed(d.err)
-	}
-	l.changed()
-	return stopped
-}
-
-// answer records a pop's answer (got messages), and ends the outage, if
-// one ran, after a pop that succeeded: failures says how many pops failed
-// in it, since when (0: there was none). A pop with messages stays in
-// flight (landed ends it).
-func (f *fetcher) answer(d popDone, got int, stopped bool) (failures int, since time.Time) {
-	f.limit.popped(d.reserved, got)
-	if got == 0 {
-		f.inflight--
-	}
-	if stopped || d.err != nil {
-		return 0, time.Time{}
-	}
-	failures, since = f.outage.recovered()
-	f.answered = true
-	switch {
-	case got == 0 && d.nowait:
-		if !f.contended {
-			f.contended, f.tokens = true, 0
-		}
-		if f.settled != d.settledAt {
-			f.tokens = max(f.tokens, 1) // a settle while it was on its way may have freed a partition
-		}
-		f.fallbackAt = time.Now().Add(emptyDelay(d.res, 0))
-	case got == 0:
-		f.flowing = false // a long poll found nothing: the queue is empty
-		f.pauseTill = time.Now().Add(emptyDelay(d.res, d.took))
-	default:
-		f.flowing = true
-		f.pauseTill = time.Time{}
-	}
-	return failures, since
-}
-
-// landed ends the flight of a pop whose groups the scheduler has; full:
-// no handler is left idle, so there is nothing to pace.
-func (f *fetcher) landed(full bool) {
-	f.inflight--
-	if full {
-		f.contended = false
+		l.e.popOrders <- o
 	}
 }
 
-// takePop gives a fetcher a pop to send, if one may go: only
-// for a free handler (pops in flight, groups waiting and running and pops
-// being settled stay below Concurrency, which bounds what the loop holds
-// to Concurrency pops), and while the pops in flight and not yet settled,
-// those held for retryDelay included (holdFailed), stay below twice
-// Concurrency: a held pop occupies no handler, but it is not settled, and
-// so the loop holds at most 2×Concurrency pops however many of them wait
-// for retryDelay (without a hold, the first bound is the one that binds);
-// after any pause, within the Limit.
-func (l *loop) takePop() (task, bool) {
-	if l.phase != running || l.fetcher.inflight+l.settler.busy >= 2*l.cfg.slots {
-		return task{}, false
-	}
-	return l.fetcher.take(time.Now(), l.inHand(), l.cfg.slots, l.cfg.want)
-}
-
-// take is takePop's pacing and Limit (inHand: what the loop holds past the
-// answers).
-func (f *fetcher) take(now time.Time, inHand, slots, want int) (task, bool) {
+// take is popMore's pacing and Limit (inHand: the parts occupying a
+// handler).
+func (f *fetcher) take(now time.Time, inHand, slots, want int) (popOrder, bool) {
 	if f.inflight+inHand >= slots || now.Before(f.pauseTill) {
-		return task{}, false
+		return popOrder{}, false
 	}
 	goes, nowait := f.paced(now, inHand, slots)
 	if !goes {
-		return task{}, false
+		return popOrder{}, false
 	}
 	n, ok := f.limit.reserve(want)
 	if !ok {
 		if nowait && f.contended {
-			f.tokens++ // the settle stays unused
+			f.tokens++ // the freed partition stays unused
 		}
-		return task{}, false
+		return popOrder{}, false
 	}
 	f.inflight++
-	return task{pop: true, n: n, nowait: nowait, settledAt: f.settled}, true
+	return popOrder{n: n, nowait: nowait, settledAt: f.settled}, true
 }
 
 // paced says how the next pop may go (see the top of this file): go
-// false, the fetcher waits (for a settle, or until wakeAt); nowait, a pop
-// that does not wait. A pop that goes while contended uses a settle
-// (tokens).
+// false, it waits (for a freed partition, or until wakeAt); nowait, a pop
+// that does not wait. A pop that goes while contended uses a token.
 func (f *fetcher) paced(now time.Time, inHand, slots int) (goes, nowait bool) {
 	held := inHand > 0 || (f.inflight > 0 && f.flowing)
 	switch {
@@ -232,8 +165,8 @@ func (f *fetcher) paced(now time.Time, inHand, slots int) (goes, nowait bool) {
 	return false, false
 }
 
-// wakeAt is when a fetcher with nothing to do looks again by itself: the
-// end of a pause, or when a contended loop may long-poll.
+// wakeAt is when a pop held back by the pacing may go by itself: the end
+// of a pause, or when a contended loop may long-poll.
 func (f *fetcher) wakeAt() time.Time {
 	if f.contended && f.tokens == 0 && f.fallbackAt.After(f.pauseTill) {
 		return f.fallbackAt
@@ -241,28 +174,88 @@ func (f *fetcher) wakeAt() time.Time {
 	return f.pauseTill
 }
 
-// onSettle counts a settled pop of n messages, used of them handled: a
-// partition may be free again (one more pop may go while contended), the
-// Limit gets back what was not handled. It says whether the Limit is
-// reached.
-func (f *fetcher) onSettle(n, used, slots int) bool {
+// answered takes a pop's answer: the pacing, the Limit, the outage, then
+// dispatch. An answer that comes after the stop is given back whole.
+func (l *loop) answered(a popAnswer) {
+	f := &l.fetcher
+	got := 0
+	if a.res != nil {
+		got = len(a.res.messages)
+	}
+	f.inflight--
+	stopped := l.phase != running
+	if n, since := f.answer(a, got, stopped); n > 0 {
+		// The outage's end, at the level of its start, so that a logger
+		// that shows the outage shows its end.
+		l.log.Warn("queen: pops succeed again", "queue", l.cfg.queue, "group", l.cfg.group,
+			"failures", n, "after", time.Since(since).Round(time.Millisecond))
+	}
+	switch {
+	case got > 0:
+		l.dispatched(a.res, a.order.n)
+	case a.err != nil && !stopped:
+		l.popFailed(a.err)
+	}
+	if stopped && f.inflight == 0 {
+		f.abandon(l.life.pollCancel) // the last pop is back: nothing to wait for
+	}
+}
+
+// answer records a pop's answer (got messages), and ends the outage, if
+// one ran, after a pop that succeeded: failures says how many pops failed
+// in it, since when (0: there was none).
+func (f *fetcher) answer(a popAnswer, got int, stopped bool) (failures int, since time.Time) {
+	f.limit.popped(a.order.n, got)
+	if stopped || a.err != nil {
+		return 0, time.Time{}
+	}
+	failures, since = f.outage.recovered()
+	f.answered = true
+	switch {
+	case got == 0 && a.order.nowait:
+		if !f.contended {
+			f.contended, f.tokens = true, 0
+		}
+		if f.settled != a.order.settledAt {
+			f.tokens = max(f.tokens, 1) // a partition freed while it was on its way may be free
+		}
+		f.fallbackAt = time.Now().Add(emptyDelay(a.res, 0))
+	case got == 0:
+		f.flowing = false // a long poll found nothing: the queue is empty
+		f.pauseTill = time.Now().Add(emptyDelay(a.res, a.took))
+	default:
+		f.flowing = true
+		f.pauseTill = time.Time{}
+	}
+	return failures, since
+}
+
+// landed notes a pop whose parts are in hand; full: no handler is left
+// idle, so there is nothing to pace.
+func (f *fetcher) landed(full bool) {
+	if full {
+		f.contended = false
+	}
+}
+
+// freed counts a partition the loop freed (the answer to its last ack):
+// one more pop may go while contended, and the long poll of the handlers
+// left waiting is put off.
+func (f *fetcher) freed(slots int) {
 	f.settled++
 	if f.contended {
 		f.tokens = min(f.tokens+1, slots)
 		f.fallbackAt = time.Now().Add(brokerRecheck)
 	}
-	f.lastBusy = time.Now()
-	f.limit.settled(n, used)
-	return f.limit.reached()
 }
 
 // abandon cancels the pops still in flight, once: after answerOnItsWay,
 // or as soon as none is in flight (cancel is the pops' ctx's). The broker
 // claims nothing more for a poll that is gone, once it has noticed: quiet
-// waits abandonNoticed for that. It says whether pops were abandoned now.
-func (f *fetcher) abandon(cancel context.CancelFunc) bool {
+// waits abandonNoticed for that.
+func (f *fetcher) abandon(cancel context.CancelFunc) {
 	if !f.quietAt.IsZero() {
-		return false // done before
+		return // done before
 	}
 	f.quietAt = time.Now()
 	if f.inflight > 0 {
@@ -270,13 +263,12 @@ func (f *fetcher) abandon(cancel context.CancelFunc) bool {
 		f.quietAt = f.quietAt.Add(abandonNoticed)
 	}
 	cancel()
-	return f.abandoned
 }
 
 // quiet says whether, after a stop, no pop of the loop can still claim
 // messages at the broker (pollCtx: the pops').
-func (f *fetcher) quiet(pollCtx context.Context) bool {
-	return f.inflight == 0 && pollCtx.Err() != nil && (!f.abandoned || !time.Now().Before(f.quietAt))
+func (f *fetcher) quiet(pollCtx context.Context, now time.Time) bool {
+	return f.inflight == 0 && pollCtx.Err() != nil && (!f.abandoned || !now.Before(f.quietAt))
 }
 
 // failed pauses the pops after a failure for the outage's backoff; it
@@ -288,10 +280,11 @@ func (f *fetcher) failed(err error) (time.Duration, bool) {
 	return d, say
 }
 
-// limiter counts the Limit: left is what no pop has asked for yet, held
-// what pops asked for and did not settle. A message counts when its
-// handler got it; one given back (never started, or the rest of a failed
-// partition) counts again.
+// limiter counts the Limit in handler calls: left is what no pop has
+// asked for (nor a retry taken) yet, held what the pops in hand took. A
+// message counts when the handler is called with it, each call once (a
+// retry in place is a call); one given back without a call counts again.
+// The Limit is reached when it is all called and settled.
 type limiter struct {
 	on   bool
 	left int
@@ -326,8 +319,21 @@ func (l *limiter) popped(reserved, got int) {
 	}
 }
 
-// settled ends the hold of a settled pop of n messages, used of them
-// handled; the rest counts again.
+// take takes one call more for a retry in place; false: none is left.
+func (l *limiter) take() bool {
+	if !l.on {
+		return true
+	}
+	if l.left <= 0 {
+		return false
+	}
+	l.left--
+	l.held++
+	return true
+}
+
+// settled ends the hold of a settled pop of n units, used of them
+// called; the rest counts again.
 func (l *limiter) settled(n, used int) {
 	if l.on {
 		l.held -= n
@@ -335,7 +341,7 @@ func (l *limiter) settled(n, used int) {
 	}
 }
 
-// reached says whether the Limit is all handled and settled.
+// reached says whether the Limit is all called and settled.
 func (l *limiter) reached() bool { return l.on && l.left <= 0 && l.held == 0 }
 
 // emptyDelay is the pause after an empty answer, so that pops that do not
@@ -343,7 +349,7 @@ func (l *limiter) reached() bool { return l.on && l.left <= 0 && l.held == 0 }
 // the broker's own advice when it gives one, less the time the pop took.
 func emptyDelay(res *popResult, took time.Duration) time.Duration {
 	d := brokerRecheck
-	if res.autopilot != nil && res.autopilot.WaitMs != nil && *res.autopilot.WaitMs >= 0 {
+	if res != nil && res.autopilot != nil && res.autopilot.WaitMs != nil && *res.autopilot.WaitMs >= 0 {
 		d = time.Duration(*res.autopilot.WaitMs) * time.Millisecond
 	}
 	return d - took
@@ -407,19 +413,4 @@ func (l *loop) popFailed(err error) {
 	}
 	l.log.Error("queen: consume loop stopped by the broker's refusal", "queue", l.cfg.queue, "group", l.cfg.group, "err", err)
 	l.stop(err)
-}
-
-// loopError hands err to the OnLoopError hook, if any; a panic in the hook
-// is logged, never the loop's end.
-func (e *engine) loopError(err *LoopError) {
-	f := e.on.onLoopError
-	if f == nil {
-		return
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			e.log.Error("queen: OnLoopError hook panicked", "panic", v)
-		}
-	}()
-	f(e.life.reqCtx, err)
 }

@@ -197,16 +197,17 @@ func TestFetchPaced(t *testing.T) {
 	}
 }
 
-// While contended, each settle lets one more pop go, and puts off the
-// long poll of the handlers left waiting.
-func TestFetchSettleLetsOnePopGo(t *testing.T) {
+// While contended, each partition the loop frees (the answer to its last
+// ack) lets one more pop go, and puts off the long poll of the handlers
+// left waiting.
+func TestFetchFreedLetsOnePopGo(t *testing.T) {
 	for _, contended := range []bool{true, false} {
 		f := newFetcher(0)
 		f.contended = contended
-		f.onSettle(0, 0, 4)
+		f.freed(4)
 		tokens, later := f.tokens, f.fallbackAt.After(time.Now())
 		if want := btoi(contended); tokens != want || later != contended {
-			t.Errorf("contended %v: after a settle, %d pops may go (want %d), long poll put off %v", contended, tokens, want, later)
+			t.Errorf("contended %v: after a freed partition, %d pops may go (want %d), long poll put off %v", contended, tokens, want, later)
 		}
 	}
 }

@@ -5,83 +5,167 @@ import (
 	"time"
 )
 
-// The lease keeper: with RenewLease(true, ms), every pop's lease is renewed
-// every ms from its answer until its ack goes (the renewals go on during
-// the grace period after a stop: they never use a cancelled ctx). A
-// renewal that fails on the way is tried again at the next tick; one the
-// broker answers "lost" cancels the handlers of that pop (their ctx's
-// cause matches ErrLeaseLost), and their outcomes are not acked.
+// The leases: the owner schedules each pop's renewals, the sender sends
+// them. With RenewLease(true, ms), every pop's lease is renewed every ms
+// from its answer until the answer to its last ack (during the grace
+// period after a stop too). Without it, a pop is renewed while it holds a
+// failed message (from its failure until its outcome is final), so that
+// its partition stays with the loop for the retry. A renewal that fails
+// on the way is tried again at the next tick; one the broker answers
+// "lost" cancels the pop's handlers (their ctx's cause matches
+// ErrLeaseLost), and nothing more of the pop is acked.
 
 // renewSeconds is how far each renewal extends a lease: about three
 // renewal intervals (rounded up to whole seconds, the broker's unit, by
-// the one rounding rule, ceilUnits). Two
-// renewals may then fail in a row and the lease still holds, while a
-// worker that crashed has its messages back about three intervals after
-// its last renewal (or when the lease it got at the pop runs out, if that
-// is later: a renewal never shortens a lease).
+// the one rounding rule, ceilUnits). Two renewals may then fail in a row
+// and the lease still holds, while a worker that crashed has its messages
+// back about three intervals after its last renewal (or when the lease it
+// got at the pop runs out, if that is later: a renewal never shortens a
+// lease).
 func renewSeconds(everyMs int) int {
 	return max(1, int(ceilUnits(3*time.Duration(everyMs)*time.Millisecond, time.Second)))
 }
 
-// leaseKeeper renews one pop's lease while its handlers run.
-type leaseKeeper struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+// Renewals of a held failure without RenewLease, when the lease's length
+// is unknown.
+const (
+	heldRenewEvery = 10 * time.Second
+	heldRenewSecs  = 30
+)
+
+// renewPlan is how often p is renewed and by how much (0: not renewed).
+// Without RenewLease a pop holding a failure is renewed every third of
+// its lease (the shorter of the pops' LeaseTime and the queue's, since a
+// 0.15.1 broker ignores the pops'), each renewal extending it by a whole
+// lease.
+func (l *loop) renewPlan(p *pop) (time.Duration, int) {
+	switch {
+	case l.cfg.renewEvery > 0:
+		return l.cfg.renewEvery, l.cfg.renewSecs
+	case p.holding == 0:
+		return 0, 0
+	}
+	lease := l.rules.rule.lease
+	if l.cfg.lease > 0 && (lease == 0 || l.cfg.lease < lease) {
+		lease = l.cfg.lease
+	}
+	if lease <= 0 {
+		return heldRenewEvery, heldRenewSecs
+	}
+	return max(lease/3, time.Second/4), int(ceilUnits(lease, time.Second))
 }
 
-// keepLease starts renewing b's lease.
-func (e *engine) keepLease(b *batch) *leaseKeeper {
-	ctx, cancel := context.WithCancel(e.life.reqCtx)
-	k := &leaseKeeper{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(k.done)
-		t := time.NewTicker(e.cfg.renewEvery)
-		defer t.Stop()
-		failing := false
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			rctx, rcancel := context.WithTimeout(ctx, renewTimeout)
-			alive, err := e.b.renew(rctx, b.leaseID, e.cfg.renewSecs)
-			rcancel()
-			if ctx.Err() != nil {
-				return // settled meanwhile: the answer no longer matters
-			}
-			// RenewHook and LeaseLostHook: reported by the broker (clientBroker.renew).
-			switch {
-			case err != nil:
-				if !failing {
-					e.log.Warn("queen: lease renewal failed; trying again at the next tick",
-						"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "err", err)
-				}
-				failing = true
-				e.loopError(&LoopError{Op: LoopOpRenew, LeaseID: b.leaseID, Messages: len(b.msgs), Err: err})
-			case !alive:
-				e.log.Warn("queen: lease lost; cancelling its handlers, their outcomes are not acked",
-					"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(b.msgs))
-				b.cancel(errLeaseLostCause)
-				e.loopError(&LoopError{Op: LoopOpLease, LeaseID: b.leaseID, Messages: len(b.msgs), Err: errLeaseLostCause})
-				return
-			default:
-				if failing {
-					e.log.Info("queen: lease renewed again", "queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID)
-				}
-				failing = false
-			}
-		}
-	}()
-	return k
-}
-
-// stop ends the renewals and waits for the keeper to exit (a renewal in
-// flight is abandoned).
-func (k *leaseKeeper) stop() {
-	if k == nil {
+// startRenewals schedules p's first renewal, if it is to be renewed and
+// is not yet: with RenewLease one interval after its answer; for a held
+// failure one interval after the answer or now, whichever is later.
+func (l *loop) startRenewals(p *pop) {
+	if p.leaseID == "" || !p.renewAt.IsZero() || p.renewing {
 		return
 	}
-	k.cancel()
-	<-k.done
+	every, _ := l.renewPlan(p)
+	if every <= 0 {
+		return
+	}
+	p.renewAt = p.at.Add(every)
+	if now := time.Now(); p.renewAt.Before(now) {
+		p.renewAt = now
+	}
+}
+
+// renewDue queues the renewals that are due for the sender.
+func (l *loop) renewDue(now time.Time) {
+	for _, p := range l.pops {
+		if p.renewing || p.lost || p.renewAt.IsZero() || now.Before(p.renewAt) {
+			continue
+		}
+		p.renewing = true
+		l.renewals = append(l.renewals, p)
+	}
+}
+
+// renewJob takes the first renewal due.
+func (l *loop) renewJob() *job {
+	p := l.renewals[0]
+	l.renewals = l.renewals[1:]
+	_, secs := l.renewPlan(p)
+	return &job{kind: jobRenew, p: p, leaseID: p.leaseID, secs: max(secs, 1), n: len(p.msgs)}
+}
+
+// renewed takes a renewal's answer: a lost lease cancels the pop's
+// handlers and drops its acks; otherwise the next renewal is scheduled,
+// while the pop is to be renewed.
+func (l *loop) renewed(j *job) {
+	p := j.p
+	p.renewing = false
+	if p.lost || !l.holds(p) {
+		return
+	}
+	switch {
+	case j.err != nil:
+		if !p.failing {
+			l.log.Warn("queen: lease renewal failed; trying again at the next tick",
+				"queue", l.cfg.queue, "group", l.cfg.group, "leaseId", p.leaseID, "err", j.err)
+		}
+		p.failing = true
+	case !j.alive:
+		l.leaseLost(p)
+		return
+	default:
+		if p.failing {
+			l.log.Info("queen: lease renewed again", "queue", l.cfg.queue, "group", l.cfg.group, "leaseId", p.leaseID)
+		}
+		p.failing = false
+	}
+	every, _ := l.renewPlan(p)
+	if every <= 0 {
+		p.renewAt = time.Time{}
+		return
+	}
+	now := time.Now()
+	if p.renewAt = p.renewAt.Add(every); !p.renewAt.After(now) {
+		p.renewAt = now.Add(every)
+	}
+}
+
+// holds says whether p is a pop in hand.
+func (l *loop) holds(p *pop) bool {
+	for _, o := range l.pops {
+		if o == p {
+			return true
+		}
+	}
+	return false
+}
+
+// leaseLost ends a pop whose lease a renewal found lost: its handlers'
+// ctx is cancelled, nothing more of it is handled or acked.
+func (l *loop) leaseLost(p *pop) {
+	l.log.Warn("queen: lease lost; cancelling its handlers, their outcomes are not acked",
+		"queue", l.cfg.queue, "group", l.cfg.group, "leaseId", p.leaseID, "messages", len(p.msgs),
+		"heldForRetry", p.holding > 0)
+	p.lost = true
+	p.renewAt = time.Time{}
+	p.cancel(errLeaseLostCause)
+	for _, pt := range p.parts {
+		if pt.state != partBusy { // a running one is dropped when its worker reports
+			l.drop(pt)
+		}
+	}
+}
+
+// sendRenew is the sender's renewal: one attempt, reported to
+// OnLoopError when it fails or finds the lease lost (RenewHook and
+// LeaseLostHook: the broker's, clientBroker.renew).
+func (e *engine) sendRenew(j *job) {
+	ctx, cancel := context.WithTimeout(e.life.reqCtx, renewTimeout)
+	j.alive, j.err = e.b.renew(ctx, j.leaseID, j.secs)
+	cancel()
+	switch {
+	case j.err != nil:
+		if e.life.reqCtx.Err() == nil {
+			e.loopError(&LoopError{Op: LoopOpRenew, LeaseID: j.leaseID, Messages: j.n, Err: j.err})
+		}
+	case !j.alive:
+		e.loopError(&LoopError{Op: LoopOpLease, LeaseID: j.leaseID, Messages: j.n, Err: errLeaseLostCause})
+	}
 }

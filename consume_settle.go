@@ -4,334 +4,509 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/queen-go/queen/internal/transport"
 )
 
-// The settler: when the last group of a pop is done, its outcomes go to
-// the broker in ONE batch ack for the whole lease, the messages without an
-// outcome as retry (given back at once, no retry spent), which also frees
-// the partition of a failed message (PROTOCOL.md §15, §16). Left out: the
-// messages a handler acked itself, and every message of a lost lease.
+// Settle: each outcome is acked as soon as the sender is free. Whatever
+// is acked at the time goes in one batch ack, across partitions and pops;
+// what completes while it is on its way goes in the next. A partition's
+// acks go in its order, each in a request after the previous one's (the
+// sender has one job in flight, and a job's requests never share a
+// partition: split), and its dlq, retry or failed (which
+// end its lease on 2.x, PROTOCOL.md §4.1, §15) goes with everything of
+// the partition after it: completions after a dead letter wait for it, and
+// a give-back sends the rest of the partition as retry in the same
+// request. After a stop the acks wait until quiet (no pop of the loop can
+// claim what they free). A failing ack is sent again by the owner after a
+// backoff (the outage logged at Warn at its start and end); a refusal is
+// logged, and one that follows an attempt whose answer was lost is taken
+// for what it most likely is, an ack that attempt applied.
 
-// settler counts the pops not yet settled: busy from answer to ack,
-// holding while held for retryDelay (holdFailed), pending after a stop
-// until quiet, settling once taken from pending.
-type settler struct {
-	busy     int      // pops not yet settled
-	holding  int      // pops held for retryDelay (holdFailed)
-	pending  []*batch // pops to settle once quiet (after a stop)
-	settling int      // pops taken from pending and being settled
+// ackItem is one message's ack: the status sent (s) and the outcome
+// chosen, which can differ (a Fail is sent retry or dlq).
+type ackItem struct {
+	s       Settlement
+	chosen  AckStatus
+	retried bool // sent before, and that attempt's answer was lost: it may have been applied
 }
 
-// add counts one more pop in hand.
-func (s *settler) add() { s.busy++ }
+// Quick handlers: while a worker runs a partition's messages one after
+// another in quick succession (each call under quickCall), their acks
+// gather for up to ackLinger before a request goes for them alone, so
+// that a batch of quick messages costs one ack, not one for its first
+// message and one for the rest. A slow handler's ack goes at once.
+const (
+	quickCall = 200 * time.Microsecond
+	ackLinger = 2 * time.Millisecond
+)
 
-// holdStart counts a pop held for retryDelay; holdEnd ends that hold, and
-// keeps the pop for take when a stop ended it (stopped).
-func (s *settler) holdStart() { s.holding++ }
-
-func (s *settler) holdEnd(b *batch, stopped bool) {
-	s.holding--
-	if stopped {
-		s.hold(b)
+// linger notes a message's ack that may wait for the part's next ones:
+// the worker goes on with the part and the call was quick.
+func (l *loop) linger(pt *part, r result) {
+	if r.end || !r.fast || pt.state != partBusy {
+		pt.lingerTill = time.Time{}
+		return
+	}
+	if pt.lingerTill.IsZero() {
+		pt.lingerTill = time.Now().Add(ackLinger)
 	}
 }
 
-// hold keeps a pop whose groups are all done and that its goroutine did
-// not settle (after a stop) for take.
-func (s *settler) hold(b *batch) { s.pending = append(s.pending, b) }
-
-// take gives the next pop held, once quiet.
-func (s *settler) take(quiet bool) *batch {
-	if len(s.pending) == 0 || !quiet {
-		return nil
-	}
-	b := s.pending[0]
-	s.pending = s.pending[1:]
-	s.settling++
-	return b
+// lingering says whether pt's acks may wait at now.
+func (pt *part) lingering(now time.Time) bool {
+	return !pt.lingerTill.IsZero() && now.Before(pt.lingerTill) && pt.state == partBusy
 }
 
-// done counts a pop settled (late: one that take gave).
-func (s *settler) done(late bool) {
-	if late {
-		s.settling--
+// signal says whether a status ends a partition's lease on some broker:
+// what follows it in the partition must go in the same request.
+func signal(s AckStatus) bool { return s != StatusCompleted }
+
+// addAck queues an ack of pt.
+func (l *loop) addAck(pt *part, it ackItem) {
+	if pt.p.lost {
+		return
 	}
-	s.busy--
+	if pt.pending == nil {
+		pt.pending = make([]ackItem, 0, len(pt.msgs)-pt.next+1) // room for the rest of the part
+	}
+	pt.pending = append(pt.pending, it)
+	l.post(pt)
+	if signal(it.s.Status) {
+		pt.signal = true
+	}
 }
 
-// idle says whether no pop is held for retryDelay, waits for quiet or is
-// being settled after a stop.
-func (s *settler) idle() bool { return s.settling == 0 && len(s.pending) == 0 && s.holding == 0 }
-
-// groupDone takes a group back from its goroutine; the goroutine that
-// ends a pop's last group settles it (after a stop, the pop waits for
-// quiet), and a pop held for retryDelay goes on on a goroutine of its own.
-func (e *engine) groupDone(g *group) {
-	b := g.b
-	last := b.left.Add(-1) == 0
-	now := last && !g.goexit && !e.stopping()
-	held := now && e.settle(b)
-	if g.goexit {
-		e.log.Error("queen: consume handler ended its goroutine (runtime.Goexit); the loop stops",
-			"queue", e.cfg.queue, "group", e.cfg.group)
+// post puts pt in the outbox, if it is not there.
+func (l *loop) post(pt *part) {
+	if !pt.posted {
+		pt.posted = true
+		l.outbox = append(l.outbox, pt)
 	}
-	l := e.lock()
-	defer e.unlock()
-	if g.goexit {
-		e.startSlot(false) // in the place of the worker that ended: the stop path needs workers
-	}
-	if held {
-		e.life.spawn(func() { e.holdFailed(b) })
-	}
-	l.groupDone(g, last, now, held)
 }
 
-// groupDone is engine.groupDone's part under the loop: the group's place,
-// and its pop's when it was the last (settled now, held for retryDelay,
-// or kept for the settle after a stop).
-func (l *loop) groupDone(g *group, last, now, held bool) {
-	l.sched.done(g)
-	if g.goexit {
-		l.stop(errHandlerGoexit)
-	}
-	switch {
-	case held:
-		l.settler.holdStart()
-	case now:
-		l.settled(g.b, false)
-	case last:
-		l.settler.hold(g.b)
-	}
-	l.changed()
+// tidy drops the parts with nothing left to send from the outbox.
+func (l *loop) tidy() {
+	l.outbox = slices.DeleteFunc(l.outbox, func(pt *part) bool {
+		if len(pt.pending) > 0 || pt.sending > 0 {
+			return false
+		}
+		pt.posted = false
+		return true
+	})
 }
 
-// settledLate takes back a pop settled after a stop.
-func (e *engine) settledLate(b *batch) {
-	l := e.lock()
-	l.settled(b, true)
-	l.changed()
-	e.unlock()
+// giveBack resolves pt: first (when given) and every message from
+// msgs[from] on are acked, the others as retry (no retry spent).
+func (l *loop) giveBack(pt *part, from int, first *ackItem) {
+	l.resolvedMsg(pt)
+	if first != nil {
+		l.addAck(pt, *first)
+	}
+	for _, m := range pt.msgs[min(from, len(pt.msgs)):] {
+		l.addAck(pt, ackItem{s: Settlement{Message: m, Status: StatusRetry}, chosen: StatusRetry})
+	}
+	pt.next, pt.resolved = len(pt.msgs), true
+	l.setState(pt, partIdle)
+	l.check(pt)
 }
 
-// settled ends the hold of a settled pop; the Limit, once all handled and
-// settled, stops the loop.
-func (l *loop) settled(b *batch, late bool) {
-	l.settler.done(late)
-	handled := 0
-	for _, g := range b.groups {
-		handled += g.handled
+// drop resolves pt of a lost lease: nothing more of it is acked (its
+// messages are, or will be, with another worker).
+func (l *loop) drop(pt *part) {
+	l.resolvedMsg(pt)
+	l.queued = deleteOne(l.queued, pt)
+	l.held = deleteOne(l.held, pt)
+	l.rules.parked = deleteOne(l.rules.parked, pt)
+	pt.pending = pt.pending[:pt.sending]
+	pt.heldAcks, pt.parked = nil, nil
+	pt.resolved = true
+	if pt.state != partBusy {
+		l.setState(pt, partIdle)
 	}
-	reached := l.fetcher.onSettle(len(b.msgs), handled, l.cfg.slots)
-	b.cancel(nil)
-	if reached {
+	l.check(pt)
+}
+
+// sendable is how many of pt's acks may go now: all of them once the part
+// is resolved, else those before its first dlq, retry or failed (a batch
+// handler's are all final when they come).
+func (pt *part) sendable() int {
+	if pt.resolved || pt.whole || !pt.signal {
+		return len(pt.pending)
+	}
+	for i, it := range pt.pending {
+		if signal(it.s.Status) {
+			return i
+		}
+	}
+	return len(pt.pending)
+}
+
+// check settles pt once it is resolved and every ack of it answered, and
+// its pop once every part is: the partition is free (one more pop may go
+// while contended), the pop's Limit units are counted, and the Limit,
+// once all called and settled, stops the loop.
+func (l *loop) check(pt *part) {
+	if pt.settled || !pt.resolved || pt.state == partBusy || pt.sending > 0 || len(pt.pending) > 0 || len(pt.heldAcks) > 0 {
+		return
+	}
+	pt.settled = true
+	l.occupying--
+	l.fetcher.freed(l.cfg.slots)
+	p := pt.p
+	if p.open--; p.open > 0 {
+		return
+	}
+	l.pops = slices.DeleteFunc(l.pops, func(o *pop) bool { return o == p })
+	l.renewals = slices.DeleteFunc(l.renewals, func(o *pop) bool { return o == p })
+	p.renewAt = time.Time{}
+	p.cancel(nil)
+	l.lastBusy = time.Now()
+	l.fetcher.limit.settled(p.units, p.calls)
+	if l.fetcher.limit.reached() {
 		l.stop(nil)
 	}
 }
 
-// outcomes is the pop's batch ack: each group's outcomes, then its
-// messages without one as retry. (A pop of one group that handled all its
-// messages has them all in that group's outcomes: those are the ack.)
-func (b *batch) outcomes() []Settlement {
-	if len(b.groups) == 1 && b.groups[0].next == len(b.groups[0].msgs) {
-		return b.groups[0].acks
-	}
-	acks := make([]Settlement, 0, len(b.msgs))
-	for _, g := range b.groups {
-		acks = append(acks, g.acks...)
-		for _, m := range g.msgs[g.next:] {
-			acks = append(acks, Settlement{Message: m, Status: StatusRetry})
-		}
-	}
-	return acks
+// ackState is the outbox's backoff after a failed ack request and the
+// outage it logs.
+type ackState struct {
+	backoff   retryBackoff
+	pauseTill time.Time // no ack request before
+	since     time.Time // the outage's first failure (zero: none)
 }
 
-// lost says whether the pop's lease was lost while it was handled.
-func (b *batch) lost() bool {
-	if leaseLost(b.ctx) {
-		return true
+// wakeAt is when acks held back (by a backoff, or lingering) may go
+// (zero: none held).
+func (a *ackState) wakeAt(l *loop, now time.Time) time.Time {
+	if !a.pauseTill.IsZero() && l.ackable(time.Time{}) > 0 {
+		return a.pauseTill
 	}
-	for _, g := range b.groups {
-		if g.lost {
-			return true
+	var at time.Time
+	for _, pt := range l.outbox {
+		if pt.lingering(now) && pt.sending == 0 && pt.sendable() > 0 && (at.IsZero() || pt.lingerTill.Before(at)) {
+			at = pt.lingerTill
 		}
 	}
-	return false
+	return at
 }
 
-// heldAcks is the part of a pop's ack that waits for the queue's
-// retryDelay (settle, holdFailed): the partitions with a failure given
-// back as retry, the outcomes chosen and the statuses sent side by side.
-type heldAcks struct {
-	chosen, sent []Settlement
-	d            time.Duration // how long the hold lasts
-}
-
-// settle ends a pop: its outcomes become the statuses sent (the failure
-// count), the renewals stop, and its batch ack goes out. While the loop
-// runs, a partition with a failure given back waits for retryDelay: the
-// other partitions are acked now, the rest kept in b.held, and settle
-// says held (holdFailed calls it again after the wait).
-func (e *engine) settle(b *batch) (held bool) {
-	var chosen, sent []Settlement
-	switch {
-	case b.held != nil: // the rest of a held pop, after its hold
-		chosen, sent = b.held.chosen, b.held.sent
-	case !b.lost():
-		chosen = b.outcomes()
-		sent = chosen
-		if i := slices.IndexFunc(chosen, func(s Settlement) bool { return s.Status == StatusFailed }); i >= 0 {
-			rule := e.readRule(chosen[i].Message)
-			var retried bool
-			if sent, retried = e.failures.apply(rule, chosen); retried && !e.stopping() {
-				if d := e.holdFor(b, rule); d > 0 {
-					// The partitions with no failure held back are acked now
-					// (a lease is held per partition), the rest after the hold.
-					var nowC, nowS []Settlement
-					chosen, sent, nowC, nowS = splitHeld(chosen, sent)
-					if len(nowS) > 0 {
-						e.sendAcks(b, nowC, nowS)
-					}
-					b.held = &heldAcks{chosen: chosen, sent: sent, d: d}
-					return true
-				}
-			}
-		} else {
-			e.failures.settled(chosen)
+// ackable counts the acks that may go in a job at now, those of parts
+// whose acks linger included; 0 when every part with acks to send
+// lingers (now zero: none lingers) or has acks in flight.
+func (l *loop) ackable(now time.Time) int {
+	n, due := 0, false
+	for _, pt := range l.outbox {
+		if pt.sending > 0 {
+			continue
+		}
+		if k := pt.sendable(); k > 0 {
+			n += k
+			due = due || now.IsZero() || !pt.lingering(now)
 		}
 	}
-	b.keeper.stop()
-	if b.lost() {
-		when := "while handling"
-		if b.held != nil {
-			when = "while held for retryDelay"
-		}
-		e.log.Warn("queen: lease lost "+when+"; the pop's outcomes are not acked",
-			"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(b.msgs))
-	} else if len(sent) > 0 {
-		e.sendAcks(b, chosen, sent)
+	if !due {
+		return 0
 	}
-	return false
+	return n
 }
 
-// holdFailed holds a pop's failed partitions for the queue's retryDelay
-// (holdFor), on a goroutine of its own so that no handler waits, then acks
-// them. The lease is held meanwhile. A stop ends the hold at once (the pop
-// is then settled with the stop's acks); a lost lease sends nothing.
-// docs/RETRIES.md tells why.
-func (e *engine) holdFailed(b *batch) {
-	t := time.NewTimer(b.held.d)
-	select {
-	case <-t.C:
-	case <-e.life.stopCh:
-	case <-b.ctx.Done(): // the lease is lost
+// mayAck says whether an ack request may go now: not during a backoff,
+// and after a stop only once quiet.
+func (l *loop) mayAck(now time.Time) bool {
+	if now.Before(l.acks.pauseTill) {
+		return false
 	}
-	t.Stop()
-	l := e.lock()
-	if e.stopping() {
-		l.holdEnd(b, true)
-		e.unlock()
+	return l.phase == running || l.fetcher.quiet(l.life.pollCtx, now)
+}
+
+// flush gives the sender the jobs that may go: a read of the queue's
+// settings, every renewal due, and acks: one job when none is in flight,
+// what completed meanwhile in the next; beside jobs in flight another only
+// for a batch's worth (ackChunk acks or more), up to Concurrency ack jobs
+// at once (a 0.15.1 broker settles acks one by one in PostgreSQL, and
+// serves several requests side by side). A part with acks in flight waits
+// for their answer.
+func (l *loop) flush(now time.Time) {
+	if j := l.rules.job; j != nil {
+		l.rules.job = nil
+		l.give(j)
+	}
+	for len(l.renewals) > 0 {
+		l.give(l.renewJob())
+	}
+	if !l.mayAck(now) {
 		return
 	}
-	e.unlock()
-	e.settle(b)
-	e.lock().holdEnd(b, false)
-	e.unlock()
+	for l.acking < l.cfg.slots {
+		n := l.ackable(now)
+		if n == 0 || (l.acking > 0 && n < ackChunk) {
+			return
+		}
+		l.acking++
+		l.give(l.ackJob())
+	}
 }
 
-// holdEnd ends the hold of b: settled (its ack went), or after a stop
-// kept for the settle with the stop's other acks.
-func (l *loop) holdEnd(b *batch, stopped bool) {
-	if stopped && l.phase == running {
-		l.stop(nil) // a ctx that ended: as next does
-	}
-	l.settler.holdEnd(b, stopped)
-	if !stopped {
-		l.settled(b, false)
-	}
-	l.changed()
+// give hands j to the sender.
+func (l *loop) give(j *job) {
+	j.at = time.Now()
+	l.sending++
+	l.e.sendc <- j
 }
 
-// holdFor is how long holdFailed holds b (0 or less: not at all).
-func (e *engine) holdFor(b *batch, rule retryRule) time.Duration {
-	// The shorter of the pops' LeaseTime and the queue's: a 0.15.1 broker
-	// ignores the pops' and leases for the queue's time.
-	d, lease := rule.delay, rule.lease
-	if e.cfg.lease > 0 && (lease == 0 || e.cfg.lease < lease) {
-		lease = e.cfg.lease
+// ackJob gathers every ack that may go, lingering ones included, into
+// one job. It reuses an ack job answered before.
+func (l *loop) ackJob() *job {
+	var j *job
+	if n := len(l.spares); n > 0 {
+		j, l.spares = l.spares[n-1], l.spares[:n-1]
+	} else {
+		j = &job{kind: jobAck}
 	}
-	if b.keeper == nil && lease > 0 {
-		d = min(d, lease/2-time.Since(b.poppedAt))
+	j.acks, j.chosen, j.retried, j.parts, j.reqs = j.acks[:0], j.chosen[:0], nil, j.parts[:0], j.reqs[:0]
+	j.err = nil
+	hooked := l.e.hooks != nil // the outcomes chosen are for the SettleHook
+	l.tidy()
+	for _, pt := range l.outbox {
+		n := pt.sendable()
+		if n == 0 || pt.sending > 0 {
+			continue
+		}
+		pt.lingerTill = time.Time{}
+		for _, it := range pt.pending[:n] {
+			j.acks = append(j.acks, it.s)
+			if hooked {
+				j.chosen = append(j.chosen, Settlement{Message: it.s.Message, Status: it.chosen})
+			}
+			if it.retried && j.retried == nil {
+				j.retried = make([]bool, len(j.acks)-1, cap(j.acks))
+			}
+			if j.retried != nil {
+				j.retried = append(j.retried, it.retried)
+			}
+		}
+		pt.sending = n
+		j.parts = append(j.parts, pt)
 	}
-	return d
+	l.split(j)
+	return j
 }
 
-// splitHeld parts a pop's ack (chosen and sent side by side) into the
-// partitions with a failure sent as retry, held for retryDelay, and the
-// others, acked at once.
-func splitHeld(chosen, sent []Settlement) (heldC, heldS, nowC, nowS []Settlement) {
-	var held []*Message
-	for i, s := range sent {
-		if chosen[i].Status == StatusFailed && s.Status == StatusRetry {
-			held = append(held, s.Message)
+// ackChunk is the fewest acks a request of a job carries when the job is
+// cut into several (up to Concurrency), which the sender sends at once:
+// a broker that settles an ack per item (0.15.1, in PostgreSQL) serves
+// several requests side by side, where one large request would take the
+// time of all. So a job never makes more requests than Concurrency, nor
+// more than one per ackChunk acks.
+const ackChunk = 100
+
+// split cuts j's acks into its requests, at part boundaries: one request,
+// or, for more than ackChunk acks, up to Concurrency requests of at least
+// ackChunk acks each.
+func (l *loop) split(j *job) {
+	size := max(ackChunk, (len(j.acks)+l.cfg.slots-1)/l.cfg.slots)
+	from, k := 0, 0
+	for _, pt := range j.parts {
+		k += pt.sending
+		if k-from >= size && k < len(j.acks) {
+			j.reqs = append(j.reqs, ackReq{from: from, to: k})
+			from = k
 		}
 	}
-	for i, s := range sent {
-		if slices.ContainsFunc(held, func(m *Message) bool { return samePartition(m, s.Message) }) {
-			heldC, heldS = append(heldC, chosen[i]), append(heldS, s)
+	j.reqs = append(j.reqs, ackReq{from: from, to: len(j.acks)})
+}
+
+// acked takes the answers to an ack job's requests: the acks answered
+// are done (a refusal is logged); a transient failure puts its request's
+// acks back for the next job, after a backoff; any other failure (or one
+// that outlasts settleTimeout after a stop) gives them up: they come back
+// when their lease runs out.
+func (l *loop) acked(j *job) {
+	now := time.Now()
+	var failed *ackReq // the first transient failure
+	retrying, answered, k, r := 0, false, 0, 0
+	genuine, applied := 0, 0
+	var first string
+	for _, pt := range j.parts {
+		for k >= j.reqs[r].to {
+			r++
+		}
+		req := &j.reqs[r]
+		res := req.res
+		ae, refused := errors.AsType[*AckError](req.err)
+		if refused {
+			res = ae.Results
+		}
+		items := pt.pending[:pt.sending]
+		switch {
+		case req.err == nil || refused:
+			answered = true
+			for i, it := range items {
+				if a := res[k-req.from+i]; !a.Success {
+					if it.retried {
+						applied++
+					} else {
+						genuine++
+						if first == "" {
+							first = a.TransactionID + ": " + a.Error
+						}
+					}
+				}
+			}
+		case (req.timedOut || transientSettleError(req.err)) && !l.giveUp(now, j.at):
+			if req.timedOut || errors.Is(req.err, ErrOutcomeUnknown) {
+				for i := range items {
+					items[i].retried = true
+				}
+			}
+			if failed == nil {
+				failed = req
+			}
+			retrying += len(items)
+			k += pt.sending
+			pt.sending = 0
+			continue
+		default:
+			if k == req.from {
+				l.log.Error("queen: ack failed; its messages come back when their lease ends",
+					"queue", l.cfg.queue, "group", l.cfg.group, "messages", req.to-req.from, "err", req.err)
+			}
+		}
+		k += pt.sending
+		pt.answered()
+		l.check(pt)
+	}
+	l.spares = append(l.spares, j)
+	switch {
+	case failed != nil:
+		d := l.acks.backoff.failed(failed.err)
+		l.acks.pauseTill = now.Add(d)
+		if l.acks.since.IsZero() {
+			l.acks.since = j.at
+			l.log.Warn("queen: ack failed; the loop sends it again", "queue", l.cfg.queue, "group", l.cfg.group,
+				"messages", retrying, "err", failed.err, "backoff", d)
 		} else {
-			nowC, nowS = append(nowC, chosen[i]), append(nowS, s)
+			l.log.Debug("queen: ack failed again", "queue", l.cfg.queue, "group", l.cfg.group,
+				"messages", retrying, "err", failed.err, "failures", l.acks.backoff.failures, "backoff", d)
 		}
+	default:
+		l.ackOutageEnds(now, answered)
 	}
-	return heldC, heldS, nowC, nowS
+	if genuine > 0 {
+		l.log.Warn("queen: broker refused acks", "queue", l.cfg.queue, "group", l.cfg.group,
+			"refused", genuine, "messages", len(j.acks), "first", first)
+	}
+	if applied > 0 {
+		l.log.Info("queen: acks refused after an attempt whose answer was lost: most likely that attempt applied them (outcome unknown)",
+			"queue", l.cfg.queue, "group", l.cfg.group, "refused", applied)
+	}
 }
 
-// sendAcks sends a pop's acks, and again after retryBackoff while the
-// failure is transient, for up to settleTimeout (the loop's one retry
-// layer for acks, consume_broker.go).
-func (e *engine) sendAcks(b *batch, chosen, acks []Settlement) {
-	ctx, end := context.WithTimeout(e.life.reqCtx, settleTimeout)
-	defer end()
-	backoff := newRetryBackoff(e.cfg.retry)
+// answered drops the acks of pt the sender's request carried, keeping the
+// rest at the front of its backing array.
+func (pt *part) answered() {
+	n := copy(pt.pending, pt.pending[pt.sending:])
+	clear(pt.pending[n:])
+	pt.pending, pt.sending = pt.pending[:n], 0
+}
+
+// giveUp says whether failing acks are given up now: after a stop, once
+// they have failed for settleTimeout (since the first failed request went,
+// sent at).
+func (l *loop) giveUp(now, sent time.Time) bool {
+	since := l.acks.since
+	if since.IsZero() {
+		since = sent
+	}
+	return l.phase != running && now.Sub(since) >= settleTimeout
+}
+
+// ackOutageEnds ends a run of failed ack requests: a Warn (the level of
+// its start) saying how long and how many when they succeed again.
+func (l *loop) ackOutageEnds(now time.Time, ok bool) {
+	if l.acks.since.IsZero() {
+		return
+	}
+	n := l.acks.backoff.reset()
+	if ok {
+		l.log.Warn("queen: acks succeed again", "queue", l.cfg.queue, "group", l.cfg.group,
+			"failures", n, "after", now.Sub(l.acks.since).Round(time.Millisecond))
+	}
+	l.acks.since, l.acks.pauseTill = time.Time{}, time.Time{}
+}
+
+// sendAcks sends a job's ack requests, at once when there are several,
+// and returns when every one got its answer (or failed).
+func (e *engine) sendAcks(j *job) {
+	if len(j.reqs) == 1 {
+		e.sendAckReq(j, &j.reqs[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range j.reqs[1:] {
+		wg.Go(func() { e.sendAckReq(j, &j.reqs[1+i]) })
+	}
+	e.sendAckReq(j, &j.reqs[0])
+	wg.Wait()
+}
+
+// sendAckReq sends one ack request: one attempt, reported to OnLoopError
+// when it fails and to the SettleHook when it got an answer (or failed
+// for good).
+func (e *engine) sendAckReq(j *job, r *ackReq) {
+	acks := j.acks[r.from:r.to]
+	ctx, cancel := context.WithTimeout(e.life.reqCtx, settleTimeout)
 	start := e.hooks.now()
-	var err error
-	var res []AckResult
-	defer func() {
+	r.res, r.err = e.b.settle(ctx, acks)
+	r.timedOut = r.err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && e.life.reqCtx.Err() == nil
+	cancel()
+	var retried []bool
+	if j.retried != nil {
+		retried = j.retried[r.from:r.to]
+	}
+	ae, refused := errors.AsType[*AckError](r.err)
+	if r.err != nil && !(refused && allRetried(ae, retried)) {
+		e.loopError(&LoopError{Op: LoopOpSettle, LeaseID: oneLease(acks), Messages: len(acks), Err: r.err})
+	}
+	if r.err == nil || refused || (!r.timedOut && !transientSettleError(r.err)) {
 		group := e.cfg.group
 		if group == "" {
 			group = messageGroup(acks[0].Message)
 		}
-		e.hooks.settled(ctx, group, chosen, acks, res, start, err) // SettleHook: the settlement, its retries included
-	}()
-	for {
-		res, err = e.b.settle(ctx, acks)
-		if err == nil {
-			return
+		var chosen []Settlement
+		if j.chosen != nil {
+			chosen = j.chosen[r.from:r.to]
 		}
-		e.loopError(&LoopError{Op: LoopOpSettle, LeaseID: b.leaseID, Messages: len(acks), Err: err})
-		var ae *AckError
-		if errors.As(err, &ae) {
-			e.log.Warn("queen: broker refused some acks of a pop", "queue", e.cfg.queue, "group", e.cfg.group, "err", err)
-			return
-		}
-		if transientSettleError(err) && ctx.Err() == nil {
-			d := backoff.failed(err)
-			e.log.Warn("queen: batch ack failed; sending it again", "queue", e.cfg.queue, "group", e.cfg.group,
-				"messages", len(acks), "err", err, "backoff", d)
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-				continue
-			case <-ctx.Done():
-				t.Stop()
-			}
-		}
-		e.log.Error("queen: batch ack failed; its messages come back when their lease ends",
-			"queue", e.cfg.queue, "group", e.cfg.group, "leaseId", b.leaseID, "messages", len(acks), "err", err)
-		return
+		e.hooks.settled(e.life.reqCtx, group, chosen, acks, r.res, start, r.err) // SettleHook
 	}
+}
+
+// allRetried says whether every ack ae refused was sent before by an
+// attempt whose answer was lost (retried: per ack; nil: none was).
+func allRetried(ae *AckError, retried []bool) bool {
+	if retried == nil {
+		return false
+	}
+	for i, r := range ae.Results {
+		if !r.Success && (i >= len(retried) || !retried[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// oneLease is the lease of acks when they are all of one pop, else "".
+func oneLease(acks []Settlement) string {
+	lease := acks[0].Message.LeaseID
+	for _, a := range acks[1:] {
+		if a.Message.LeaseID != lease {
+			return ""
+		}
+	}
+	return lease
 }
 
 // transientSettleError says whether sending an ack again may succeed: not

@@ -6,30 +6,29 @@ import (
 	"time"
 )
 
-// The lifecycle: a loop is running until a stop (loop.stop: a ctx ended,
+// The stop path: a loop is running until a stop (loop.stop: a ctx ended,
 // the Limit, IdleMillis, a refusal for good, a handler's Goexit), then
-// draining: nothing starts, pops in flight get answerOnItsWay and are
-// abandoned, handlers get the grace period, the acks wait until quiet
-// (no pop of the loop parked at the broker). When nothing is left, done:
-// Execute returns, no goroutine left. docs/ARCHITECTURE.md (Stop, Its
-// contexts) tells the four contexts: ctx (Execute's, ended also by
+// draining: no pop or handler call starts; parts waiting for a handler or
+// for a retry give their messages back; pops in flight get answerOnItsWay
+// and are abandoned (an answer that comes meanwhile is given back);
+// handlers running get the grace period; acks wait until quiet (no pop of
+// the loop parked at the broker can claim what they free). When every pop
+// is settled and nothing is in flight, run returns. docs/ARCHITECTURE.md
+// (Its contexts) tells the four contexts: ctx (Execute's, ended also by
 // Consume's), pollCtx (the pops'), hctx (the handlers'), reqCtx (acks,
-// renewals).
+// renewals, reads of the queue's settings).
 
 type phase int
 
 const (
 	running phase = iota
 	draining
-	done
 )
 
-// lifecycle is the loop's contexts, the channels of its stop path and its
-// goroutines: made by init, then only read (the channels closed once
-// each, by loop.stop and loop.changed).
+// lifecycle is the loop's contexts, the stop's channel and its goroutines:
+// made by init, then only read (stopCh closed once, by the owner).
 type lifecycle struct {
 	stopCh chan struct{} // closed when the stop begins
-	doneCh chan struct{} // closed when the stop path is done
 	wg     sync.WaitGroup
 
 	ctx context.Context // Execute's, ended also by Consume's
@@ -51,7 +50,7 @@ func (l *lifecycle) init(execCtx, consumeCtx context.Context) {
 	if execCtx == nil {
 		execCtx = context.Background()
 	}
-	l.stopCh, l.doneCh = make(chan struct{}), make(chan struct{})
+	l.stopCh = make(chan struct{})
 	ctx, cancel := context.WithCancel(execCtx)
 	l.ctx, l.end = ctx, cancel
 	hbase := execCtx
@@ -86,12 +85,6 @@ func (l *lifecycle) spawn(f func()) {
 	}()
 }
 
-// announceStop says the stop began (once: loop.stop).
-func (l *lifecycle) announceStop() { close(l.stopCh) }
-
-// finish says the stop path is done (once: loop.changed).
-func (l *lifecycle) finish() { close(l.doneCh) }
-
 // stopped says whether the stop began.
 func (l *lifecycle) stopped() bool {
 	select {
@@ -115,139 +108,43 @@ func (l *lifecycle) ended() bool {
 	}
 }
 
-// run starts the fetchers and workers and walks the stop path; it returns
-// when it is done.
-func (e *engine) run() error {
-	l := &e.life
-	e.lock().start()
-	e.unlock()
-	if e.stopping() {
-		e.beginStop(nil) // a ctx that ended stops the loop before its first pop
-	} else {
-		e.readRule(nil) // the queue's retry settings, before its first pop can create it
-	}
-	for range e.cfg.slots {
-		e.startSlot(true)
-		e.startSlot(false)
-	}
-	defer func() {
-		l.hcancel(errConsumeStopped)
-		l.pollCancel()
-		l.wg.Wait()
-		l.reqCancel()
-		l.end()
-	}()
-
-	// running: until a stop.
-	var idle loopTimer
-	if e.cfg.idle > 0 {
-		idle.set(e.cfg.idle)
-	}
-	for running := true; running; {
-		select {
-		case <-l.stopCh:
-			running = false
-		case <-l.ctx.Done():
-			e.beginStop(nil)
-		case <-idle.c:
-			idle.fired()
-			if d := e.idleFor(); d > 0 {
-				idle.set(d)
-			}
-		}
-	}
-	idle.stop()
-
-	// draining: the drain of the pops in flight, the grace period, quiet.
-	var drain, grace, quiet loopTimer
-	defer func() { drain.stop(); grace.stop(); quiet.stop() }()
-	if st := e.lock(); st.fetcher.inflight > 0 && l.pollCtx.Err() == nil {
-		drain.set(answerOnItsWay)
-	}
-	e.unlock()
-	if e.cfg.grace > 0 {
-		grace.set(e.cfg.grace)
-	} else {
-		l.hcancel(errConsumeStopped)
-	}
-	for {
-		select {
-		case <-l.doneCh:
-			defer e.unlock()
-			return e.lock().fatal
-		case <-drain.c:
-			drain.fired()
-			if e.lock().abandon() {
-				quiet.set(abandonNoticed)
-			}
-			e.unlock()
-		case <-quiet.c:
-			quiet.fired()
-			e.lock().changed() // quiet now: the acks held back may go
-			e.unlock()
-		case <-grace.c:
-			grace.fired()
-			l.hcancel(errConsumeStopped)
-		}
-	}
-}
-
-// start readies the loop's parts before its first pop.
-func (l *loop) start() { l.fetcher.start(l.cfg.retry) }
-
-// abandon gives up the pops in flight after a stop (fetcher.abandon).
-func (l *loop) abandon() bool { return l.fetcher.abandon(l.life.pollCancel) }
-
-// idleFor stops the loop after IdleMillis with no pop in hand, or says how
-// long to wait before asking again.
-func (e *engine) idleFor() time.Duration {
-	defer e.unlock()
-	return e.lock().idleFor()
-}
-
-func (l *loop) idleFor() time.Duration {
-	if l.settler.busy > 0 {
-		return l.cfg.idle
-	}
-	if since := time.Since(l.fetcher.lastBusy); since < l.cfg.idle {
-		return l.cfg.idle - since
-	}
-	l.log.Debug("queen: consume loop idle, stopping", "queue", l.cfg.queue, "group", l.cfg.group, "idle", l.cfg.idle)
-	l.stop(nil)
-	return 0
-}
-
-// beginStop is loop.stop for who does not hold the loop.
-func (e *engine) beginStop(err error) {
-	e.lock().stop(err)
-	e.unlock()
-}
-
-// stopping says whether the loop is stopping, for the handlers too. It
-// reads the ctxs itself rather than wait for run to notice: a message is
-// not started after either has ended.
+// stopping says whether the loop is stopping, for the workers too. It
+// reads the ctxs itself rather than wait for the owner to notice: a
+// message is not started after either has ended.
 func (e *engine) stopping() bool {
 	return e.life.stopped() || e.life.ended()
 }
 
-// loopTimer is a timer of run: c is nil while it is not armed.
-type loopTimer struct {
-	t *time.Timer
-	c <-chan time.Time
-}
-
-func (t *loopTimer) set(d time.Duration) {
-	t.stop()
-	t.t = time.NewTimer(d)
-	t.c = t.t.C
-}
-
-// fired disarms a timer whose channel delivered.
-func (t *loopTimer) fired() { t.t, t.c = nil, nil }
-
-func (t *loopTimer) stop() {
-	if t.t != nil {
-		t.t.Stop()
+// stop is the one way from running to draining; err is what Execute
+// returns (nil: a ctx, Limit or idle stop; a later stop's error does not
+// replace an earlier one).
+func (l *loop) stop(err error) {
+	if l.fatal == nil {
+		l.fatal = err
 	}
-	t.t, t.c = nil, nil
+	if l.phase != running {
+		return
+	}
+	now := time.Now()
+	l.phase = draining
+	close(l.life.stopCh)
+	if l.fetcher.inflight == 0 {
+		l.fetcher.abandon(l.life.pollCancel)
+	} else {
+		l.drainAt = now.Add(answerOnItsWay)
+	}
+	if l.cfg.grace > 0 {
+		l.graceAt = now.Add(l.cfg.grace)
+	} else {
+		l.life.hcancel(errConsumeStopped)
+	}
+	// Parts that wait for a handler or for a retry: given back.
+	for _, pt := range l.queued {
+		l.giveBack(pt, pt.next, nil)
+	}
+	l.queued = l.queued[:0]
+	for _, pt := range l.held {
+		l.endHold(pt)
+	}
+	l.held = l.held[:0]
 }

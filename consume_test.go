@@ -29,9 +29,11 @@ import (
 
 func noRetryDelay(q *queentest.QueueConfig) { q.RetryDelay = 0 }
 
-// Handler returns nil: acked completed, and the outcomes of one pop go to
-// the broker in ONE batch ack.
-func TestConsumeCompletesInOneBatchAck(t *testing.T) {
+// Handler returns nil: acked completed, as it completes: every message
+// once, in order, across as many batch acks as the sender made while the
+// handler ran (what completes during a request goes in the next), never
+// more than one request per message.
+func TestConsumeAcksAsWorkCompletes(t *testing.T) {
 	e := newEnv(t, withSpy())
 	e.pushN("q", "p", 10)
 	var rec recorder
@@ -53,13 +55,11 @@ func TestConsumeCompletesInOneBatchAck(t *testing.T) {
 		t.Fatalf("%d pops, want 1", n)
 	}
 	acks := e.spy.ackRequests()
-	if len(acks) != 1 || acks[0].Path != "/api/v1/ack/batch" || len(acks[0].Items) != 10 {
-		t.Fatalf("ack requests %+v, want one batch ack of 10", acks)
+	if got := ackedItems(acks); len(got) != 10 || strings.Join(got, ",") != strings.Repeat("completed,", 9)+"completed" {
+		t.Fatalf("acked %v, want the 10 completed", got)
 	}
-	for _, it := range acks[0].Items {
-		if it.Status != "completed" {
-			t.Fatalf("ack item %+v, want completed", it)
-		}
+	if len(acks) > 10 {
+		t.Fatalf("%d ack requests for 10 messages", len(acks))
 	}
 	if n := e.srv.LeasedCount("q", ""); n != 0 {
 		t.Fatalf("%d messages still leased", n)
@@ -135,21 +135,21 @@ func TestConsumeBatchAllOrNothing(t *testing.T) {
 	})
 }
 
-// Handler error under Each(): that message is acked failed with the error
-// text; the rest of its partition in the batch is not handled and goes back
-// with a retry in the same ack (it comes back after the failed one, and the
-// partition's lease is released whatever the broker decides about the
-// failed one); other partitions go on.
-func TestConsumeErrorSkipsRestOfPartition(t *testing.T) {
+// Handler error under Each(): the message is retried where it failed (its
+// partition kept, RetryDelay 0 here), before the rest of its partition,
+// which is not handled meanwhile; other partitions go on. The broker
+// hears of the completions only: no failed or retry ack, nothing comes
+// back, nothing is dead-lettered. (Limit(6): six handler calls.)
+func TestConsumeErrorRetriesInPlace(t *testing.T) {
 	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
 	e.pushN("q", "a", 3)
 	e.pushN("q", "b", 2)
 	var rec recorder
 	failed := false
 	err := execute(t, context.Background(), func(ctx context.Context) error {
-		return e.c.Queue("q").Batch(10).Partitions(2).Each().Limit(5).
+		return e.c.Queue("q").Batch(10).Partitions(2).Each().Limit(6).
 			Consume(ctx, func(_ context.Context, m *queen.Message) error {
-				rec.add(key(m))
+				rec.add(fmt.Sprintf("%s#%d", key(m), m.Attempt()))
 				if key(m) == "a/1" && !failed { // the first time only
 					failed = true
 					return errors.New("boom a/1")
@@ -160,29 +160,37 @@ func TestConsumeErrorSkipsRestOfPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// a/2 skipped, b handled; then a/1 comes back first (the Limit of 5
-	// caps that second pop to the one message left to handle).
-	if got, want := rec.get(), []string{"a/0", "a/1", "b/0", "b/1", "a/1"}; !reflect.DeepEqual(got, want) {
+	if got, want := rec.get(), []string{"a/0#1", "a/1#1", "a/1#2", "a/2#1", "b/0#1", "b/1#1"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("handled %v, want %v", got, want)
 	}
-	acks := e.spy.ackRequests()
-	if len(acks) != 2 {
-		t.Fatalf("%d ack requests, want one batch ack per pop (2)", len(acks))
+	if got := ackedItems(e.spy.ackRequests()); strings.Join(got, ",") != "completed,completed,completed,completed,completed" {
+		t.Fatalf("acked %v, want the 5 messages completed", got)
 	}
-	var got []string
-	for _, it := range acks[0].Items {
-		got = append(got, it.Status+":"+it.Error)
+	if n := e.srv.Requests(queentest.RoutePop); n != 1 {
+		t.Fatalf("%d pops, want 1: the failed message went back to the broker", n)
 	}
-	if want := []string{"completed:", "retry:boom a/1", "retry:", "completed:", "completed:"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("acked %v, want %v", got, want)
-	}
-	left := e.peek("q", "")
-	if got, want := keys(left), []string{"a/2"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("left %v, want %v", got, want)
+	if left := e.peek("q", ""); len(left) != 0 {
+		t.Fatalf("left %v", keys(left))
 	}
 	if e.srv.DLQCount("q") != 0 {
-		t.Fatal("a failed ack with retries left dead-lettered")
+		t.Fatal("a failure with retries left dead-lettered")
 	}
+}
+
+// ackedItems flattens ack requests to their items' "status" or
+// "status:error", in order.
+func ackedItems(acks []spiedAck) []string {
+	var out []string
+	for _, a := range acks {
+		for _, it := range a.Items {
+			s := it.Status
+			if it.Error != "" {
+				s += ":" + it.Error
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // AutoAck(false): the handler acks itself; a handler that errors is still
@@ -224,8 +232,8 @@ func TestConsumeAutoAckOff(t *testing.T) {
 	}
 }
 
-// A handler panic is recovered, nacked, logged with its stack; the loop
-// goes on.
+// A handler panic is recovered, logged with its stack, and treated as a
+// failure: the message is retried in place; the loop goes on.
 func TestConsumePanicRecovered(t *testing.T) {
 	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
 	e.pushN("q", "p", 2)
@@ -245,9 +253,8 @@ func TestConsumePanicRecovered(t *testing.T) {
 	if got, want := rec.get(), []string{"p/0", "p/0", "p/1"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("handled %v, want %v", got, want)
 	}
-	first := e.spy.ackRequests()[0].Items[0]
-	if first.Status != "retry" || !strings.Contains(first.Error, "kaboom") {
-		t.Fatalf("first ack %+v, want retry (a first failure) with the panic", first)
+	if got := ackedItems(e.spy.ackRequests()); strings.Join(got, ",") != "completed,completed" {
+		t.Fatalf("acked %v, want both completed (the panic retried in place)", got)
 	}
 	logs := e.logs.String()
 	if !strings.Contains(logs, "panicked") || !strings.Contains(logs, "kaboom") || !strings.Contains(logs, "consume_test.go") {
@@ -651,6 +658,7 @@ func TestConsumeStopsOnEitherContext(t *testing.T) {
 						Consume(cctx, func(context.Context, *queen.Message) error { return nil }).Execute(xctx)
 				}()
 				awaitRequests(t, e.srv, queentest.RoutePop, 2)
+				synctest.Wait() // the long polls that follow the first (empty) pops are parked
 				start := time.Now()
 				if which == "execute" {
 					xcancel()
@@ -1021,8 +1029,9 @@ func TestConsumeRenewalsGoOnDuringGrace(t *testing.T) {
 	}
 }
 
-// A panic in an outcome callback is recovered like a handler's: the message
-// is acked failed with the panic, the panic is logged, the loop goes on.
+// A panic in an outcome callback is recovered like a handler's: the
+// message fails with the panic (and is retried in place), the panic is
+// logged, the loop goes on.
 func TestConsumeCallbackPanics(t *testing.T) {
 	for _, which := range []string{"OnSuccess", "OnError"} {
 		t.Run(which, func(t *testing.T) {
@@ -1056,10 +1065,9 @@ func TestConsumeCallbackPanics(t *testing.T) {
 			if got := rec.get(); strings.Join(got, ",") != "p/0,p/0,p/1" {
 				t.Fatalf("handled %v, want p/0 twice then p/1", got)
 			}
-			first := e.spy.ackRequests()[0].Items[0]
-			// A first failure (retryLimit 3 left) goes back with retry, its text kept.
-			if first.Status != "retry" || !strings.Contains(first.Error, "callback kaboom") {
-				t.Fatalf("first ack %+v, want retry with the panic", first)
+			// A first failure (retryLimit 3 left): retried in place, then completed.
+			if got := ackedItems(e.spy.ackRequests()); strings.Join(got, ",") != "completed,completed" {
+				t.Fatalf("acked %v, want both completed", got)
 			}
 			if !strings.Contains(e.logs.String(), "callback kaboom") {
 				t.Fatal("the callback's panic was not logged")
@@ -1069,14 +1077,14 @@ func TestConsumeCallbackPanics(t *testing.T) {
 }
 
 // Consume without Each() still calls the handler once per message (Each is
-// implied by its signature), and settles the pop in one batch ack.
+// implied by its signature), a partition's in order.
 func TestConsumeImpliesEach(t *testing.T) {
 	e := newEnv(t, withQueueConfig(noRetryDelay), withSpy())
 	e.pushN("q", "a", 3)
 	e.pushN("q", "b", 2)
 	var rec recorder
 	err := execute(t, context.Background(), func(ctx context.Context) error {
-		return e.c.Queue("q").Batch(5).Partitions(2).Limit(5).
+		return e.c.Queue("q").Batch(5).Partitions(2).Limit(6).
 			Consume(ctx, func(_ context.Context, m *queen.Message) error {
 				if rec.add(key(m)) == 1 {
 					return errors.New("first fails")
@@ -1087,14 +1095,12 @@ func TestConsumeImpliesEach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// a/0 fails: a/1, a/2 given back (retry) in the same ack; b goes on;
-	// then a/0 comes back, first of its partition (the Limit caps that pop
-	// to the two messages left).
-	if got := strings.Join(rec.get(), ","); got != "a/0,b/0,b/1,a/0,a/1" {
+	// a/0 fails: retried in place before a/1 and a/2; then b.
+	if got := strings.Join(rec.get(), ","); got != "a/0,a/0,a/1,a/2,b/0,b/1" {
 		t.Fatalf("handled %s", got)
 	}
-	if a := e.spy.ackRequests(); len(a) != 2 || len(a[0].Items) != 5 || len(a[1].Items) != 2 {
-		t.Fatalf("acks %+v, want one batch ack per pop (5 items, then 2)", a)
+	if got := ackedItems(e.spy.ackRequests()); len(got) != 5 {
+		t.Fatalf("acked %v, want the 5 messages once each", got)
 	}
 }
 
@@ -1358,48 +1364,36 @@ func (mt *meeting) check(t *testing.T, parts, per int) {
 	}
 }
 
-// checkOneAckPerPop fails t unless the broker got exactly one ack request
-// per pop that delivered messages (one lease id each), and every ack
-// request settles the messages of one pop, each partition's in order,
-// partition after partition.
-func (mt *meeting) checkOneAckPerPop(t *testing.T, e *env) {
+// checkAcks fails t unless every message a handler got was acked once,
+// completed, each partition's in order across the ack requests (acks go
+// as work completes: a request may hold several pops' and partitions'
+// messages, a partition's in order within it).
+func (mt *meeting) checkAcks(t *testing.T, e *env) {
 	t.Helper()
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
-	if n := e.acks(); n != len(mt.leases) {
-		t.Fatalf("%d ack requests (ack %d, ack/batch %d) for %d pops; want one per pop",
-			n, e.srv.Requests(queentest.RouteAck), e.srv.Requests(queentest.RouteAckBatch), len(mt.leases))
-	}
-	if e.spy == nil {
-		return
-	}
+	acked := map[string]bool{}
+	last := map[string]int{}
 	for _, a := range e.spy.ackRequests() {
-		var parts []string
-		last := map[string]int{}
 		for _, it := range a.Items {
-			if it.LeaseID != a.Items[0].LeaseID {
-				t.Fatalf("one ack request settles two pops: %+v", a.Items)
-			}
 			k, ok := mt.txKey[it.TransactionID]
 			if !ok {
 				t.Fatalf("ack of a message no handler got: %+v", it)
 			}
-			_, n, _ := strings.Cut(k, "/")
-			i, _ := strconv.Atoi(n)
-			p := it.PartitionID
-			if len(parts) == 0 || parts[len(parts)-1] != p {
-				for _, q := range parts {
-					if q == p {
-						t.Fatalf("ack items not in partition order: partition %s comes back after %v", p, parts)
-					}
-				}
-				parts = append(parts, p)
+			if it.Status != "completed" || acked[k] {
+				t.Fatalf("%s acked %s (acked before: %v), want completed once", k, it.Status, acked[k])
 			}
+			acked[k] = true
+			p, n, _ := strings.Cut(k, "/")
+			i, _ := strconv.Atoi(n)
 			if prev, ok := last[p]; ok && i <= prev {
-				t.Fatalf("ack items of partition %s out of order: %d after %d", p, i, prev)
+				t.Fatalf("acks of partition %s out of order: %d after %d", p, i, prev)
 			}
 			last[p] = i
 		}
+	}
+	if len(acked) != len(mt.txKey) {
+		t.Fatalf("%d messages acked, %d handled", len(acked), len(mt.txKey))
 	}
 }
 
@@ -1407,7 +1401,7 @@ func (mt *meeting) checkOneAckPerPop(t *testing.T, e *env) {
 // four handlers at once, on four partitions, whatever sizes the pops: the
 // autopilot (one pop may take every ready partition), a Limit with no
 // Batch, a Limit with Partitions(1), a pinned pop over many partitions.
-// Each pop is still settled with one ack request.
+// Every message is acked once, each partition's in order.
 func TestConsumeConcurrencyRunsHandlersOnDistinctPartitions(t *testing.T) {
 	const parts, per = 5, 3
 	for _, tc := range []struct {
@@ -1440,7 +1434,7 @@ func TestConsumeConcurrencyRunsHandlersOnDistinctPartitions(t *testing.T) {
 				t.Fatal(err)
 			}
 			mt.check(t, parts, per)
-			mt.checkOneAckPerPop(t, e)
+			mt.checkAcks(t, e)
 			if n := e.srv.LeasedCount("tasks", "workers"); n != 0 {
 				t.Fatalf("%d leased after Execute returned", n)
 			}
@@ -1453,7 +1447,7 @@ func TestConsumeConcurrencyRunsHandlersOnDistinctPartitions(t *testing.T) {
 
 // ConsumeBatch with Each() is the same: per message, four at once.
 func TestConsumeBatchEachConcurrency(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, withSpy())
 	for p := range 4 {
 		e.pushN("q", fmt.Sprint("p", p), 3)
 	}
@@ -1471,13 +1465,13 @@ func TestConsumeBatchEachConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	mt.check(t, 4, 3)
-	mt.checkOneAckPerPop(t, e)
+	mt.checkAcks(t, e)
 }
 
-// One pop over four partitions, handled by four handlers at once, is
-// settled with ONE batch ack: the pop's outcomes, partition after
-// partition, each in order.
-func TestConsumeOnePopManyPartitionsOneAck(t *testing.T) {
+// One pop over four partitions, handled by four handlers at once: every
+// message acked once, in its partition's order, in at most one request
+// per message.
+func TestConsumeOnePopManyPartitions(t *testing.T) {
 	e := newEnv(t, withSpy())
 	for p := range 4 {
 		e.pushN("q", fmt.Sprint("p", p), 3)
@@ -1495,19 +1489,10 @@ func TestConsumeOnePopManyPartitionsOneAck(t *testing.T) {
 	if len(mt.leases) != 1 {
 		t.Fatalf("%d pops delivered the messages, want the first one all 12", len(mt.leases))
 	}
-	if a, b := e.srv.Requests(queentest.RouteAck), e.srv.Requests(queentest.RouteAckBatch); a != 0 || b != 1 {
-		t.Fatalf("ack requests: ack %d, ack/batch %d; want one batch ack for the pop", a, b)
+	if a, b := e.srv.Requests(queentest.RouteAck), e.srv.Requests(queentest.RouteAckBatch); a+b > 12 {
+		t.Fatalf("ack requests: ack %d, ack/batch %d; want at most one per message", a, b)
 	}
-	acks := e.spy.ackRequests()
-	if len(acks) != 1 || len(acks[0].Items) != 12 {
-		t.Fatalf("acks %+v, want one of 12 items", acks)
-	}
-	mt.checkOneAckPerPop(t, e)
-	for _, it := range acks[0].Items {
-		if it.Status != "completed" {
-			t.Fatalf("acked %+v, want completed", it)
-		}
-	}
+	mt.checkAcks(t, e)
 	if n := e.srv.LeasedCount("q", "g"); n != 0 {
 		t.Fatalf("%d leased after Execute returned", n)
 	}

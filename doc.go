@@ -40,6 +40,7 @@
 // loop with a group and OnError), Example_popAndSettle (a pop settled by
 // hand in one SettleBatch), ExampleQueueBuilder_Consume (the loop's two
 // contexts), ExampleConsumeBuilder_OnError (outcomes), ExamplePoison,
+// ExampleMessage_Attempt (a webhook's X-Attempt through the retries),
 // Example_gracefulShutdown and Example_testWithQueentest (a handler under
 // test, with no broker: package queentest serves the same API from
 // memory).

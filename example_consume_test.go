@@ -1,12 +1,16 @@
 package queen_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -65,11 +69,13 @@ func Example_gracefulShutdown() {
 }
 
 // Testing a handler with queentest: push what the test needs, run the loop
-// with a Limit so that it ends by itself, then look at the broker.
+// with a Limit so that it ends by itself, then look at the broker. (A
+// message that fails when the Limit leaves no call to retry it goes back
+// to the broker.)
 func Example_testWithQueentest() {
 	srv := queentest.NewServer(queentest.WithDefaultQueueConfig(func() queentest.QueueConfig {
 		c := queentest.DefaultQueueConfig()
-		c.RetryDelay = 0 // the loop gives a failed message back at once
+		c.RetryDelay = 0 // a failed message is retried at once
 		return c
 	}()))
 	defer srv.Close()
@@ -114,7 +120,7 @@ func Example_testWithQueentest() {
 }
 
 // Deciding each outcome: errors that retrying cannot fix go to the
-// dead-letter queue at once, the others are failed (and come back).
+// dead-letter queue at once, the others are failed (and retried).
 func ExampleConsumeBuilder_OnError() {
 	srv := queentest.NewServer()
 	defer srv.Close()
@@ -182,4 +188,71 @@ func ExampleQueueBuilder_ConsumeBatch() {
 	// writing 100 rows
 	// writing 100 rows
 	// writing 50 rows
+}
+
+// A webhook sender tells the receiver which attempt a delivery is in (an
+// X-Attempt header): msg.Attempt() is 1 at the first call of the handler
+// and one more at each retry after an error, which the loop makes where
+// the message failed (its partition kept) after the queue's RetryDelay,
+// up to its RetryLimit. A receiver error that retrying cannot fix (a 4xx)
+// goes to the dead-letter queue at once. Here the receiver answers 503
+// twice, then 200.
+func ExampleMessage_Attempt() {
+	srv := queentest.NewServer()
+	defer srv.Close()
+	client, err := queen.New(srv.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(context.Background())
+	ctx := context.Background()
+
+	var calls atomic.Int32
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("receiver got attempt", r.Header.Get("X-Attempt"))
+		if calls.Add(1) <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer receiver.Close()
+
+	_, err = client.Queue("webhooks").
+		Config(queen.QueueConfig{RetryLimit: queen.Ptr(5), RetryDelay: queen.Ptr(10 * time.Millisecond)}).
+		Create().Execute(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := client.Queue("webhooks").Push(map[string]any{"event": "order.paid"}).Execute(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	err = client.Queue("webhooks").
+		Limit(3). // three calls of the handler, and the loop ends
+		Consume(ctx, func(ctx context.Context, msg *queen.Message) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, receiver.URL, bytes.NewReader(msg.Raw))
+			if err != nil {
+				return queen.Poison(err)
+			}
+			req.Header.Set("X-Attempt", strconv.Itoa(msg.Attempt()))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err // the network: try again
+			}
+			resp.Body.Close()
+			switch {
+			case resp.StatusCode >= 500:
+				return fmt.Errorf("receiver answered %d", resp.StatusCode) // try again
+			case resp.StatusCode >= 400:
+				return queen.Poison(fmt.Errorf("receiver refused: %d", resp.StatusCode))
+			}
+			return nil
+		}).
+		Execute(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// receiver got attempt 1
+	// receiver got attempt 2
+	// receiver got attempt 3
 }

@@ -75,8 +75,10 @@ type HandlerEnd struct {
 	LeaseLost bool // lost while the handler ran: outcomes not sent
 }
 
-// SettleHook is called after every ack request that settles messages, and
-// once per pop a consume loop settles.
+// SettleHook is called after every ack request that settles messages, a
+// consume loop's included (it acks as work completes: one request may
+// hold several pops' messages), once the request got an answer or failed
+// for good.
 type SettleHook interface {
 	OnSettle(ctx context.Context, e SettleEvent)
 }
@@ -326,8 +328,6 @@ type handlerTurn struct {
 	msgs         []*Message
 	start        time.Time
 }
-
-func (t handlerTurn) active() bool { return t.msgs != nil }
 
 func (hs *hookSet) handlerStart(ctx context.Context, queue, group string, msgs []*Message) (context.Context, handlerTurn) {
 	if hs == nil {

@@ -34,8 +34,18 @@ type Message struct {
 	Data map[string]any
 	Raw  json.RawMessage // the payload as pushed; "null" when none
 
-	route string // the pop's routing key, for its acks (ackKey)
+	route   string // the pop's routing key, for its acks (ackKey)
+	attempt int    // the loop's handler call for it (Attempt; 0: the first)
 }
+
+// Attempt is the number of the consume loop's handler call with this
+// message: 1 at the first, one more at each retry in place after a
+// failure (docs/RETRIES.md), so a handler can tell which attempt it is in
+// (a webhook's X-Attempt header, say). It counts in one Execute: a message
+// that another worker, or a new process, takes over starts again from 1.
+// A message from Pop says 1. Unlike DeliveryAttempt, it counts the calls
+// of the handler, on both broker generations, not the broker's claims.
+func (m *Message) Attempt() int { return max(m.attempt, 1) }
 
 // Decode unmarshals the message's payload into a value of type T.
 //

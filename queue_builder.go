@@ -213,8 +213,8 @@ func (b *QueueBuilder) Each() *QueueBuilder {
 }
 
 // AutoAck sets whether a consume loop acks for the handler (default true).
-// With false the handler acks itself; one that returns an error is still
-// nacked.
+// With false the handler acks itself; an error it returns is still the
+// loop's to handle (retried in place, then dead-lettered).
 func (b *QueueBuilder) AutoAck(on bool) *QueueBuilder {
 	cp := *b
 	cp.autoAckOff = !on
@@ -222,8 +222,9 @@ func (b *QueueBuilder) AutoAck(on bool) *QueueBuilder {
 }
 
 // RenewLease(true, ms) renews a consume loop's leases every ms
-// milliseconds (at least MinRenewMillis, else ErrInvalidOption) until their
-// ack, each time to about 3·ms from now (docs/CONSUME.md, "Lease renewal").
+// milliseconds (at least MinRenewMillis, else ErrInvalidOption) until the
+// answer to their last ack, each time to about 3·ms from now
+// (docs/CONSUME.md, "Lease renewal").
 func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 	cp := *b
 	cp.renew, cp.renewMs = on, everyMillis
@@ -232,16 +233,17 @@ func (b *QueueBuilder) RenewLease(on bool, everyMillis int) *QueueBuilder {
 
 // Concurrency runs up to n handlers of a consume loop at once (default 1,
 // under 1 ErrInvalidOption), never two on one partition; at most n pops are
-// in flight or handled, 2n with pops held after a failure
-// (docs/CONSUME.md, "Pops").
+// in flight or handled, 2n with pops whose failed message waits for its
+// retry (docs/CONSUME.md, "Pops").
 func (b *QueueBuilder) Concurrency(n int) *QueueBuilder {
 	cp := *b
 	cp.concurrency, cp.concurrencySet = n, true
 	return &cp
 }
 
-// Limit stops a consume loop after n messages in all (0: no limit;
-// negative: ErrInvalidOption).
+// Limit stops a consume loop after n handler calls in all (a retry in
+// place is one), once their outcomes are settled (0: no limit; negative:
+// ErrInvalidOption).
 func (b *QueueBuilder) Limit(n int) *QueueBuilder {
 	cp := *b
 	cp.limit = n

@@ -10,6 +10,12 @@
 //   - Else the in-memory broker of package queentest, in-process. This is the
 //     CI path; scenarios that need fault injection run only there.
 //
+// The fleet scenario (TestFleetKillAndStop, issue 35) builds
+// internal/fleetworker with go build and runs it as worker processes that
+// reach the broker over HTTP, SIGKILLs one and SIGTERMs another.
+// QUEEN_FLEET_MESSAGES sets its backlog (default 3000) for a run by hand;
+// QUEEN_FLEET_LOGS names a directory where the workers' event logs are kept.
+//
 // Every scenario uses its own queue names, so the suite can share a broker
 // with other users. The package has no API: everything is in its tests.
 package integration

@@ -33,9 +33,11 @@
 //     (queen.outcome: completed, failed, retry or dlq) and, when the handler
 //     returned an error, status Error and error.type.
 //   - "ack <queue>" (client): one per settlement (Client.Ack, Settle,
-//     SettleBatch, and each pop a consume loop settles), with the count of
-//     each status (queen.settle.completed, .failed, .retry, .dlq) and of
-//     refused acks (queen.settle.refused).
+//     SettleBatch, and each ack request of a consume loop, which acks
+//     outcomes as they complete: a request may hold messages of several
+//     pops, a pop's messages may take several requests), with the count
+//     of each status (queen.settle.completed, .failed, .retry, .dlq) and
+//     of refused acks (queen.settle.refused).
 //
 // Durations come from the client's hooks, which report an operation when
 // it ends: a span's start is its end minus the operation's duration.

@@ -1,7 +1,7 @@
 // Command otel-worker is a small worker traced and measured with
 // OpenTelemetry through package queenotel: it pushes a few orders in a
 // "checkout" span, consumes them with a consumer group (one order fails
-// once and comes back, one is dead-lettered), and prints every span and
+// once and is retried, one is dead-lettered), and prints every span and
 // the metrics to stdout as JSON (the stdout exporters of OpenTelemetry).
 //
 //	go run .                                     # in examples/otel-worker: in-process broker (queentest)
@@ -83,7 +83,7 @@ func run(ctx context.Context, url string, orders int, out io.Writer) error {
 
 	queue := fmt.Sprintf("otel-orders-%d", time.Now().UnixNano())
 	if _, err := client.Queue(queue).Config(queen.QueueConfig{
-		RetryDelay:      queen.Ptr(time.Duration(0)), // a failed order comes back at once
+		RetryDelay:      queen.Ptr(time.Duration(0)), // a failed order is retried at once
 		DeadLetterQueue: queen.Ptr(true),             // keep what is dead-lettered
 	}).Create().Execute(ctx); err != nil {
 		return fmt.Errorf("create queue: %w", err)
@@ -102,7 +102,7 @@ func run(ctx context.Context, url string, orders int, out io.Writer) error {
 		return fmt.Errorf("push: %w", err)
 	}
 
-	// The consumer: order 2 fails once and comes back, order 3 is invalid
+	// The consumer: order 2 fails once and is retried, order 3 is invalid
 	// and dead-lettered. Every handler call is a "process" span, and the
 	// handler's own span ("charge") nests under it.
 	var mu sync.Mutex

@@ -74,7 +74,8 @@ type summary struct {
 // errOutOfStock is the transient failure the handler simulates the first
 // time it handles some orders. The OnError callback gives such an order back
 // with a retry ack (no retry spent): it comes back at once. Any other
-// error is acked failed, which spends one of the queue's retries.
+// error is a failure: the loop retries the order where it failed, after
+// the queue's RetryDelay, and dead-letters it once its retries are spent.
 var errOutOfStock = errors.New("warehouse briefly out of stock")
 
 // idleStop ends the worker when nothing has come for that long although
@@ -109,7 +110,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (summary, error) {
 	_, err = client.Queue(queue).Config(queen.QueueConfig{
 		LeaseTime:       queen.Ptr(30 * time.Second),      // RenewLease keeps slow orders leased
 		RetryLimit:      queen.Ptr(3),                     // a fourth failure of an order dead-letters it
-		RetryDelay:      queen.Ptr(50 * time.Millisecond), // before a failed order comes back
+		RetryDelay:      queen.Ptr(50 * time.Millisecond), // before a failed order is retried
 		DeadLetterQueue: queen.Ptr(true),                  // keep what runs out of retries
 	}).Create().Execute(ctx)
 	if err != nil {

@@ -1,0 +1,105 @@
+package queen
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// The sender: ONE goroutine sends the loop's acks, lease renewals and
+// reads of the queue's retry settings, each request one attempt (the
+// loop's retries are the owner's, consume_broker.go). It runs each job the
+// owner gives it on a goroutine of its own and hands it back answered, so
+// that a renewal never waits behind an ack; the owner decides how many
+// jobs are in flight (consume_settle.go, flush) and reads a job only once
+// it is back. When the owner closes sendc, the sender returns after the
+// jobs in flight.
+
+type jobKind uint8
+
+const (
+	jobAck jobKind = iota + 1
+	jobRenew
+	jobRule
+)
+
+// job is one request of the sender and its answer. The owner fills the
+// request, the sender the answer; parts and p are the owner's (the
+// sender reads neither).
+type job struct {
+	kind jobKind
+	at   time.Time // when the owner gave it to the sender
+	err  error
+
+	// jobAck: the acks as sent, the outcomes chosen, which were sent
+	// before without an answer (nil: none), the parts they came from, and
+	// the requests that carry them (a part's acks all in one request).
+	acks, chosen []Settlement
+	retried      []bool
+	parts        []*part
+	reqs         []ackReq
+
+	// jobRenew: the lease, its extension, its pop's size.
+	p       *pop
+	leaseID string
+	secs    int
+	n       int
+	alive   bool
+
+	// jobRule: the failed message to read through (nil at the start).
+	failed *Message
+	rule   retryRule
+}
+
+// ackReq is one ack request of a job, acks[from:to], and its answer.
+type ackReq struct {
+	from, to int
+	res      []AckResult
+	err      error
+	timedOut bool // the attempt ran out of time: it may have been applied
+}
+
+// send is the sender goroutine.
+func (e *engine) send() {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for j := range e.sendc {
+		wg.Go(func() {
+			switch j.kind {
+			case jobAck:
+				e.sendAcks(j)
+			case jobRenew:
+				e.sendRenew(j)
+			case jobRule:
+				e.readRule(j)
+			}
+			e.sentc <- j
+		})
+	}
+}
+
+// sent takes a job's answer back on the owner.
+func (l *loop) sent(j *job) {
+	l.sending--
+	switch j.kind {
+	case jobAck:
+		l.acking--
+		l.acked(j)
+	case jobRenew:
+		l.renewed(j)
+	case jobRule:
+		l.ruleRead(j)
+	}
+}
+
+// readRule reads the queue's retry settings: at the start on Execute's
+// ctx (a stop ends it), at a failure on the requests' own.
+func (e *engine) readRule(j *job) {
+	parent := e.life.reqCtx
+	if j.failed == nil {
+		parent = e.life.ctx
+	}
+	ctx, cancel := context.WithTimeout(parent, ruleTimeout)
+	defer cancel()
+	j.rule, j.err = e.b.retryRule(ctx, j.failed)
+}
