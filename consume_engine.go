@@ -184,6 +184,7 @@ func (e *engine) run() error {
 	e.sendc, e.sentc = make(chan *job, jobs), make(chan *job, jobs)
 	l.lastBusy = time.Now()
 	l.fetcher.start(e.cfg.retry)
+	l.acks.backoff = newRetryBackoff(e.cfg.retry)
 	for range slots {
 		e.life.spawn(e.fetch)
 		e.life.spawn(e.work)

@@ -118,8 +118,9 @@ func TestSettleRetriesTransientOnly(t *testing.T) {
 
 // An outage of the acks is logged at its start and end, at Warn (the end
 // with how many attempts failed and for how long), the attempts between
-// at Debug; OnLoopError gets every failed attempt; the acks go through
-// once the broker answers.
+// at Debug; OnLoopError gets every failed attempt; the attempts wait the
+// loop's backoff between them; the acks go through once the broker
+// answers.
 func TestSettleOutageLoggedAtItsStartAndEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeBroker(10)
@@ -136,7 +137,11 @@ func TestSettleOutageLoggedAtItsStartAndEnd(t *testing.T) {
 				hooked.Add(1)
 			}
 		}
+		start := time.Now()
 		require.NoError(t, runEngine(t, e))
+		// Six failed attempts wait the backoff of testEngine's RetryPolicy
+		// after each (1+2+4×4 ms, less a jitter of at most a fifth).
+		assert.GreaterOrEqual(t, time.Since(start), 15*time.Millisecond, "the acks were sent again without a backoff")
 		assert.Empty(t, f.left(), "the acks never went through")
 		assert.Equal(t, int32(6), hooked.Load())
 		out := logs.String()
