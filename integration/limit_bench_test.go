@@ -62,12 +62,13 @@ import (
 //
 //	QUEEN_URL=http://127.0.0.1:6632 QUEEN_BENCH_MSGS=5000 go -C integration test -run '^$' -bench LimitRun -benchtime 5x -count 3 .
 //
-// QUEEN_BENCH_MSGS sets N (default 2000).
+// QUEEN_BENCH_MSGS sets N (default 2000). The shape can change too:
+// QUEEN_BENCH_PARTS the partitions (default 10), QUEEN_BENCH_CONC the
+// client's Concurrency and the bare loop's goroutines (default 4), and
+// QUEEN_BENCH_BATCH the batch of both (default 100).
 func BenchmarkLimitRun(b *testing.B) {
-	n := 2000
-	if v, err := strconv.Atoi(os.Getenv("QUEEN_BENCH_MSGS")); err == nil && v > 0 {
-		n = v
-	}
+	n := envInt("QUEEN_BENCH_MSGS", 2000)
+	sh := benchShape{parts: envInt("QUEEN_BENCH_PARTS", 10), conc: envInt("QUEEN_BENCH_CONC", 4), batch: envInt("QUEEN_BENCH_BATCH", 100)}
 	modes := []struct {
 		name string
 		run  func(ctx context.Context, qb *queen.QueueBuilder, count *atomic.Int64) error
@@ -98,19 +99,19 @@ func BenchmarkLimitRun(b *testing.B) {
 			var rs rounds
 			for b.Loop() {
 				i := len(rs.client)
-				lq := benchQueue(b, c, fmt.Sprintf("loop-%s-%d", mode.name, i), n)
-				bq := benchQueue(b, c, fmt.Sprintf("bare-%s-%d", mode.name, i), n)
+				lq := benchQueue(b, c, fmt.Sprintf("loop-%s-%d", mode.name, i), n, sh.parts)
+				bq := benchQueue(b, c, fmt.Sprintf("bare-%s-%d", mode.name, i), n, sh.parts)
 				client := func() {
 					var got atomic.Int64
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 					defer cancel()
-					err := mode.run(ctx, c.Queue(lq).Batch(100).Concurrency(4).Limit(n), &got)
+					err := mode.run(ctx, c.Queue(lq).Batch(sh.batch).Concurrency(sh.conc).Limit(n), &got)
 					if err != nil || got.Load() != int64(n) {
 						b.Fatalf("loop: %v, %d of %d messages", err, got.Load(), n)
 					}
 				}
 				var bp popCount
-				bare := func() { bareConsume(b, be.url, bq, n, &bp) }
+				bare := func() { bareConsume(b, be.url, bq, n, sh, &bp) }
 				cp = popCount{}
 				rs.pair(b, client, bare)
 				b.Logf("round %d: client %v (cpu %v, %s), bare %v (cpu %v, %s)", i,
@@ -309,9 +310,13 @@ func newBenchClient(b *testing.B, opts ...queen.Option) *queen.Client {
 	return c
 }
 
-// benchQueue makes a queue of n messages over 10 partitions and deletes it
-// when the benchmark ends.
-func benchQueue(b *testing.B, c *queen.Client, base string, n int) string {
+// benchShape is the shape of a LimitRun: partitions, the client's
+// Concurrency (the bare loop's goroutines), and the batch of both.
+type benchShape struct{ parts, conc, batch int }
+
+// benchQueue makes a queue of n messages over parts partitions and
+// deletes it when the benchmark ends.
+func benchQueue(b *testing.B, c *queen.Client, base string, n, parts int) string {
 	b.StopTimer()
 	defer b.StartTimer()
 	ctx := context.Background()
@@ -321,11 +326,11 @@ func benchQueue(b *testing.B, c *queen.Client, base string, n int) string {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _, _ = c.Queue(q).Delete().Execute(context.Background()) })
-	per := n / 10
-	for p := range 10 {
+	per := n / parts
+	for p := range parts {
 		k := per
-		if p == 9 {
-			k = n - 9*per
+		if p == parts-1 {
+			k = n - (parts-1)*per
 		}
 		payloads := make([]any, k)
 		for i := range payloads {
@@ -341,20 +346,20 @@ func benchQueue(b *testing.B, c *queen.Client, base string, n int) string {
 	return q
 }
 
-// bareConsume is the baseline: 4 goroutines pop (up to 100, any
-// partition, no long poll) and ack each pop in one batch ack, until n
+// bareConsume is the baseline: sh.conc goroutines pop (up to sh.batch,
+// any partition, no long poll) and ack each pop in one batch ack, until n
 // messages are acked.
-func bareConsume(b *testing.B, base, q string, n int, pc *popCount) {
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+func bareConsume(b *testing.B, base, q string, n int, sh benchShape, pc *popCount) {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: max(16, sh.conc)}}
 	defer hc.CloseIdleConnections()
 	var acked atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for range 4 {
+	errs := make(chan error, sh.conc)
+	for range sh.conc {
 		wg.Go(func() {
 			for acked.Load() < int64(n) {
 				left := int64(n) - acked.Load()
-				if err := barePopAck(hc, base, q, min(100, int(left)), &acked, pc); err != nil {
+				if err := barePopAck(hc, base, q, min(sh.batch, int(left)), &acked, pc); err != nil {
 					errs <- err
 					return
 				}
