@@ -318,7 +318,9 @@ type ReplayResult struct {
 // original's (a broker stores one message per partition and transaction
 // id), then deletes the original message, and with it its letters of
 // every group (DELETE on the same path); without that route the letter
-// stays listed (ReplayKept). docs/ADMIN.md#replay.
+// stays listed (ReplayKept). The copy is stored before the original is
+// deleted: a group that had not read the original reads the copy instead,
+// once, at the tail. docs/ADMIN.md#replay.
 //
 // The one-step replay is sent again only when the broker surely did not
 // apply it: an open outcome matches ErrOutcomeUnknown, and replaying again
@@ -560,10 +562,12 @@ func (a *Admin) deleteAt(ctx context.Context, partitionID, txn string) (removed 
 // /api/v1/messages/{partitionId}/{transactionId}). 0.15.1 keeps a letter
 // with its message, so the client deletes the message, and with it its
 // letters of every group, once it has read that the message is
-// dead-lettered (else ErrDeadLetterNotFound) and that every group with a
-// position on the partition has passed it: if one has not, the message
-// would be lost to it, so nothing is deleted and the error matches
-// ErrNotSupported. A broker without the route gives ErrNotSupported.
+// dead-lettered (else ErrDeadLetterNotFound) and that every consumer group
+// of the queue (queue mode included) has passed it on its partition, a
+// group with no position there counting as not: if one has not, the
+// message would be lost to it, so nothing is deleted and the error
+// matches ErrNotSupported. A broker without the route gives
+// ErrNotSupported.
 func (a *Admin) DeleteDeadLetter(ctx context.Context, dl DeadLetter) (bool, error) {
 	if dl.PartitionID == "" || dl.TransactionID == "" {
 		return false, fmt.Errorf("%w: a dead letter is deleted by its partition id and transaction id", ErrInvalidArgument)
@@ -588,17 +592,45 @@ func (a *Admin) DeleteDeadLetter(ctx context.Context, dl DeadLetter) (bool, erro
 		return false, fmt.Errorf("%w: the message at partition %s with transaction id %q is %s, not dead-lettered",
 			ErrDeadLetterNotFound, dl.PartitionID, dl.TransactionID, orDefault(msg.Status, "of unknown status"))
 	}
-	var unread []string
-	for _, cg := range msg.ConsumerGroups {
-		if !cg.Consumed {
-			unread = append(unread, cg.Name)
-		}
+	unread, err := a.groupsBehind(ctx, msg)
+	if err != nil {
+		return false, err
 	}
 	if len(unread) > 0 {
 		return false, fmt.Errorf("%w: a %s broker deletes a dead letter with its message, which group(s) %s have not read yet (nothing deleted; ReplayDLQ gives them a copy)",
 			ErrNotSupported, g.Name, strings.Join(unread, ", "))
 	}
 	return a.deleteAt(ctx, dl.PartitionID, dl.TransactionID)
+}
+
+// groupsBehind names the consumer groups of msg's queue (queue mode as
+// "__QUEUE_MODE__") that have not passed msg (0.15.1): those with a
+// position on its partition short of it, and those with none there. The
+// message view lists only the groups with a position on the partition;
+// the others come from the group list (a row per group and queue it has a
+// position on). A group without a position on the partition counts as
+// behind whatever its mode: where it would start there depends on its
+// subscription rows and on the mode of its next pop.
+func (a *Admin) groupsBehind(ctx context.Context, msg storedMsg) ([]string, error) {
+	var behind []string
+	seen := map[string]bool{}
+	for _, cg := range msg.ConsumerGroups {
+		seen[cg.Name] = true
+		if !cg.Consumed {
+			behind = append(behind, cg.Name)
+		}
+	}
+	rows, err := a.ListConsumerGroups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		if r.Queue == msg.Queue && !seen[r.Name] {
+			seen[r.Name] = true
+			behind = append(behind, r.Name)
+		}
+	}
+	return behind, nil
 }
 
 // PurgeDLQ removes every dead letter of queue, or only group's when group
