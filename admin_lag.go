@@ -35,10 +35,11 @@ func (l GroupLag) Drained() bool { return l.Pending == 0 }
 type PartitionLag struct {
 	Partition string `json:"partition"`
 	Pending   int64  `json:"pending"`
-	// Estimated: the group has no position on the partition and the broker
-	// cannot count from one (0.15.1), so Pending is the partition's message
-	// count from the broker's statistics, or 0 when its newest message is
-	// older than the group's start: an upper bound.
+	// Estimated: the group has no position on the partition, so Pending is
+	// not counted from one: 0 when the partition's newest message is not
+	// after the group's start (modes new and timestamp), else the
+	// partition's message count (0.15.1: from the broker's statistics; 2.x:
+	// from its first kept message), an upper bound.
 	Estimated bool `json:"estimated,omitempty"`
 }
 
@@ -51,7 +52,13 @@ type PartitionLag struct {
 //
 // On 2.x this is the broker's depth view (GET
 // /api/v1/resources/queues/{queue}/depth?group=), which counts a partition
-// the group has no position on from its first kept message. 0.15.1 has no
+// the group has no position on from its first kept message whatever the
+// group's mode; when that leaves something pending, the client reads the
+// group's start (ListConsumerGroups), positions (GetConsumerGroup) and the
+// partitions' newest messages (GetQueue), and counts 0 on a partition
+// without a position whose newest message is not after the group's start
+// (PartitionLag.Estimated). A group with no position anywhere is not listed
+// with its start, so every message counts. 0.15.1 has no
 // such view: the client reads the group's position on each partition
 // (GetConsumerGroup: live counts) and the queue's partitions (GetQueue),
 // and for a partition the group has no position on it counts the
@@ -78,6 +85,9 @@ func (a *Admin) lag(ctx context.Context, queue, group string, refresh bool) (Gro
 	}
 	if g.Serves(http.MethodGet, wire.RouteQueueDepth) {
 		l, err := a.depth(ctx, queue, group)
+		if err == nil && !l.Drained() && group != wire.QueueModeGroup {
+			l, err = a.fromGroupStart(ctx, l)
+		}
 		if !errors.Is(err, ErrNotSupported) {
 			return l, err
 		}
@@ -111,6 +121,48 @@ func (a *Admin) depth(ctx context.Context, queue, group string) (GroupLag, error
 		l.Pending += p.Pending
 	}
 	slices.SortFunc(l.Partitions, func(x, y PartitionLag) int { return cmp.Compare(x.Partition, y.Partition) })
+	return l, nil
+}
+
+// fromGroupStart corrects a depth view (2.x) on the partitions where the
+// group has no cursor row, which the view counts from their first message
+// whatever the group's mode: there a group that started reading the queue
+// at a time (modes new and timestamp) reads nothing stored before it, so a
+// partition whose newest message is not after that time has nothing
+// pending for it; another keeps the view's count, an upper bound. Either
+// is marked Estimated.
+func (a *Admin) fromGroupStart(ctx context.Context, l GroupLag) (GroupLag, error) {
+	start, err := a.groupStart(ctx, l.Queue, l.Group)
+	if err != nil || start.IsZero() {
+		return l, err
+	}
+	d, err := a.GetConsumerGroup(ctx, l.Group)
+	if err != nil && !errors.Is(err, ErrGroupNotFound) {
+		return GroupLag{}, err
+	}
+	rows := map[string]bool{}
+	for _, p := range d.Queues[l.Queue].Partitions {
+		rows[p.Partition] = true
+	}
+	qd, err := a.GetQueue(ctx, l.Queue)
+	if err != nil {
+		return GroupLag{}, err
+	}
+	newest := make(map[string]time.Time, len(qd.PartitionList))
+	for _, p := range qd.PartitionList {
+		newest[p.Name] = p.NewestMessage
+	}
+	l.Pending = 0
+	for i := range l.Partitions {
+		p := &l.Partitions[i]
+		if !rows[p.Partition] && p.Pending > 0 {
+			p.Estimated = true
+			if n, ok := newest[p.Partition]; ok && !n.IsZero() && !n.After(start) {
+				p.Pending = 0
+			}
+		}
+		l.Pending += p.Pending
+	}
 	return l, nil
 }
 
