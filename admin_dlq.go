@@ -190,7 +190,7 @@ func (a *Admin) listDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		err = json.Unmarshal(body, &page)
 	}
 	if err != nil {
-		return DLQPage{}, 0, false, resp.refusal(http.MethodGet, wire.RouteDLQ.Path(), "undecodable dlq answer: "+err.Error())
+		return DLQPage{}, 0, false, resp.unreadable(http.MethodGet, wire.RouteDLQ.Path(), "undecodable dlq answer: "+err.Error())
 	}
 	out = DLQPage{Total: page.Total, Limit: opts.Limit, Offset: opts.Offset, Messages: make([]DeadLetter, 0, len(page.Messages))}
 	if page.Pagination != nil && g.DLQPaging {

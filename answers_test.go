@@ -104,6 +104,8 @@ type fault struct {
 	status int   // an answer of this status, with the broker's envelope
 	err    error // no answer: this error
 	body   string
+	// then, when set, is how the requests after the first fail.
+	then *fault
 	// want is the answer of a call's error: for calls sent at most once
 	// (a pop, a commit, a replay) and for the others; "" for any one.
 	wantOnce, want string
@@ -116,10 +118,18 @@ var (
 		// EOF after the request went out (a RoundTripper without
 		// connection events: only a dial error says "not sent").
 		{name: "hang up", err: io.EOF, wantOnce: "unknown", want: "unknown"},
-		{name: "500", status: http.StatusInternalServerError, wantOnce: "unknown", want: "neither"},
+		// A 500 may follow applying, whatever the call.
+		{name: "500", status: http.StatusInternalServerError, wantOnce: "unknown", want: "unknown"},
 		{name: "503", status: http.StatusServiceUnavailable, wantOnce: "neither", want: "neither"},
 		{name: "400", status: http.StatusBadRequest, wantOnce: "neither", want: "neither"},
-		{name: "200 garbage", status: http.StatusOK, body: "<html>", wantOnce: "", want: ""},
+		// A 2xx was applied; what came of it, the client cannot read.
+		{name: "200 garbage", status: http.StatusOK, body: "<html>", wantOnce: "unknown", want: "unknown"},
+		// The first attempt may have been applied: a later refusal does not
+		// take that back (a call sent once is not sent again).
+		{name: "hang up, then 503", err: io.EOF, then: &fault{status: http.StatusServiceUnavailable},
+			wantOnce: "unknown", want: "unknown"},
+		{name: "hang up, then 400", err: io.EOF, then: &fault{status: http.StatusBadRequest},
+			wantOnce: "unknown", want: "unknown"},
 	}
 )
 
@@ -131,13 +141,14 @@ type faulty struct {
 	mu   sync.Mutex
 	path string
 	f    *fault
+	hits int           // requests failed since set
 	gate chan struct{} // when set, holds the failing requests until closed
 }
 
 func (rt *faulty) set(path string, f *fault) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.path, rt.f = path, f
+	rt.path, rt.f, rt.hits = path, f, 0
 }
 
 func (rt *faulty) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -145,6 +156,12 @@ func (rt *faulty) RoundTrip(req *http.Request) (*http.Response, error) {
 	f, gate := rt.f, rt.gate
 	if rt.path == "" || !strings.HasPrefix(req.URL.Path, rt.path) {
 		f = nil
+	}
+	if f != nil {
+		if rt.hits > 0 && f.then != nil {
+			f = f.then
+		}
+		rt.hits++
 	}
 	rt.mu.Unlock()
 	if req.Body == nil {
@@ -160,7 +177,7 @@ func (rt *faulty) RoundTrip(req *http.Request) (*http.Response, error) {
 	case f != nil && f.err != nil:
 		return nil, f.err
 	case f != nil:
-		body := cmp.Or(f.body, `{"error":"injected `+f.name+`"}`)
+		body := cmp.Or(f.body, `{"error":"injected `+strconv.Itoa(f.status)+`"}`)
 		return &http.Response{StatusCode: f.status, Header: http.Header{"Content-Type": {"application/json"}},
 			Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}, nil
 	}
@@ -398,14 +415,10 @@ func producerAnswers(t *testing.T, c *queen.Client, rt *faulty, f *fault) {
 		rt.gate = nil
 		rt.mu.Unlock()
 		flushErr := <-flushed
-		if f.status == http.StatusOK { // an undecodable answer
-			checkAnswer(t, "producer: the batch", waitErr(first), "")
-		} else {
-			// A batch is pushed again until its delivery timeout, but read as
-			// a call sent once: an answer that may follow applying (a 500)
-			// leaves it open.
-			checkAnswer(t, "producer: the batch", waitErr(first), f.wantOnce)
-		}
+		// A batch is pushed again until its delivery timeout, but read as a
+		// call sent once: an answer that may follow applying (a 500) leaves
+		// it open.
+		checkAnswer(t, "producer: the batch", waitErr(first), f.wantOnce)
 		wantFirst := map[string]queen.PushState{"not sent": queen.PushNotStored, "neither": queen.PushNotStored,
 			"unknown": queen.PushUnknown}[answers(waitErr(first))]
 		if first.State() != wantFirst {
@@ -470,10 +483,44 @@ func loopAnswers(t *testing.T, c *queen.Client, rt *faulty, f *fault) {
 			t.Errorf("consume %s: %v", step.op, got[0])
 			continue
 		}
-		if f.status == http.StatusOK {
-			checkAnswer(t, "consume "+step.op, got[0], "")
-		} else {
-			checkAnswer(t, "consume "+step.op, got[0], step.want)
-		}
+		checkAnswer(t, "consume "+step.op, got[0], step.want)
 	}
+}
+
+// The ack of issue 37: its first attempt went out and lost its answer, the
+// retry is refused "Invalid or expired lease" (the first one settled the
+// message and released the lease). The refusal does not take the first
+// attempt back: the error matches ErrOutcomeUnknown, and errors.As still
+// finds the *AckError with its result. Likewise a push whose retry is
+// answered with a failed item.
+func TestARefusalAfterAnAttemptThatMayHaveAppliedIsUnknown(t *testing.T) {
+	srv := queentest.NewServer()
+	synctest.Test(t, func(t *testing.T) {
+		defer srv.Close()
+		rt := &faulty{srv: srv}
+		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}),
+			queen.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		msg := leasedMessage(t, c, "acked")
+		rt.set("/api/v1/ack", &fault{err: io.EOF, then: &fault{status: http.StatusOK,
+			body: `[{"index":0,"transactionId":"` + msg.TransactionID + `","success":false,"error":"Invalid or expired lease"}]`}})
+		res, err := c.Ack(context.Background(), msg, true, queen.AckOptions{})
+		rt.set("", nil)
+		var ae *queen.AckError
+		if answers(err) != "unknown" || !errors.As(err, &ae) || res.Success || res.Error != "Invalid or expired lease" {
+			t.Errorf("ack: %+v, %v (answers %s)", res, err, answers(err))
+		}
+
+		rt.set("/api/v1/push", &fault{err: io.EOF, then: &fault{status: http.StatusCreated,
+			body: `[{"index":0,"transactionId":"t1","status":"failed","error":"refused"}]`}})
+		_, err = c.Queue("pushed").Push(queen.Item{Payload: 1, TransactionID: "t1"}).Execute(context.Background())
+		rt.set("", nil)
+		var pe *queen.PushError
+		if answers(err) != "unknown" || !errors.As(err, &pe) {
+			t.Errorf("push: %v (answers %s)", err, answers(err))
+		}
+	})
 }
