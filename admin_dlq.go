@@ -325,7 +325,9 @@ type ReplayResult struct {
 // The one-step replay is sent again only when the broker surely did not
 // apply it: an open outcome matches ErrOutcomeUnknown, and replaying again
 // is then safe. On 0.15.1 an error after the copy was stored comes with
-// the result (ReplayKept); replaying again removes the letter.
+// the result (ReplayKept) and matches neither ErrNotSent nor
+// ErrOutcomeUnknown (the replay was applied); replaying again removes the
+// letter.
 func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, error) {
 	if dl.ID == "" && (dl.PartitionID == "" || dl.TransactionID == "") {
 		return ReplayResult{}, ErrNotReplayable
@@ -471,8 +473,10 @@ func (a *Admin) replayByPush(ctx context.Context, g wire.Generation, dl DeadLett
 		}
 		return res, nil
 	case err != nil:
+		// The replay was applied (the copy is stored): the delete's answer
+		// to "applied?" is not the replay's.
 		res.Result = ReplayKept
-		return res, fmt.Errorf("queen: replay: the copy is stored as %q; removing the letter failed (replaying again removes it): %w", copyID, err)
+		return res, fmt.Errorf("queen: replay: the copy is stored as %q; removing the letter failed (replaying again removes it): %w", copyID, unanswered(err))
 	}
 	res.Removed = true
 	res.Result = ReplayDuplicate
@@ -688,6 +692,16 @@ type ReplayReport struct {
 	Gone int `json:"gone"`
 }
 
+// stopped is the error ReplayDeadLetters returns when err stops it: once
+// a replay was applied (r has results), the run was, so err's "not sent"
+// is the failing step's only and is taken out (an open outcome stays).
+func (r *ReplayReport) stopped(err error) error {
+	if len(r.Results) > 0 && errors.Is(err, ErrNotSent) {
+		return fmt.Errorf("queen: dead-letter replay stopped after %d replays: %w", len(r.Results), unanswered(err))
+	}
+	return err
+}
+
 func (r *ReplayReport) add(res ReplayResult) {
 	r.Results = append(r.Results, res)
 	switch res.Result {
@@ -711,7 +725,8 @@ func (r *ReplayReport) add(res ReplayResult) {
 // so it is replayed once and its other letters are removed where the
 // broker can (ReplayDuplicate) or left listed. It stops at the first
 // error and returns what it did until then: running it again is safe (a
-// replayed letter is not listed again, or stores no second copy).
+// replayed letter is not listed again, or stores no second copy). Once a
+// replay was applied, the error does not match ErrNotSent.
 func (a *Admin) ReplayDeadLetters(ctx context.Context, queue string, opts DLQListOptions) (ReplayReport, error) {
 	var letters []DeadLetter
 	for dl, err := range a.DeadLetters(ctx, queue, opts) {
@@ -730,7 +745,7 @@ func (a *Admin) ReplayDeadLetters(ctx context.Context, queue string, opts DLQLis
 			res.Result, res.Moved, res.Removed = ReplayDuplicate, false, false
 			removed, err := a.deleteAt(ctx, dl.PartitionID, dl.TransactionID)
 			if err != nil && !errors.Is(err, ErrNotSupported) {
-				return rep, fmt.Errorf("queen: remove the letter of group %q of a message just replayed: %w", dl.ConsumerGroup, err)
+				return rep, rep.stopped(fmt.Errorf("queen: remove the letter of group %q of a message just replayed: %w", dl.ConsumerGroup, err))
 			}
 			res.Removed = err == nil && (removed || first.Removed)
 			rep.add(res)
@@ -745,7 +760,7 @@ func (a *Admin) ReplayDeadLetters(ctx context.Context, queue string, opts DLQLis
 			if res.Result != "" {
 				rep.add(res)
 			}
-			return rep, err
+			return rep, rep.stopped(err)
 		}
 		if keyed {
 			done[k] = res

@@ -260,22 +260,32 @@ type DrainOptions struct {
 // for. A look that fails for a reason that may pass (the broker
 // unreachable, a 5xx or 429) is logged and taken again at the next
 // interval; any other error ends the wait with it. When ctx ends first,
-// it returns the last lag it saw with ctx's error.
+// it returns the last lag it saw with ctx's error, which matches
+// ErrNotSent when no look reached the broker.
 func (a *Admin) AwaitDrained(ctx context.Context, queue, group string, opts DrainOptions) (GroupLag, error) {
 	every := cmp.Or(opts.Interval, DefaultDrainInterval)
 	if every < 0 {
 		return GroupLag{}, fmt.Errorf("%w: drain interval %v is negative", ErrInvalidOption, opts.Interval)
 	}
 	var last GroupLag
+	sent := false // a look may have reached the broker
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return last, fmt.Errorf("queen: %s not drained on %s (%d pending at the last look): %w", groupLabel(group), queue, last.Pending, context.Cause(ctx))
+			err := fmt.Errorf("queen: %s not drained on %s (%d pending at the last look): %w", groupLabel(group), queue, last.Pending, context.Cause(ctx))
+			if !sent {
+				return last, &notSentError{err}
+			}
+			return last, err
 		case <-t.C:
 		}
+		if ctx.Err() != nil {
+			continue
+		}
 		l, err := a.lag(ctx, queue, group, false)
+		sent = sent || !errors.Is(err, ErrNotSent)
 		if err == nil && l.Drained() && slices.ContainsFunc(l.Partitions, func(p PartitionLag) bool { return p.Estimated }) {
 			l, err = a.lag(ctx, queue, group, true) // the statistics may be old: fresh ones decide
 		}
