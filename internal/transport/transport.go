@@ -176,6 +176,11 @@ func newPool(def http.RoundTripper, idle, hosts int) *http.Transport {
 	return tr
 }
 
+// AllResting reports whether every URL rests after a failure (see
+// RetryPolicy.FailoverPause): a call now would go to a URL that failed,
+// the one that failed longest ago.
+func (t *Transport) AllResting() bool { return t.eps.allResting() }
+
 // Close closes the idle connections of the pool New built. The user's own
 // HTTPClient is left alone. Call it once no call is in flight.
 func (t *Transport) Close() {
