@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -67,10 +68,18 @@ type PartitionLag struct {
 // which needs admin rights; without them the statistics may be minutes
 // old).
 func (a *Admin) Lag(ctx context.Context, queue, group string) (GroupLag, error) {
-	return a.lag(ctx, queue, group, true)
+	l, _, err := a.lag(ctx, queue, group, true)
+	return l, err
 }
 
-func (a *Admin) lag(ctx context.Context, queue, group string, refresh bool) (GroupLag, error) {
+// lag is Lag; refresh asks for fresh statistics when a partition is
+// counted from them (0.15.1), and stale is the refusal of that refresh.
+func (a *Admin) lag(ctx context.Context, queue, group string, refresh bool) (l GroupLag, stale, err error) {
+	l, err = a.lagOf(ctx, queue, group, refresh, &stale)
+	return l, stale, err
+}
+
+func (a *Admin) lagOf(ctx context.Context, queue, group string, refresh bool, stale *error) (GroupLag, error) {
 	if err := checkName(queueName, queue); err != nil {
 		return GroupLag{}, err
 	}
@@ -92,7 +101,7 @@ func (a *Admin) lag(ctx context.Context, queue, group string, refresh bool) (Gro
 			return l, err
 		}
 	}
-	return a.lagFromViews(ctx, queue, group, refresh)
+	return a.lagFromViews(ctx, queue, group, refresh, stale)
 }
 
 // depth reads the 2.x depth view.
@@ -169,7 +178,7 @@ func (a *Admin) fromGroupStart(ctx context.Context, l GroupLag) (GroupLag, error
 // lagFromViews counts the lag from the group and queue views (0.15.1).
 // refresh asks the broker to refresh its statistics first when a partition
 // has to be counted from them.
-func (a *Admin) lagFromViews(ctx context.Context, queue, group string, refresh bool) (GroupLag, error) {
+func (a *Admin) lagFromViews(ctx context.Context, queue, group string, refresh bool, stale *error) (GroupLag, error) {
 	d, err := a.GetConsumerGroup(ctx, group)
 	if err != nil && !errors.Is(err, ErrGroupNotFound) {
 		return GroupLag{}, err
@@ -186,7 +195,7 @@ func (a *Admin) lagFromViews(ctx context.Context, queue, group string, refresh b
 	var start time.Time
 	if unread {
 		if refresh {
-			a.refreshStats(ctx)
+			*stale = a.refreshStats(ctx)
 			if qd, err = a.GetQueue(ctx, queue); err != nil {
 				return GroupLag{}, err
 			}
@@ -236,11 +245,14 @@ func (a *Admin) groupStart(ctx context.Context, queue, group string) (time.Time,
 }
 
 // refreshStats asks a 0.15.1 broker to refresh the statistics its queue
-// views show. A refusal (it needs admin rights) leaves them as they are.
-func (a *Admin) refreshStats(ctx context.Context) {
-	if _, err := a.c.doObject(ctx, call{method: http.MethodPost, path: wire.RouteStatsRefresh.Path(), body: struct{}{}}, nil); err != nil {
+// views show. A refusal (it needs admin rights) leaves them as they are,
+// and is returned.
+func (a *Admin) refreshStats(ctx context.Context) error {
+	_, err := a.c.doObject(ctx, call{method: http.MethodPost, path: wire.RouteStatsRefresh.Path(), body: struct{}{}}, nil)
+	if err != nil {
 		a.c.log.Debug("queen: statistics refresh refused; counting from the broker's last ones", "err", err)
 	}
+	return err
 }
 
 // DefaultDrainInterval is the time between two looks of AwaitDrained when
@@ -262,19 +274,31 @@ type DrainOptions struct {
 // interval; any other error ends the wait with it. When ctx ends first,
 // it returns the last lag it saw with ctx's error, which matches
 // ErrNotSent when no look reached the broker.
+//
+// On 0.15.1 a drain that rests on a partition the group has no position
+// on (PartitionLag.Estimated) is confirmed only with statistics the broker
+// refreshed for the look (POST /api/v1/stats/refresh, which needs admin
+// rights): while it refuses, AwaitDrained looks again, and ends with its
+// ctx with an error that says so.
 func (a *Admin) AwaitDrained(ctx context.Context, queue, group string, opts DrainOptions) (GroupLag, error) {
 	every := cmp.Or(opts.Interval, DefaultDrainInterval)
 	if every < 0 {
 		return GroupLag{}, fmt.Errorf("%w: drain interval %v is negative", ErrInvalidOption, opts.Interval)
 	}
 	var last GroupLag
-	sent := false // a look may have reached the broker
+	sent := false   // a look may have reached the broker
+	var stale error // the last look's drain rested on statistics the broker would not refresh
+	warned := false
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			err := fmt.Errorf("queen: %s not drained on %s (%d pending at the last look): %w", groupLabel(group), queue, last.Pending, context.Cause(ctx))
+			if stale != nil {
+				err = fmt.Errorf("queen: %s looks drained on %s, but a partition it has no position on is counted from the broker's statistics, "+
+					"which it would not refresh (%v): %w", groupLabel(group), queue, stale, context.Cause(ctx))
+			}
 			if !sent {
 				return last, &notSentError{err}
 			}
@@ -284,12 +308,25 @@ func (a *Admin) AwaitDrained(ctx context.Context, queue, group string, opts Drai
 		if ctx.Err() != nil {
 			continue
 		}
-		l, err := a.lag(ctx, queue, group, false)
+		l, _, err := a.lag(ctx, queue, group, false)
 		sent = sent || !errors.Is(err, ErrNotSent)
+		var refused error
 		if err == nil && l.Drained() && slices.ContainsFunc(l.Partitions, func(p PartitionLag) bool { return p.Estimated }) {
-			l, err = a.lag(ctx, queue, group, true) // the statistics may be old: fresh ones decide
+			l, refused, err = a.lag(ctx, queue, group, true) // the statistics may be old: fresh ones decide
+		}
+		if err == nil {
+			stale = refused
 		}
 		switch {
+		case err == nil && l.Drained() && stale != nil:
+			// Not confirmed: the statistics may miss what was pushed since
+			// the broker's last refresh of them. Look again.
+			last = l
+			level := slog.LevelDebug
+			if !warned {
+				level, warned = slog.LevelWarn, true
+			}
+			a.c.log.Log(ctx, level, "queen: drain not confirmed: the broker would not refresh its statistics; looking again", "queue", queue, "group", group, "err", stale)
 		case err == nil && l.Drained():
 			return l, nil
 		case err == nil:

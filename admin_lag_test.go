@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -212,4 +214,52 @@ func TestQueentestLagOfAModeNewGroup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// On 0.15.1 a partition the group has no position on is counted from the
+// broker's statistics, which may be old when the refresh is refused (no
+// admin rights): AwaitDrained does not report a drain that rests on them.
+// It looks again until its ctx ends, with an error that says why, and
+// returns once a refresh is granted. Here the queue's empty Default
+// partition, which the group never read, is such a partition. On the
+// bubble's clock.
+func TestAwaitDrained015WaitsForFreshStatistics(t *testing.T) {
+	srv := queentest.NewServer(queentest.WithProfile(queentest.Profile015))
+	synctest.Test(t, func(t *testing.T) {
+		defer srv.Close()
+		rt := &faulty{srv: srv}
+		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}),
+			queen.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		ctx := context.Background()
+		if _, err := c.Queue("orders").Create().Execute(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Queue("orders").Partition("a").Push(1, 2).Execute(ctx); err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := c.Queue("orders").Group("billing").SubscriptionMode(queen.SubscriptionModeAll).Partition("a").Batch(2).Wait(false).Pop(ctx)
+		if err != nil || len(msgs) != 2 {
+			t.Fatalf("pop: %d, %v", len(msgs), err)
+		}
+		acks := []queen.Settlement{{Message: msgs[0], Status: queen.StatusCompleted}, {Message: msgs[1], Status: queen.StatusCompleted}}
+		if _, err := c.SettleBatch(ctx, acks, queen.AckOptions{ConsumerGroup: "billing"}); err != nil {
+			t.Fatal(err)
+		}
+
+		rt.set("/api/v1/stats/refresh", &fault{status: http.StatusForbidden})
+		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+		l, err := c.Admin().AwaitDrained(bounded, "orders", "billing", queen.DrainOptions{Interval: time.Second})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "statistics") {
+			t.Fatalf("refresh refused: %s, %v; want the deadline, saying the statistics could not be refreshed", lagString(l), err)
+		}
+		rt.set("", nil)
+		if l, err := c.Admin().AwaitDrained(ctx, "orders", "billing", queen.DrainOptions{Interval: time.Second}); err != nil || lagString(l) != "0 Default:0 a:0" {
+			t.Fatalf("refresh granted: %s, %v", lagString(l), err)
+		}
+	})
 }
