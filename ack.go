@@ -175,7 +175,7 @@ func (c *Client) settleBatch(ctx context.Context, acks []Settlement, opts AckOpt
 		return nil, group, true, err
 	}
 	res, err = decodeAcks(resp.body, cl.path, items)
-	return res, group, true, err
+	return res, group, true, resp.answered(err)
 }
 
 func messageGroup(m *Message) string {
@@ -201,12 +201,12 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 	}
 	out := make([]ackReply, 0, len(items))
 	if err := readWire(body, &out, func() { out = make([]ackReply, 0, len(items)) }); err != nil {
-		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
-			Message: "undecodable ack answer: " + err.Error()}
+		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
+			Message: "undecodable ack answer: " + err.Error()}) // a 2xx the client cannot read
 	}
 	if len(out) != len(items) {
-		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
-			Message: fmt.Sprintf("ack answer has %d results for %d acks", len(out), len(items))}
+		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
+			Message: fmt.Sprintf("ack answer has %d results for %d acks", len(out), len(items))})
 	}
 	res := make([]AckResult, len(items))
 	failed := false
@@ -227,11 +227,15 @@ func decodeAcks(body []byte, path string, items []wire.AckItem) ([]AckResult, er
 	return res, nil
 }
 
-func objectForResults(status int, path string, body []byte, what string) *BrokerError {
+func objectForResults(status int, path string, body []byte, what string) error {
 	var eb wire.ErrorBody
 	_ = json.Unmarshal(body, &eb)
-	return &BrokerError{Status: status, Method: http.MethodPost, Path: path, Body: body, Code: eb.Code,
+	be := &BrokerError{Status: status, Method: http.MethodPost, Path: path, Body: body, Code: eb.Code,
 		Message: orDefault(eb.Error, what+" answered with an object instead of results")}
+	if eb.Error == "" && eb.Code == "" {
+		return outcomeUnknown(be) // a 2xx the client cannot read
+	}
+	return be
 }
 
 func orDefault(s, def string) string {
@@ -320,10 +324,11 @@ func (c *Client) sendRenew(ctx context.Context, leaseID string, secs int, key st
 			LeaseID *string `json:"leaseId"`
 		}
 		if json.Unmarshal(resp.body, &verdict) == nil && verdict.LeaseID == nil {
-			return RenewResult{LeaseID: leaseID}, be
+			return RenewResult{LeaseID: leaseID}, resp.answered(be)
 		}
 	}
-	return decodeRenew(resp.body, leaseID, path)
+	res, err := decodeRenew(resp.body, leaseID, path)
+	return res, resp.answered(err)
 }
 
 // decodeRenew reads the 2.x object or the 0.15.1 array, whatever the broker.
@@ -333,13 +338,13 @@ func decodeRenew(body []byte, leaseID, path string) (RenewResult, error) {
 	if len(body) > 0 && body[0] == '[' {
 		var arr []wire.RenewResponse
 		if err := json.Unmarshal(body, &arr); err != nil || len(arr) == 0 {
-			return RenewResult{LeaseID: leaseID}, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
-				Message: "undecodable renew answer"}
+			return RenewResult{LeaseID: leaseID}, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
+				Message: "undecodable renew answer"}) // a 2xx the client cannot read
 		}
 		rr = arr[0]
 	} else if err := json.Unmarshal(body, &rr); err != nil {
-		return RenewResult{LeaseID: leaseID}, &BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
-			Message: "undecodable renew answer: " + err.Error()}
+		return RenewResult{LeaseID: leaseID}, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodPost, Path: path, Body: body,
+			Message: "undecodable renew answer: " + err.Error()})
 	}
 	r := RenewResult{LeaseID: leaseID, Success: rr.Success}
 	for _, ts := range []*string{rr.NewExpiresAt, rr.ExpiresAt, rr.LeaseExpiresAt} {

@@ -244,7 +244,7 @@ func (a *Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroup, error)
 	}
 	var rows []wire.ConsumerGroupRow
 	if err := decodeList(resp.body, &rows, "consumerGroups", "groups", "data"); err != nil {
-		return nil, resp.refusal(http.MethodGet, wire.RouteGroups.Path(), "undecodable consumer-group list: "+err.Error())
+		return nil, resp.unreadable(http.MethodGet, wire.RouteGroups.Path(), "undecodable consumer-group list: "+err.Error())
 	}
 	out := make([]ConsumerGroup, 0, len(rows))
 	for _, r := range rows {
@@ -442,7 +442,7 @@ func (a *Admin) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 	}
 	var rows []wire.QueueRow
 	if err := decodeList(resp.body, &rows, "queues", "data"); err != nil {
-		return nil, resp.refusal(http.MethodGet, wire.RouteQueues.Path(), "undecodable queue list: "+err.Error())
+		return nil, resp.unreadable(http.MethodGet, wire.RouteQueues.Path(), "undecodable queue list: "+err.Error())
 	}
 	// 0.15.1 rows lack "completed" and count pending without processing.
 	var shapes []struct {
@@ -602,7 +602,7 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 		if err != nil {
 			return Health{}, err
 		}
-		return Health{}, resp.refusal(http.MethodGet, wire.RouteHealth.Path(), "undecodable health answer")
+		return Health{}, resp.unreadable(http.MethodGet, wire.RouteHealth.Path(), "undecodable health answer")
 	}
 	out := Health{
 		Healthy: resp.status == http.StatusOK && h.Status == "healthy", Status: h.Status, HTTPStatus: resp.status,

@@ -190,7 +190,7 @@ func (a *Admin) listDLQ(ctx context.Context, queue string, opts DLQListOptions) 
 		err = json.Unmarshal(body, &page)
 	}
 	if err != nil {
-		return DLQPage{}, 0, false, resp.refusal(http.MethodGet, wire.RouteDLQ.Path(), "undecodable dlq answer: "+err.Error())
+		return DLQPage{}, 0, false, resp.unreadable(http.MethodGet, wire.RouteDLQ.Path(), "undecodable dlq answer: "+err.Error())
 	}
 	out = DLQPage{Total: page.Total, Limit: opts.Limit, Offset: opts.Offset, Messages: make([]DeadLetter, 0, len(page.Messages))}
 	if page.Pagination != nil && g.DLQPaging {
@@ -318,12 +318,16 @@ type ReplayResult struct {
 // original's (a broker stores one message per partition and transaction
 // id), then deletes the original message, and with it its letters of
 // every group (DELETE on the same path); without that route the letter
-// stays listed (ReplayKept). docs/ADMIN.md#replay.
+// stays listed (ReplayKept). The copy is stored before the original is
+// deleted: a group that had not read the original reads the copy instead,
+// once, at the tail. docs/ADMIN.md#replay.
 //
 // The one-step replay is sent again only when the broker surely did not
 // apply it: an open outcome matches ErrOutcomeUnknown, and replaying again
 // is then safe. On 0.15.1 an error after the copy was stored comes with
-// the result (ReplayKept); replaying again removes the letter.
+// the result (ReplayKept) and matches neither ErrNotSent nor
+// ErrOutcomeUnknown (the replay was applied); replaying again removes the
+// letter.
 func (a *Admin) ReplayDLQ(ctx context.Context, dl DeadLetter) (ReplayResult, error) {
 	if dl.ID == "" && (dl.PartitionID == "" || dl.TransactionID == "") {
 		return ReplayResult{}, ErrNotReplayable
@@ -469,8 +473,10 @@ func (a *Admin) replayByPush(ctx context.Context, g wire.Generation, dl DeadLett
 		}
 		return res, nil
 	case err != nil:
+		// The replay was applied (the copy is stored): the delete's answer
+		// to "applied?" is not the replay's.
 		res.Result = ReplayKept
-		return res, fmt.Errorf("queen: replay: the copy is stored as %q; removing the letter failed (replaying again removes it): %w", copyID, err)
+		return res, fmt.Errorf("queen: replay: the copy is stored as %q; removing the letter failed (replaying again removes it): %w", copyID, unanswered(err))
 	}
 	res.Removed = true
 	res.Result = ReplayDuplicate
@@ -560,10 +566,12 @@ func (a *Admin) deleteAt(ctx context.Context, partitionID, txn string) (removed 
 // /api/v1/messages/{partitionId}/{transactionId}). 0.15.1 keeps a letter
 // with its message, so the client deletes the message, and with it its
 // letters of every group, once it has read that the message is
-// dead-lettered (else ErrDeadLetterNotFound) and that every group with a
-// position on the partition has passed it: if one has not, the message
-// would be lost to it, so nothing is deleted and the error matches
-// ErrNotSupported. A broker without the route gives ErrNotSupported.
+// dead-lettered (else ErrDeadLetterNotFound) and that every consumer group
+// of the queue (queue mode included) has passed it on its partition, a
+// group with no position there counting as not: if one has not, the
+// message would be lost to it, so nothing is deleted and the error
+// matches ErrNotSupported. A broker without the route gives
+// ErrNotSupported.
 func (a *Admin) DeleteDeadLetter(ctx context.Context, dl DeadLetter) (bool, error) {
 	if dl.PartitionID == "" || dl.TransactionID == "" {
 		return false, fmt.Errorf("%w: a dead letter is deleted by its partition id and transaction id", ErrInvalidArgument)
@@ -588,17 +596,45 @@ func (a *Admin) DeleteDeadLetter(ctx context.Context, dl DeadLetter) (bool, erro
 		return false, fmt.Errorf("%w: the message at partition %s with transaction id %q is %s, not dead-lettered",
 			ErrDeadLetterNotFound, dl.PartitionID, dl.TransactionID, orDefault(msg.Status, "of unknown status"))
 	}
-	var unread []string
-	for _, cg := range msg.ConsumerGroups {
-		if !cg.Consumed {
-			unread = append(unread, cg.Name)
-		}
+	unread, err := a.groupsBehind(ctx, msg)
+	if err != nil {
+		return false, err
 	}
 	if len(unread) > 0 {
 		return false, fmt.Errorf("%w: a %s broker deletes a dead letter with its message, which group(s) %s have not read yet (nothing deleted; ReplayDLQ gives them a copy)",
 			ErrNotSupported, g.Name, strings.Join(unread, ", "))
 	}
 	return a.deleteAt(ctx, dl.PartitionID, dl.TransactionID)
+}
+
+// groupsBehind names the consumer groups of msg's queue (queue mode as
+// "__QUEUE_MODE__") that have not passed msg (0.15.1): those with a
+// position on its partition short of it, and those with none there. The
+// message view lists only the groups with a position on the partition;
+// the others come from the group list (a row per group and queue it has a
+// position on). A group without a position on the partition counts as
+// behind whatever its mode: where it would start there depends on its
+// subscription rows and on the mode of its next pop.
+func (a *Admin) groupsBehind(ctx context.Context, msg storedMsg) ([]string, error) {
+	var behind []string
+	seen := map[string]bool{}
+	for _, cg := range msg.ConsumerGroups {
+		seen[cg.Name] = true
+		if !cg.Consumed {
+			behind = append(behind, cg.Name)
+		}
+	}
+	rows, err := a.ListConsumerGroups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		if r.Queue == msg.Queue && !seen[r.Name] {
+			seen[r.Name] = true
+			behind = append(behind, r.Name)
+		}
+	}
+	return behind, nil
 }
 
 // PurgeDLQ removes every dead letter of queue, or only group's when group
@@ -656,6 +692,16 @@ type ReplayReport struct {
 	Gone int `json:"gone"`
 }
 
+// stopped is the error ReplayDeadLetters returns when err stops it: once
+// a replay was applied (r has results), the run was, so err's "not sent"
+// is the failing step's only and is taken out (an open outcome stays).
+func (r *ReplayReport) stopped(err error) error {
+	if len(r.Results) > 0 && errors.Is(err, ErrNotSent) {
+		return fmt.Errorf("queen: dead-letter replay stopped after %d replays: %w", len(r.Results), unanswered(err))
+	}
+	return err
+}
+
 func (r *ReplayReport) add(res ReplayResult) {
 	r.Results = append(r.Results, res)
 	switch res.Result {
@@ -679,7 +725,8 @@ func (r *ReplayReport) add(res ReplayResult) {
 // so it is replayed once and its other letters are removed where the
 // broker can (ReplayDuplicate) or left listed. It stops at the first
 // error and returns what it did until then: running it again is safe (a
-// replayed letter is not listed again, or stores no second copy).
+// replayed letter is not listed again, or stores no second copy). Once a
+// replay was applied, the error does not match ErrNotSent.
 func (a *Admin) ReplayDeadLetters(ctx context.Context, queue string, opts DLQListOptions) (ReplayReport, error) {
 	var letters []DeadLetter
 	for dl, err := range a.DeadLetters(ctx, queue, opts) {
@@ -698,7 +745,7 @@ func (a *Admin) ReplayDeadLetters(ctx context.Context, queue string, opts DLQLis
 			res.Result, res.Moved, res.Removed = ReplayDuplicate, false, false
 			removed, err := a.deleteAt(ctx, dl.PartitionID, dl.TransactionID)
 			if err != nil && !errors.Is(err, ErrNotSupported) {
-				return rep, fmt.Errorf("queen: remove the letter of group %q of a message just replayed: %w", dl.ConsumerGroup, err)
+				return rep, rep.stopped(fmt.Errorf("queen: remove the letter of group %q of a message just replayed: %w", dl.ConsumerGroup, err))
 			}
 			res.Removed = err == nil && (removed || first.Removed)
 			rep.add(res)
@@ -713,7 +760,7 @@ func (a *Admin) ReplayDeadLetters(ctx context.Context, queue string, opts DLQLis
 			if res.Result != "" {
 				rep.add(res)
 			}
-			return rep, err
+			return rep, rep.stopped(err)
 		}
 		if keyed {
 			done[k] = res

@@ -446,3 +446,59 @@ func TestReplayDeadLetters015OrdersTiesByMessageID(t *testing.T) {
 		t.Fatalf("copies pushed in the order %v, want the messages' order t0, t1, t2", pushed)
 	}
 }
+
+// On 0.15.1 a message's view lists only the groups with a position on its
+// partition: a group of the queue that never read that partition (here
+// audit, which read c2 only, and queue mode, likewise) is not in it, and
+// deleting the message would lose it to them. DeleteDeadLetter refuses and
+// deletes nothing; audit then reads the message.
+func TestQueentest015DeleteDeadLetterKeepsAMessageAGroupNeverReachedOnItsPartition(t *testing.T) {
+	for _, reader := range []string{"audit", ""} {
+		t.Run(cmpLabel(reader), func(t *testing.T) {
+			srv, c, _ := newBroker015(t)
+			ctx := t.Context()
+			mustPush(t, c, "hooks", "c2", "two")
+			q := c.Queue("hooks").Partition("c2").Batch(1).Wait(false)
+			if reader != "" {
+				q = q.Group(reader).SubscriptionMode(queen.SubscriptionModeAll)
+			}
+			got, err := q.Pop(ctx)
+			if err != nil || len(got) != 1 {
+				t.Fatalf("%s's pop of c2: %d messages, %v", cmpLabel(reader), len(got), err)
+			}
+			if _, err := c.SettleBatch(ctx, []queen.Settlement{{Message: got[0], Status: queen.StatusCompleted}}, queen.AckOptions{ConsumerGroup: reader}); err != nil {
+				t.Fatal(err)
+			}
+			mustPush(t, c, "hooks", "c1", "one")
+			sent, err := c.Queue("hooks").Partition("c1").Group("sender").SubscriptionMode(queen.SubscriptionModeAll).Batch(1).Wait(false).Pop(ctx)
+			if err != nil || len(sent) != 1 {
+				t.Fatalf("sender's pop of c1: %d messages, %v", len(sent), err)
+			}
+			if _, err := c.SettleBatch(ctx, []queen.Settlement{{Message: sent[0], Status: queen.StatusDLQ, Error: "down"}}, queen.AckOptions{ConsumerGroup: "sender"}); err != nil {
+				t.Fatal(err)
+			}
+			page, err := c.Admin().ListDLQ(ctx, "hooks", queen.DLQListOptions{})
+			if err != nil || len(page.Messages) != 1 {
+				t.Fatalf("list: %+v, %v", page, err)
+			}
+			removed, err := c.Admin().DeleteDeadLetter(ctx, page.Messages[0])
+			if !errors.Is(err, queen.ErrNotSupported) || removed || srv.DLQCount("hooks") != 1 {
+				t.Fatalf("delete of a message %s never reached: %v, %v (%d letters)", cmpLabel(reader), removed, err, srv.DLQCount("hooks"))
+			}
+			q = c.Queue("hooks").Partition("c1").Batch(1).Wait(false)
+			if reader != "" {
+				q = q.Group(reader).SubscriptionMode(queen.SubscriptionModeAll)
+			}
+			if got, err := q.Pop(ctx); err != nil || len(got) != 1 || string(got[0].Raw) != `"one"` {
+				t.Fatalf("%s's pop of c1 after the refused delete: %v, %v", cmpLabel(reader), payloads(got), err)
+			}
+		})
+	}
+}
+
+func cmpLabel(group string) string {
+	if group == "" {
+		return "queue mode"
+	}
+	return group
+}

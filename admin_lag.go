@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -35,10 +36,11 @@ func (l GroupLag) Drained() bool { return l.Pending == 0 }
 type PartitionLag struct {
 	Partition string `json:"partition"`
 	Pending   int64  `json:"pending"`
-	// Estimated: the group has no position on the partition and the broker
-	// cannot count from one (0.15.1), so Pending is the partition's message
-	// count from the broker's statistics, or 0 when its newest message is
-	// older than the group's start: an upper bound.
+	// Estimated: the group has no position on the partition, so Pending is
+	// not counted from one: 0 when the partition's newest message is not
+	// after the group's start (modes new and timestamp), else the
+	// partition's message count (0.15.1: from the broker's statistics; 2.x:
+	// from its first kept message), an upper bound.
 	Estimated bool `json:"estimated,omitempty"`
 }
 
@@ -51,7 +53,13 @@ type PartitionLag struct {
 //
 // On 2.x this is the broker's depth view (GET
 // /api/v1/resources/queues/{queue}/depth?group=), which counts a partition
-// the group has no position on from its first kept message. 0.15.1 has no
+// the group has no position on from its first kept message whatever the
+// group's mode; when that leaves something pending, the client reads the
+// group's start (ListConsumerGroups), positions (GetConsumerGroup) and the
+// partitions' newest messages (GetQueue), and counts 0 on a partition
+// without a position whose newest message is not after the group's start
+// (PartitionLag.Estimated). A group with no position anywhere is not listed
+// with its start, so every message counts. 0.15.1 has no
 // such view: the client reads the group's position on each partition
 // (GetConsumerGroup: live counts) and the queue's partitions (GetQueue),
 // and for a partition the group has no position on it counts the
@@ -60,10 +68,18 @@ type PartitionLag struct {
 // which needs admin rights; without them the statistics may be minutes
 // old).
 func (a *Admin) Lag(ctx context.Context, queue, group string) (GroupLag, error) {
-	return a.lag(ctx, queue, group, true)
+	l, _, err := a.lag(ctx, queue, group, true)
+	return l, err
 }
 
-func (a *Admin) lag(ctx context.Context, queue, group string, refresh bool) (GroupLag, error) {
+// lag is Lag; refresh asks for fresh statistics when a partition is
+// counted from them (0.15.1), and stale is the refusal of that refresh.
+func (a *Admin) lag(ctx context.Context, queue, group string, refresh bool) (l GroupLag, stale, err error) {
+	l, err = a.lagOf(ctx, queue, group, refresh, &stale)
+	return l, stale, err
+}
+
+func (a *Admin) lagOf(ctx context.Context, queue, group string, refresh bool, stale *error) (GroupLag, error) {
 	if err := checkName(queueName, queue); err != nil {
 		return GroupLag{}, err
 	}
@@ -78,11 +94,14 @@ func (a *Admin) lag(ctx context.Context, queue, group string, refresh bool) (Gro
 	}
 	if g.Serves(http.MethodGet, wire.RouteQueueDepth) {
 		l, err := a.depth(ctx, queue, group)
+		if err == nil && !l.Drained() && group != wire.QueueModeGroup {
+			l, err = a.fromGroupStart(ctx, l)
+		}
 		if !errors.Is(err, ErrNotSupported) {
 			return l, err
 		}
 	}
-	return a.lagFromViews(ctx, queue, group, refresh)
+	return a.lagFromViews(ctx, queue, group, refresh, stale)
 }
 
 // depth reads the 2.x depth view.
@@ -114,10 +133,52 @@ func (a *Admin) depth(ctx context.Context, queue, group string) (GroupLag, error
 	return l, nil
 }
 
+// fromGroupStart corrects a depth view (2.x) on the partitions where the
+// group has no cursor row, which the view counts from their first message
+// whatever the group's mode: there a group that started reading the queue
+// at a time (modes new and timestamp) reads nothing stored before it, so a
+// partition whose newest message is not after that time has nothing
+// pending for it; another keeps the view's count, an upper bound. Either
+// is marked Estimated.
+func (a *Admin) fromGroupStart(ctx context.Context, l GroupLag) (GroupLag, error) {
+	start, err := a.groupStart(ctx, l.Queue, l.Group)
+	if err != nil || start.IsZero() {
+		return l, err
+	}
+	d, err := a.GetConsumerGroup(ctx, l.Group)
+	if err != nil && !errors.Is(err, ErrGroupNotFound) {
+		return GroupLag{}, err
+	}
+	rows := map[string]bool{}
+	for _, p := range d.Queues[l.Queue].Partitions {
+		rows[p.Partition] = true
+	}
+	qd, err := a.GetQueue(ctx, l.Queue)
+	if err != nil {
+		return GroupLag{}, err
+	}
+	newest := make(map[string]time.Time, len(qd.PartitionList))
+	for _, p := range qd.PartitionList {
+		newest[p.Name] = p.NewestMessage
+	}
+	l.Pending = 0
+	for i := range l.Partitions {
+		p := &l.Partitions[i]
+		if !rows[p.Partition] && p.Pending > 0 {
+			p.Estimated = true
+			if n, ok := newest[p.Partition]; ok && !n.IsZero() && !n.After(start) {
+				p.Pending = 0
+			}
+		}
+		l.Pending += p.Pending
+	}
+	return l, nil
+}
+
 // lagFromViews counts the lag from the group and queue views (0.15.1).
 // refresh asks the broker to refresh its statistics first when a partition
 // has to be counted from them.
-func (a *Admin) lagFromViews(ctx context.Context, queue, group string, refresh bool) (GroupLag, error) {
+func (a *Admin) lagFromViews(ctx context.Context, queue, group string, refresh bool, stale *error) (GroupLag, error) {
 	d, err := a.GetConsumerGroup(ctx, group)
 	if err != nil && !errors.Is(err, ErrGroupNotFound) {
 		return GroupLag{}, err
@@ -134,7 +195,7 @@ func (a *Admin) lagFromViews(ctx context.Context, queue, group string, refresh b
 	var start time.Time
 	if unread {
 		if refresh {
-			a.refreshStats(ctx)
+			*stale = a.refreshStats(ctx)
 			if qd, err = a.GetQueue(ctx, queue); err != nil {
 				return GroupLag{}, err
 			}
@@ -184,11 +245,14 @@ func (a *Admin) groupStart(ctx context.Context, queue, group string) (time.Time,
 }
 
 // refreshStats asks a 0.15.1 broker to refresh the statistics its queue
-// views show. A refusal (it needs admin rights) leaves them as they are.
-func (a *Admin) refreshStats(ctx context.Context) {
-	if _, err := a.c.doObject(ctx, call{method: http.MethodPost, path: wire.RouteStatsRefresh.Path(), body: struct{}{}}, nil); err != nil {
+// views show. A refusal (it needs admin rights) leaves them as they are,
+// and is returned.
+func (a *Admin) refreshStats(ctx context.Context) error {
+	_, err := a.c.doObject(ctx, call{method: http.MethodPost, path: wire.RouteStatsRefresh.Path(), body: struct{}{}}, nil)
+	if err != nil {
 		a.c.log.Debug("queen: statistics refresh refused; counting from the broker's last ones", "err", err)
 	}
+	return err
 }
 
 // DefaultDrainInterval is the time between two looks of AwaitDrained when
@@ -208,26 +272,61 @@ type DrainOptions struct {
 // for. A look that fails for a reason that may pass (the broker
 // unreachable, a 5xx or 429) is logged and taken again at the next
 // interval; any other error ends the wait with it. When ctx ends first,
-// it returns the last lag it saw with ctx's error.
+// it returns the last lag it saw with ctx's error, which matches
+// ErrNotSent when no look reached the broker.
+//
+// On 0.15.1 a drain that rests on a partition the group has no position
+// on (PartitionLag.Estimated) is confirmed only with statistics the broker
+// refreshed for the look (POST /api/v1/stats/refresh, which needs admin
+// rights): while it refuses, AwaitDrained looks again, and ends with its
+// ctx with an error that says so.
 func (a *Admin) AwaitDrained(ctx context.Context, queue, group string, opts DrainOptions) (GroupLag, error) {
 	every := cmp.Or(opts.Interval, DefaultDrainInterval)
 	if every < 0 {
 		return GroupLag{}, fmt.Errorf("%w: drain interval %v is negative", ErrInvalidOption, opts.Interval)
 	}
 	var last GroupLag
+	sent := false   // a look may have reached the broker
+	var stale error // the last look's drain rested on statistics the broker would not refresh
+	warned := false
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return last, fmt.Errorf("queen: %s not drained on %s (%d pending at the last look): %w", groupLabel(group), queue, last.Pending, context.Cause(ctx))
+			err := fmt.Errorf("queen: %s not drained on %s (%d pending at the last look): %w", groupLabel(group), queue, last.Pending, context.Cause(ctx))
+			if stale != nil {
+				err = fmt.Errorf("queen: %s looks drained on %s, but a partition it has no position on is counted from the broker's statistics, "+
+					"which it would not refresh (%v): %w", groupLabel(group), queue, stale, context.Cause(ctx))
+			}
+			if !sent {
+				return last, &notSentError{err}
+			}
+			return last, err
 		case <-t.C:
 		}
-		l, err := a.lag(ctx, queue, group, false)
+		if ctx.Err() != nil {
+			continue
+		}
+		l, _, err := a.lag(ctx, queue, group, false)
+		sent = sent || !errors.Is(err, ErrNotSent)
+		var refused error
 		if err == nil && l.Drained() && slices.ContainsFunc(l.Partitions, func(p PartitionLag) bool { return p.Estimated }) {
-			l, err = a.lag(ctx, queue, group, true) // the statistics may be old: fresh ones decide
+			l, refused, err = a.lag(ctx, queue, group, true) // the statistics may be old: fresh ones decide
+		}
+		if err == nil {
+			stale = refused
 		}
 		switch {
+		case err == nil && l.Drained() && stale != nil:
+			// Not confirmed: the statistics may miss what was pushed since
+			// the broker's last refresh of them. Look again.
+			last = l
+			level := slog.LevelDebug
+			if !warned {
+				level, warned = slog.LevelWarn, true
+			}
+			a.c.log.Log(ctx, level, "queen: drain not confirmed: the broker would not refresh its statistics; looking again", "queue", queue, "group", group, "err", stale)
 		case err == nil && l.Drained():
 			return l, nil
 		case err == nil:

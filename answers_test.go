@@ -104,6 +104,12 @@ type fault struct {
 	status int   // an answer of this status, with the broker's envelope
 	err    error // no answer: this error
 	body   string
+	// then, when set, is how the requests after the first fail.
+	then *fault
+	// method, when set, narrows the requests failed to that method; pass
+	// lets that many of them through first.
+	method string
+	pass   int
 	// want is the answer of a call's error: for calls sent at most once
 	// (a pop, a commit, a replay) and for the others; "" for any one.
 	wantOnce, want string
@@ -116,10 +122,18 @@ var (
 		// EOF after the request went out (a RoundTripper without
 		// connection events: only a dial error says "not sent").
 		{name: "hang up", err: io.EOF, wantOnce: "unknown", want: "unknown"},
-		{name: "500", status: http.StatusInternalServerError, wantOnce: "unknown", want: "neither"},
+		// A 500 may follow applying, whatever the call.
+		{name: "500", status: http.StatusInternalServerError, wantOnce: "unknown", want: "unknown"},
 		{name: "503", status: http.StatusServiceUnavailable, wantOnce: "neither", want: "neither"},
 		{name: "400", status: http.StatusBadRequest, wantOnce: "neither", want: "neither"},
-		{name: "200 garbage", status: http.StatusOK, body: "<html>", wantOnce: "", want: ""},
+		// A 2xx was applied; what came of it, the client cannot read.
+		{name: "200 garbage", status: http.StatusOK, body: "<html>", wantOnce: "unknown", want: "unknown"},
+		// The first attempt may have been applied: a later refusal does not
+		// take that back (a call sent once is not sent again).
+		{name: "hang up, then 503", err: io.EOF, then: &fault{status: http.StatusServiceUnavailable},
+			wantOnce: "unknown", want: "unknown"},
+		{name: "hang up, then 400", err: io.EOF, then: &fault{status: http.StatusBadRequest},
+			wantOnce: "unknown", want: "unknown"},
 	}
 )
 
@@ -131,20 +145,31 @@ type faulty struct {
 	mu   sync.Mutex
 	path string
 	f    *fault
+	hits int           // requests failed since set
 	gate chan struct{} // when set, holds the failing requests until closed
 }
 
 func (rt *faulty) set(path string, f *fault) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.path, rt.f = path, f
+	rt.path, rt.f, rt.hits = path, f, 0
 }
 
 func (rt *faulty) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt.mu.Lock()
 	f, gate := rt.f, rt.gate
-	if rt.path == "" || !strings.HasPrefix(req.URL.Path, rt.path) {
+	if rt.path == "" || !strings.HasPrefix(req.URL.Path, rt.path) || (f != nil && f.method != "" && f.method != req.Method) {
 		f = nil
+	}
+	if f != nil && f.pass > 0 {
+		f = &fault{pass: f.pass - 1, method: f.method, then: f.then, err: f.err, status: f.status, body: f.body, name: f.name}
+		rt.f, f = f, nil
+	}
+	if f != nil {
+		if rt.hits > 0 && f.then != nil {
+			f = f.then
+		}
+		rt.hits++
 	}
 	rt.mu.Unlock()
 	if req.Body == nil {
@@ -160,7 +185,7 @@ func (rt *faulty) RoundTrip(req *http.Request) (*http.Response, error) {
 	case f != nil && f.err != nil:
 		return nil, f.err
 	case f != nil:
-		body := cmp.Or(f.body, `{"error":"injected `+f.name+`"}`)
+		body := cmp.Or(f.body, `{"error":"injected `+strconv.Itoa(f.status)+`"}`)
 		return &http.Response{StatusCode: f.status, Header: http.Header{"Content-Type": {"application/json"}},
 			Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}, nil
 	}
@@ -191,82 +216,107 @@ type plainCall struct {
 	path string // the route prefix the fault hits
 	once bool   // sent at most once when it may have been applied
 	do   func(ctx context.Context, c *queen.Client, queue string, msg *queen.Message) error
+	// anyAnswer: only "at most one" is checked (a wait that outlives
+	// passing failures and ends with its ctx).
+	anyAnswer bool
 }
 
 var plainCalls = []plainCall{
-	{"push", "/api/v1/push", false, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "push", path: "/api/v1/push", once: false, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Queue(q).Push(1).Execute(ctx)
 		return err
 	}},
-	{"pop", "/api/v1/pop", true, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "pop", path: "/api/v1/pop", once: true, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Queue(q).Wait(false).Pop(ctx)
 		return err
 	}},
-	{"pop of a group", "/api/v1/pop", true, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "pop of a group", path: "/api/v1/pop", once: true, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Queue(q).Group("g").Wait(false).Pop(ctx)
 		return err
 	}},
-	{"ack", "/api/v1/ack", false, func(ctx context.Context, c *queen.Client, _ string, m *queen.Message) error {
+	{name: "ack", path: "/api/v1/ack", once: false, do: func(ctx context.Context, c *queen.Client, _ string, m *queen.Message) error {
 		_, err := c.Ack(ctx, m, true, queen.AckOptions{})
 		return err
 	}},
-	{"settle batch", "/api/v1/ack", false, func(ctx context.Context, c *queen.Client, _ string, m *queen.Message) error {
+	{name: "settle batch", path: "/api/v1/ack", once: false, do: func(ctx context.Context, c *queen.Client, _ string, m *queen.Message) error {
 		_, err := c.SettleBatch(ctx, []queen.Settlement{{Message: m, Status: queen.StatusRetry}}, queen.AckOptions{})
 		return err
 	}},
-	{"renew", "/api/v1/lease", false, func(ctx context.Context, c *queen.Client, _ string, m *queen.Message) error {
+	{name: "renew", path: "/api/v1/lease", once: false, do: func(ctx context.Context, c *queen.Client, _ string, m *queen.Message) error {
 		_, err := c.Renew(ctx, m)
 		return err
 	}},
-	{"commit", "/api/v1/transaction", true, func(ctx context.Context, c *queen.Client, q string, m *queen.Message) error {
+	{name: "commit", path: "/api/v1/transaction", once: true, do: func(ctx context.Context, c *queen.Client, q string, m *queen.Message) error {
 		_, err := c.Transaction().Queue(q).Push(2).Ack(m, queen.StatusCompleted).Commit(ctx)
 		return err
 	}},
-	{"fetch", "/api/v1/fetch", false, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "fetch", path: "/api/v1/fetch", once: false, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Queue(q).Fetch(ctx, []string{"Default"})
 		return err
 	}},
-	{"create", "/api/v1/configure", false, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "create", path: "/api/v1/configure", once: false, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Queue(q).Create().Execute(ctx)
 		return err
 	}},
-	{"delete", "/api/v1/resources/queues", false, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "delete", path: "/api/v1/resources/queues", once: false, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Queue(q).Delete().Execute(ctx)
 		return err
 	}},
-	{"list queues", "/api/v1/resources/queues", false, func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
+	{name: "list queues", path: "/api/v1/resources/queues", once: false, do: func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
 		_, err := c.Admin().ListQueues(ctx)
 		return err
 	}},
-	{"get queue", "/api/v1/resources/queues", false, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "get queue", path: "/api/v1/resources/queues", once: false, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Admin().GetQueue(ctx, q)
 		return err
 	}},
-	{"health", "/health", false, func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
+	{name: "health", path: "/health", once: false, do: func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
 		_, err := c.Admin().Health(ctx)
 		return err
 	}},
-	{"list dead letters", "/api/v1/dlq", false, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "list dead letters", path: "/api/v1/dlq", once: false, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Admin().ListDLQ(ctx, q, queen.DLQListOptions{})
 		return err
 	}},
-	{"replay", "/api/v1/dlq", true, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "replay", path: "/api/v1/dlq", once: true, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Admin().ReplayDLQ(ctx, queen.DeadLetter{ID: "1", Queue: q})
 		return err
 	}},
-	{"list groups", "/api/v1/consumer-groups", false, func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
+	{name: "replay dead letters", path: "/api/v1/dlq", do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+		_, err := c.Admin().ReplayDeadLetters(ctx, q, queen.DLQListOptions{})
+		return err
+	}},
+	{name: "delete dead letter", path: "/api/v1/messages", do: func(ctx context.Context, c *queen.Client, _ string, m *queen.Message) error {
+		_, err := c.Admin().DeleteDeadLetter(ctx, queen.DeadLetter{PartitionID: m.PartitionID, TransactionID: m.TransactionID})
+		return err
+	}},
+	{name: "purge dead letters", path: "/api/v1/dlq", do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+		_, err := c.Admin().PurgeDLQ(ctx, q, "")
+		return err
+	}},
+	{name: "lag", path: "/api/v1/resources/queues", do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+		_, err := c.Admin().Lag(ctx, q, "g")
+		return err
+	}},
+	{name: "await drained", path: "/api/v1/resources/queues", anyAnswer: true, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := c.Admin().AwaitDrained(ctx, q, "g", queen.DrainOptions{})
+		return err
+	}},
+	{name: "list groups", path: "/api/v1/consumer-groups", once: false, do: func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
 		_, err := c.Admin().ListConsumerGroups(ctx)
 		return err
 	}},
-	{"get group", "/api/v1/consumer-groups", false, func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
+	{name: "get group", path: "/api/v1/consumer-groups", once: false, do: func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
 		_, err := c.Admin().GetConsumerGroup(ctx, "g")
 		return err
 	}},
-	{"seek group", "/api/v1/consumer-groups", false, func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
+	{name: "seek group", path: "/api/v1/consumer-groups", once: false, do: func(ctx context.Context, c *queen.Client, q string, _ *queen.Message) error {
 		_, err := c.Admin().SeekConsumerGroup(ctx, "g", q, queen.SeekConsumerGroupOptions{ToEnd: true})
 		return err
 	}},
-	{"delete group", "/api/v1/consumer-groups", false, func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
+	{name: "delete group", path: "/api/v1/consumer-groups", once: false, do: func(ctx context.Context, c *queen.Client, _ string, _ *queen.Message) error {
 		_, err := c.Admin().DeleteConsumerGroup(ctx, "g", queen.DeleteConsumerGroupOptions{})
 		return err
 	}},
@@ -314,7 +364,10 @@ func TestEveryErrorAnswersOnce(t *testing.T) {
 					err := call.do(context.Background(), c, q, msg)
 					rt.set("", nil)
 					want := f.want
-					if call.once {
+					switch {
+					case call.anyAnswer:
+						want = ""
+					case call.once:
 						want = f.wantOnce
 					}
 					checkAnswer(t, call.name, err, want)
@@ -398,14 +451,10 @@ func producerAnswers(t *testing.T, c *queen.Client, rt *faulty, f *fault) {
 		rt.gate = nil
 		rt.mu.Unlock()
 		flushErr := <-flushed
-		if f.status == http.StatusOK { // an undecodable answer
-			checkAnswer(t, "producer: the batch", waitErr(first), "")
-		} else {
-			// A batch is pushed again until its delivery timeout, but read as
-			// a call sent once: an answer that may follow applying (a 500)
-			// leaves it open.
-			checkAnswer(t, "producer: the batch", waitErr(first), f.wantOnce)
-		}
+		// A batch is pushed again until its delivery timeout, but read as a
+		// call sent once: an answer that may follow applying (a 500) leaves
+		// it open.
+		checkAnswer(t, "producer: the batch", waitErr(first), f.wantOnce)
 		wantFirst := map[string]queen.PushState{"not sent": queen.PushNotStored, "neither": queen.PushNotStored,
 			"unknown": queen.PushUnknown}[answers(waitErr(first))]
 		if first.State() != wantFirst {
@@ -470,10 +519,85 @@ func loopAnswers(t *testing.T, c *queen.Client, rt *faulty, f *fault) {
 			t.Errorf("consume %s: %v", step.op, got[0])
 			continue
 		}
-		if f.status == http.StatusOK {
-			checkAnswer(t, "consume "+step.op, got[0], "")
-		} else {
-			checkAnswer(t, "consume "+step.op, got[0], step.want)
-		}
+		checkAnswer(t, "consume "+step.op, got[0], step.want)
 	}
+}
+
+// The ack of issue 37: its first attempt went out and lost its answer, the
+// retry is refused "Invalid or expired lease" (the first one settled the
+// message and released the lease). The refusal does not take the first
+// attempt back: the error matches ErrOutcomeUnknown, and errors.As still
+// finds the *AckError with its result. Likewise a push whose retry is
+// answered with a failed item.
+func TestARefusalAfterAnAttemptThatMayHaveAppliedIsUnknown(t *testing.T) {
+	srv := queentest.NewServer()
+	synctest.Test(t, func(t *testing.T) {
+		defer srv.Close()
+		rt := &faulty{srv: srv}
+		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}),
+			queen.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		msg := leasedMessage(t, c, "acked")
+		rt.set("/api/v1/ack", &fault{err: io.EOF, then: &fault{status: http.StatusOK,
+			body: `[{"index":0,"transactionId":"` + msg.TransactionID + `","success":false,"error":"Invalid or expired lease"}]`}})
+		res, err := c.Ack(context.Background(), msg, true, queen.AckOptions{})
+		rt.set("", nil)
+		var ae *queen.AckError
+		if answers(err) != "unknown" || !errors.As(err, &ae) || res.Success || res.Error != "Invalid or expired lease" {
+			t.Errorf("ack: %+v, %v (answers %s)", res, err, answers(err))
+		}
+
+		rt.set("/api/v1/push", &fault{err: io.EOF, then: &fault{status: http.StatusCreated,
+			body: `[{"index":0,"transactionId":"t1","status":"failed","error":"refused"}]`}})
+		_, err = c.Queue("pushed").Push(queen.Item{Payload: 1, TransactionID: "t1"}).Execute(context.Background())
+		rt.set("", nil)
+		var pe *queen.PushError
+		if answers(err) != "unknown" || !errors.As(err, &pe) {
+			t.Errorf("push: %v (answers %s)", err, answers(err))
+		}
+	})
+}
+
+// A 0.15.1 replay whose copy was stored was applied, whatever the removal
+// of the letter after it did: its error (with Result kept) matches
+// neither ErrNotSent nor ErrOutcomeUnknown, though the delete was not sent.
+// ReplayDeadLetters that stops at a letter not sent, after replaying
+// others, answers neither too: its first replays were applied.
+func TestReplayAfterAnAppliedStepAnswersNeither(t *testing.T) {
+	srv := queentest.NewServer(queentest.WithProfile(queentest.Profile015))
+	synctest.Test(t, func(t *testing.T) {
+		defer srv.Close()
+		rt := &faulty{srv: srv}
+		c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}),
+			queen.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		ctx := context.Background()
+		deadLetterAll(t, c, "hooks", "sender", 2, "c1")
+		page, err := c.Admin().ListDLQ(ctx, "hooks", queen.DLQListOptions{})
+		if err != nil || len(page.Messages) != 2 {
+			t.Fatalf("list: %+v, %v", page, err)
+		}
+
+		rt.set("/api/v1/messages", &fault{method: http.MethodDelete, err: refusedErr})
+		res, err := c.Admin().ReplayDLQ(ctx, page.Messages[0])
+		rt.set("", nil)
+		if res.Result != queen.ReplayKept || answers(err) != "neither" || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("replay whose delete was not sent: %+v, %v (answers %s)", res, err, answers(err))
+		}
+
+		// The kept letter's message again (a duplicate, removed now), then
+		// the other letter, whose push is not sent.
+		rt.set("/api/v1/push", &fault{method: http.MethodPost, pass: 1, err: refusedErr})
+		rep, err := c.Admin().ReplayDeadLetters(ctx, "hooks", queen.DLQListOptions{})
+		rt.set("", nil)
+		if len(rep.Results) != 1 || answers(err) != "neither" || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("replay of both letters: %+v, %v (answers %s)", rep, err, answers(err))
+		}
+	})
 }

@@ -307,14 +307,19 @@ type response struct {
 	header http.Header
 	body   []byte
 	url    string // the URL requested: base URL and path
+	// maybe: another attempt of the call than the one answered may have
+	// been applied (transport.Response.OtherMayHaveApplied).
+	maybe bool
 }
 
-// do returns a 2xx answer as is and makes any other a *BrokerError. For a
-// call marked once, an open outcome (transport.MayHaveApplied) matches
-// ErrOutcomeUnknown.
+// do returns a 2xx answer as is and makes any other a *BrokerError, which
+// matches ErrOutcomeUnknown when the request may have been applied all the
+// same: by this attempt (transport.MayHaveApplied: a 500, say) or by
+// another one (response.maybe). A 2xx the caller reads as a refusal, or
+// cannot read, answers through response.answered or response.unreadable.
 func (c *Client) do(ctx context.Context, r call) (*response, error) {
 	if !c.enter() {
-		return nil, &notSentError{ErrClosed} // matches both
+		return nil, &notSentError{ErrClosed} // ErrNotSent, and ErrClosed through Unwrap
 	}
 	defer c.leave()
 	body := r.raw
@@ -347,11 +352,11 @@ func (c *Client) do(ctx context.Context, r call) (*response, error) {
 		}
 		return nil, err
 	}
-	out := &response{status: resp.Status, header: resp.Header, body: resp.Body, url: resp.URL + r.path}
+	out := &response{status: resp.Status, header: resp.Header, body: resp.Body, url: resp.URL + r.path, maybe: resp.OtherMayHaveApplied}
 	if resp.Status < 200 || resp.Status > 299 {
 		be := brokerError(r.method, r.path, out)
 		be.Attempts = resp.Attempts
-		if r.once && transport.MayHaveApplied(resp.Status, resp.Body) {
+		if resp.OtherMayHaveApplied || transport.MayHaveApplied(resp.Status, resp.Body) {
 			return out, outcomeUnknown(be)
 		}
 		return out, be
@@ -368,18 +373,39 @@ func (c *Client) doJSON(ctx context.Context, r call, out any) (*response, error)
 	return resp, decodeAnswer(resp, r, out)
 }
 
-// decodeAnswer: a body that does not decode is a *BrokerError.
+// decodeAnswer: a body that does not decode is unreadable.
 func decodeAnswer(resp *response, r call, out any) error {
 	if out != nil && len(bytes.TrimSpace(resp.body)) > 0 {
 		if err := json.Unmarshal(resp.body, out); err != nil {
-			return resp.refusal(r.method, r.path, "undecodable answer: "+err.Error())
+			return resp.unreadable(r.method, r.path, "undecodable answer: "+err.Error())
 		}
 	}
 	return nil
 }
 
-func (resp *response) refusal(method, path, msg string) *BrokerError {
-	return &BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body, Message: msg}
+// refusal is a 2xx answer that says the broker did not do the request: a
+// *BrokerError, which matches ErrOutcomeUnknown when another attempt may
+// have been applied (see answered).
+func (resp *response) refusal(method, path, msg string) error {
+	return resp.answered(&BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body, Message: msg})
+}
+
+// answered is err, the refusal a 2xx answer reads as (a *BrokerError, an
+// *AckError, a *PushError), made to match ErrOutcomeUnknown when another
+// attempt of the call may have been applied: that attempt, not this
+// refusal, may be what the broker did.
+func (resp *response) answered(err error) error {
+	if err == nil || !resp.maybe || errors.Is(err, ErrOutcomeUnknown) {
+		return err
+	}
+	return outcomeUnknown(err)
+}
+
+// unreadable is a 2xx answer the client cannot read: the broker applied
+// the request, but what came of it is unknown. It matches
+// ErrOutcomeUnknown and unwraps to a *BrokerError that says why.
+func (resp *response) unreadable(method, path, msg string) error {
+	return outcomeUnknown(&BrokerError{Status: resp.status, Method: method, Path: path, URL: resp.url, Body: resp.body, Message: msg})
 }
 
 // doObject is doJSON for routes whose success is never an error envelope:
@@ -390,7 +416,7 @@ func (c *Client) doObject(ctx context.Context, r call, out any) (*response, erro
 		return resp, err
 	}
 	if be := errorObject(resp, r.method, r.path); be != nil {
-		return resp, be
+		return resp, resp.answered(be)
 	}
 	return resp, decodeAnswer(resp, r, out)
 }

@@ -57,15 +57,18 @@ func docLeft(t *testing.T, ctx context.Context, qb *queen.QueueBuilder) []*queen
 	return msgs
 }
 
-// An explicit create with options.
+// An explicit create with options (a block doc.go no longer has).
 func TestDocCreateQueue(t *testing.T) {
 	_, _, client, ctx := docBroker(t)
 
-	client.Queue("orders").Config(queen.QueueConfig{
+	_, err := client.Queue("orders").Config(queen.QueueConfig{
 		LeaseTime:       queen.Ptr(30 * time.Second),
 		RetryLimit:      queen.Ptr(5),
 		DeadLetterQueue: queen.Ptr(true),
 	}).Create().Execute(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	q, err := client.Admin().GetQueue(ctx, "orders")
 	if err != nil {

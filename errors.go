@@ -63,10 +63,14 @@ var (
 	ErrNotSupported          = errors.New("queen: not supported by this broker") // no route: an older broker
 	ErrLeaseLost             = errors.New("queen: lease lost")                   // expired or taken
 	// ErrOutcomeUnknown: the broker may or may not have applied the request
-	// (its answer lost or unclear; for a retried call, any attempt's).
-	// Commit, ReplayDLQ and Pop are then not retried: check the broker's
-	// state first. The error wraps the failure
-	// (*BrokerError, ctx error). See docs/RETRIES.md, "The transport".
+	// (its answer lost or unclear; for a retried call, any attempt's). One
+	// rule for every call: no answer after the request may have been
+	// written, an answer that may follow applying (a 500, say:
+	// transport.MayHaveApplied), a 2xx the client cannot read, and any
+	// answer, a refusal included, after another attempt that may have been
+	// applied. Commit, ReplayDLQ and Pop are then not retried: check the
+	// broker's state first. The error wraps the failure (*BrokerError,
+	// *AckError, ctx error). See docs/RETRIES.md, "The transport".
 	ErrOutcomeUnknown = errors.New("queen: outcome unknown")
 	// ErrNotSent: no attempt of the call reached the broker, so nothing was
 	// stored or applied and doing it again is safe.

@@ -40,7 +40,10 @@ func TestBrokerErrorQuotesANonJSONBody(t *testing.T) {
 	if !errors.As(err, &be) {
 		t.Fatalf("push = %v; want a *BrokerError", err)
 	}
-	msg := err.Error()
+	if !errors.Is(err, queen.ErrOutcomeUnknown) {
+		t.Errorf("push = %v; a 500 may follow applying: want ErrOutcomeUnknown", err)
+	}
+	msg := be.Error()
 	prefix := "queen: broker answered 500 to POST " + srv.URL + "/api/v1/push (text/plain; charset=utf-8): Service Unavailable upstream connect error"
 	if !strings.HasPrefix(msg, prefix) || !strings.HasSuffix(msg, "…") || strings.Contains(msg, "\n") {
 		t.Errorf("message %q; want it to start %q, on one line, cut with …", msg, prefix)

@@ -300,7 +300,7 @@ func (c *Client) fetch(ctx context.Context, req wire.FetchRequest) ([]wire.Fetch
 	for i, e := range req.Entries {
 		r, ok := byName[e.Partition]
 		if !ok {
-			return nil, resp.refusal(http.MethodPost, wire.RouteFetch.Path(), fmt.Sprintf("fetch answer has no entry for partition %q", e.Partition))
+			return nil, resp.unreadable(http.MethodPost, wire.RouteFetch.Path(), fmt.Sprintf("fetch answer has no entry for partition %q", e.Partition))
 		}
 		aligned[i] = r
 	}

@@ -138,8 +138,8 @@ func (c *Client) decodePop(body []byte, path string, conflation bool) (*popResul
 	size := bytes.Count(body, []byte(`"transactionId"`))
 	pr := wire.PopResponse{Messages: make([]wire.PopMessage, 0, size)}
 	if err := readWire(body, &pr, func() { pr = wire.PopResponse{Messages: make([]wire.PopMessage, 0, size)} }); err != nil {
-		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
-			Message: "undecodable pop answer: " + err.Error()}
+		return nil, outcomeUnknown(&BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body,
+			Message: "undecodable pop answer: " + err.Error()}) // a 2xx the client cannot read
 	}
 	if !pr.Success && pr.Error != "" && !wire.EmptyPopError(pr.Error) {
 		return nil, &BrokerError{Status: http.StatusOK, Method: http.MethodGet, Path: path, Body: body, Message: pr.Error}

@@ -36,9 +36,10 @@ import (
 //   - Order within a partition: its next batch goes once the one before it
 //     is settled, its messages in push order.
 //   - An outage is ridden out: a batch that may pass is sent again until
-//     WithDeliveryTimeout; while the broker is down one batch at a time
-//     probes it, and when it answers every batch goes (docs/RETRIES.md,
-//     "The producer").
+//     WithDeliveryTimeout; a send a node of several did not take goes to
+//     the next at once; while the broker is down (every URL resting) one
+//     batch at a time probes it, and when it answers every batch goes
+//     (docs/RETRIES.md, "The producer").
 //   - A batch that fails for good fails its partition's messages buffered
 //     behind it (*PartitionFailedError); with WithPauseOnFailure the
 //     partition pauses until Resume (*PartitionPausedError).
@@ -985,6 +986,14 @@ func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) 
 		_, answered := errors.AsType[*BrokerError](err)
 		answered = answered || err == nil
 		notSent := errors.Is(err, ErrNotSent) && e.passing(err)
+		if notSent && !probe && !e.c.tr.AllResting() {
+			// One URL of several refused it: the next send goes to another
+			// one, at once. The broker is down only when every URL rests.
+			e.c.log.Debug("queen: producer: push not sent to one broker URL; sending it to the next", "queue", items[0].Queue,
+				"partition", items[0].Partition, "err", err)
+			attempt--
+			continue
+		}
 		e.down.report(probe, answered, notSent, err)
 		res, buffered = nil, nil
 		if err != nil && e.ctx.Err() != nil { // cut by a Close whose ctx ended

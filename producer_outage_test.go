@@ -2,10 +2,12 @@ package queen_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +190,50 @@ func TestProducerProbesWhileBrokerIsDown(t *testing.T) {
 		if k != 1 {
 			t.Fatalf("message %d stored %d times", n, k)
 		}
+	}
+}
+
+// A cluster with a node down is no outage: a send the dead node refuses
+// goes to the live node at once, and no partition waits for a probe. The
+// dead node's URL comes back to the client's choice after every short
+// FailoverPause, so many sends meet it first; the producer's clock never
+// moves, so a producer that waited for a probe would never settle them,
+// and it never warns that the broker is down.
+func TestProducerFailsOverToTheLiveNode(t *testing.T) {
+	defer noProducerGoroutine(t)
+	cl := queentest.StartCluster(t, 2)
+	cl.Node(0).Stop() // the first URL, which the Failover balance tries first
+	logs := &logSink{}
+	c, err := queen.New(cl.URLs()[0], queen.WithURLs(cl.URLs()...),
+		queen.WithRetryPolicy(queen.RetryPolicy{FailoverPause: time.Millisecond}),
+		queen.WithLogger(slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	const parts = 4
+	p, err := c.Queue("split").Producer(queen.WithMaxInflight(parts+1), queen.WithDeliveryTimeout(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queen.SetProducerClock(p, &stepClock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a guard: it never moved the clock
+	defer cancel()
+	for round := range 5 {
+		for i, pp := range pushEach(p, 4*parts, parts) {
+			if _, err := pp.Wait(ctx); err != nil {
+				t.Fatalf("round %d, message %d: %v", round, i, err)
+			}
+		}
+		time.Sleep(2 * time.Millisecond) // the dead URL's pause ends: the next sends meet it first
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := cl.Node(1).Requests(queentest.RoutePush); n < 5 {
+		t.Fatalf("the live node served %d pushes", n)
+	}
+	if s := logs.String(); strings.Contains(s, "the broker is down") || strings.Contains(s, "push failed") {
+		t.Fatalf("the producer warned of an outage:\n%s", s)
 	}
 }

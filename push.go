@@ -204,7 +204,8 @@ func (p *PushBuilder) send(ctx context.Context, items []wire.PushItem) ([]PushRe
 	if err != nil {
 		return nil, err
 	}
-	return decodePush(resp.status, resp.body, items)
+	res, err := decodePush(resp.status, resp.body, items)
+	return res, resp.answered(err)
 }
 
 // decodePush reads an array of results, or a 0.15.1 200 error object.
@@ -216,8 +217,8 @@ func decodePush(status int, body []byte, items []wire.PushItem) ([]PushResult, e
 // decodePushAnswer also returns which items 0.15.1 answered "buffered"
 // (kept to store later: outcome open), nil when none.
 func decodePushAnswer(status int, body []byte, items []wire.PushItem) ([]PushResult, []bool, error) {
-	fail := func(msg string) *BrokerError {
-		return &BrokerError{Status: status, Method: http.MethodPost, Path: wire.RoutePush.Path(), Body: body, Message: msg}
+	fail := func(msg string) error { // a 2xx the client cannot read
+		return outcomeUnknown(&BrokerError{Status: status, Method: http.MethodPost, Path: wire.RoutePush.Path(), Body: body, Message: msg})
 	}
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '{' {

@@ -314,8 +314,7 @@ func (c *Client) groupOnQueue(ctx context.Context, group, queue string) (bool, e
 	var queues map[string]json.RawMessage
 	if len(resp.body) > 0 {
 		if err := json.Unmarshal(resp.body, &queues); err != nil {
-			return false, &BrokerError{Status: resp.status, Method: http.MethodGet, Path: path,
-				Body: resp.body, Message: "undecodable consumer-group answer: " + err.Error()}
+			return false, resp.unreadable(http.MethodGet, path, "undecodable consumer-group answer: "+err.Error())
 		}
 	}
 	if msg, ok := queues["error"]; ok && len(queues) == 1 {

@@ -16,6 +16,12 @@
 // QUEEN_FLEET_MESSAGES sets its backlog (default 3000) for a run by hand;
 // QUEEN_FLEET_LOGS names a directory where the workers' event logs are kept.
 //
+// The documentation page's snippets, pasted into snippets_page*_test.go,
+// are checked against the page (TestPageSnippetsArePastedUnchanged) where
+// it is found: QUEEN_SPEC_PAGE, else shared/spec/pop-and-consume.md in the
+// working directory or a parent. A clean clone has no page beside it, and
+// the check is skipped there.
+//
 // Every scenario uses its own queue names, so the suite can share a broker
 // with other users. The package has no API: everything is in its tests.
 package integration

@@ -298,7 +298,12 @@ func (s *Server) handleGetQueue(w *recorder, req *request) {
 }
 
 // handleQueueDepth is GET /api/v1/resources/queues/{queue}/depth?group=
-// (2.x depth_json).
+// (2.x depth_json, phase2.rs). It reads cursor rows only: with a group, a
+// partition where the group has no row counts from its first message,
+// whatever the group's mode and wherever the engine would seed it; without
+// one, from the lowest named row, or from the first message when a named
+// group registered on the queue has no row there, else from the queue-mode
+// row. processing counts live leases of those rows.
 func (s *Server) handleQueueDepth(w *recorder, req *request) {
 	b := s.b
 	b.mu.Lock()
@@ -322,27 +327,51 @@ func (s *Server) handleQueueDepth(w *recorder, req *request) {
 		Processing int64  `json:"processing"`
 		Ready      int64  `json:"ready"`
 	}
+	named := 0
+	for k := range b.groups {
+		if k.queue == q.name && k.group != queueModeGroup {
+			named++
+		}
+	}
+	live := func(c *cursor) int64 {
+		if l := c.liveLease(now); l != nil {
+			return max(l.end-c.committed, 0)
+		}
+		return 0
+	}
 	rows := []row{}
 	var pending, processing, pp, pr int64
 	for _, p := range q.parts {
 		var pend, proc int64
+		committed := int64(-1)
 		if hasGroup {
-			committed := int64(-1)
-			if c := p.cursors[group]; c != nil {
+			if c := p.cursors[group]; c != nil && c.row {
 				committed = c.committed
-				if l := c.liveLease(now); l != nil {
-					proc = max(l.end-c.committed, 0)
-				}
+				proc = live(c)
 			}
-			pend = max(p.lastOffset()-committed, 0)
 		} else {
-			pend = pendingOf(p)
-			for _, c := range p.cursors {
-				if l := c.liveLease(now); l != nil {
-					proc += max(l.end-c.committed, 0)
+			seen, low, qm := 0, int64(math.MaxInt64), int64(math.MaxInt64)
+			for g, c := range p.cursors {
+				if !c.row {
+					continue
 				}
+				if g == queueModeGroup {
+					qm = min(qm, c.committed)
+				} else {
+					seen++
+					low = min(low, c.committed)
+				}
+				proc += live(c)
+			}
+			switch {
+			case seen < named:
+			case seen > 0:
+				committed = low
+			case qm != math.MaxInt64:
+				committed = qm
 			}
 		}
+		pend = max(p.lastOffset()-committed, 0)
 		proc = min(proc, pend)
 		rows = append(rows, row{p.name, pend, proc, pend - proc})
 		pending += pend

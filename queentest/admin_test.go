@@ -329,3 +329,53 @@ func TestUnknownRoutesAre404NoSuchRoute(t *testing.T) {
 		assert.Equal(t, map[string]string{"code": "no_such_route", "error": "not found", "path": c.path}, e)
 	}
 }
+
+// The 2.x depth view counts from a group's cursor row: a partition where
+// the group has none (a mode-new group that registered after the
+// partition's messages and never claimed it) counts from its first message,
+// whatever the mode (depth_json, phase2.rs). Without a group, every
+// registered named group must have a row on the partition, or it counts
+// from its first message too.
+func TestDepthCountsAPartitionWithoutACursorRowFromItsStart(t *testing.T) {
+	clock := NewFakeClock(t0)
+	h := newHC(t, Start(t, WithClock(clock)))
+	h.pushN("q", "old", 3)
+	clock.Advance(time.Second)
+	h.popEmpty("q", vals("consumerGroup", "g", "subscriptionMode", "new", "batch", "10"))
+	clock.Advance(time.Second)
+	h.pushN("q", "fresh", 2)
+	p := h.popQ("q", vals("consumerGroup", "g", "batch", "10"))
+	require.Len(t, p.Messages, 2)
+	h.ackAll(p, "g")
+
+	type depth struct {
+		Pending    int64 `json:"pending"`
+		Partitions []struct {
+			Partition string `json:"partition"`
+			Pending   int64  `json:"pending"`
+		} `json:"partitions"`
+	}
+	var d depth
+	h.doJSON("GET", "/api/v1/resources/queues/q/depth?group=g", nil, http.StatusOK, &d)
+	assert.EqualValues(t, 3, d.Pending, "%+v", d)
+	require.Len(t, d.Partitions, 2)
+	assert.Equal(t, "fresh", d.Partitions[0].Partition)
+	assert.EqualValues(t, 0, d.Partitions[0].Pending)
+	assert.EqualValues(t, 3, d.Partitions[1].Pending)
+
+	// The group's views list the partition it has a row on only.
+	var detail map[string]struct {
+		Partitions []struct{ Partition string } `json:"partitions"`
+	}
+	h.doJSON("GET", "/api/v1/consumer-groups/g", nil, http.StatusOK, &detail)
+	require.Len(t, detail["q"].Partitions, 1)
+	assert.Equal(t, "fresh", detail["q"].Partitions[0].Partition)
+
+	// Without a group: g has no row on old, so old counts from its start,
+	// though the queue-mode cursor has passed it.
+	qm := h.popQ("q", vals("batch", "10"))
+	h.ackAll(qm, "")
+	d = depth{}
+	h.doJSON("GET", "/api/v1/resources/queues/q/depth", nil, http.StatusOK, &d)
+	assert.EqualValues(t, 3, d.Pending, "%+v", d)
+}

@@ -157,6 +157,19 @@ func (e *endpoints) pick(key string) (int, string) {
 	return best, e.urls[best].base
 }
 
+// allResting reports whether every URL rests after a failure.
+func (e *endpoints) allResting() bool {
+	now := e.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, u := range e.urls {
+		if !now.Before(u.downUntil) {
+			return false
+		}
+	}
+	return true
+}
+
 // markDown records a failure of URL i: it is skipped for the pause.
 // It reports whether the URL was healthy before.
 func (e *endpoints) markDown(i int) bool {

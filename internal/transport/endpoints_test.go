@@ -215,3 +215,20 @@ func TestOwner(t *testing.T) {
 		assert.Error(t, err, "%q %q", c.urls, c.key)
 	}
 }
+
+// allResting: only once every URL failed within its pause; one URL back
+// (its pause over, or an answer) ends it.
+func TestAllResting(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	e := newEndpoints(nodes[:2], 5*time.Second, clock.Now, Failover)
+	assert.False(t, e.allResting())
+	e.markDown(0)
+	assert.False(t, e.allResting(), "b is up")
+	e.markDown(1)
+	assert.True(t, e.allResting())
+	e.markUp(1)
+	assert.False(t, e.allResting(), "b answered")
+	e.markDown(1)
+	clock.Advance(5 * time.Second)
+	assert.False(t, e.allResting(), "the pauses are over")
+}

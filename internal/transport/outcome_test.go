@@ -395,3 +395,43 @@ func TestNoRetryAfterSendWireUnchanged(t *testing.T) {
 	assert.True(t, strings.HasSuffix(plain, "\r\n\r\n"), "nothing after the head: %q", plain)
 	assert.Equal(t, plain, wire(true))
 }
+
+// An answer returned after another attempt of the call may have been
+// applied says so (Response.OtherMayHaveApplied): a hang-up after the
+// request went out, then 503s or a 400; or a 503, then hang-ups until the
+// attempts run out (the 503 is returned); or 500s (each may have been
+// applied). Not after attempts answered 503 only.
+func TestResponseSaysAnotherAttemptMayHaveApplied(t *testing.T) {
+	hang := func(t *testing.T, w http.ResponseWriter) { hangUp(t, w) }
+	status := func(code int) func(*testing.T, http.ResponseWriter) {
+		return func(_ *testing.T, w http.ResponseWriter) {
+			w.WriteHeader(code)
+			_, _ = io.WriteString(w, `{"error":"x"}`)
+		}
+	}
+	tests := []struct {
+		name   string
+		seq    []func(*testing.T, http.ResponseWriter)
+		status int
+		other  bool
+	}{
+		{"hang up, then 503", []func(*testing.T, http.ResponseWriter){hang, status(503), status(503)}, 503, true},
+		{"hang up, then 400", []func(*testing.T, http.ResponseWriter){hang, status(400)}, 400, true},
+		{"503, then hang-ups", []func(*testing.T, http.ResponseWriter){status(503), hang, hang}, 503, true},
+		{"503s", []func(*testing.T, http.ResponseWriter){status(503), status(503), status(503)}, 503, false},
+		{"500 alone", []func(*testing.T, http.ResponseWriter){status(500), status(500), status(500)}, 500, true},
+		{"503, then 200", []func(*testing.T, http.ResponseWriter){status(503), status(200)}, 200, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				tc.seq[min(n, len(tc.seq)-1)](t, w)
+			})
+			tr, _, _ := newTransport(t, Config{URLs: []string{srv.URL}, Retry: RetryPolicy{MaxAttempts: len(tc.seq)}})
+			resp, err := tr.Do(context.Background(), txnReq)
+			require.NoError(t, err)
+			assert.Equal(t, tc.status, resp.Status)
+			assert.Equal(t, tc.other, resp.OtherMayHaveApplied)
+		})
+	}
+}

@@ -51,8 +51,11 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 			c.unknown = true
 		}
 		if (ans == nil && err != nil) || (ans != nil && MayHaveApplied(ans.Status, ans.Body)) {
-			c.maybe = true
+			c.maybes++
 		}
+	}
+	if ans != nil { // counted above when it may have been applied
+		c.ansMaybe = MayHaveApplied(ans.Status, ans.Body)
 	}
 	if ctx.Err() != nil {
 		c.final = ans != nil && once // only such a call takes an answer received as ctx ends

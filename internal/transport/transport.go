@@ -97,6 +97,11 @@ type Response struct {
 	Body     []byte
 	URL      string
 	Attempts int
+	// OtherMayHaveApplied: another attempt of the call than the one
+	// answered may have been applied (it got no answer after its request
+	// may have been written, or an answer MayHaveApplied says yes to),
+	// whatever this answer says.
+	OtherMayHaveApplied bool
 }
 
 // Transport sends requests to the broker with retries, Retry-After, bearer
@@ -170,6 +175,11 @@ func newPool(def http.RoundTripper, idle, hosts int) *http.Transport {
 	tr.MaxIdleConns = max(tr.MaxIdleConns, idle*hosts)
 	return tr
 }
+
+// AllResting reports whether every URL rests after a failure (see
+// RetryPolicy.FailoverPause): a call now would go to a URL that failed,
+// the one that failed longest ago.
+func (t *Transport) AllResting() bool { return t.eps.allResting() }
 
 // Close closes the idle connections of the pool New built. The user's own
 // HTTPClient is left alone. Call it once no call is in flight.
@@ -271,7 +281,8 @@ type callState struct {
 	stop     error     // set by backoff: end the loop with the answer in hand
 	unknown  bool      // NoRetryAfterSend: the last attempt failed after it may have been sent
 	sent     bool      // an attempt may have written the request (or was answered)
-	maybe    bool      // an attempt may have been applied: no answer after it may have been written, or an answer that says so
+	maybes   int       // attempts that may have been applied: no answer after it may have been written, or an answer that says so
+	ansMaybe bool      // answer is one of them
 }
 
 // errNoTime ends a call whose ctx would end during the wait (see backoff).
@@ -363,6 +374,11 @@ func (c *call) do(ctx context.Context, r Request) (*Response, error) {
 	case c.unknown:
 		return nil, c.failure(cmp.Or(c.lastErr, err))
 	case c.final || (c.answer != nil && c.ctx.Err() == nil):
+		others := c.maybes
+		if c.ansMaybe {
+			others--
+		}
+		c.answer.OtherMayHaveApplied = others > 0
 		return c.answer, nil
 	case c.ctx.Err() != nil:
 		return nil, c.failure(c.ctx.Err())
@@ -415,7 +431,7 @@ func (c *call) failure(err error) error {
 	switch {
 	case !c.sent: // unknown implies sent
 		return &notSent{c.failureText(err)}
-	case c.maybe && !c.unknown:
+	case c.maybes > 0 && !c.unknown:
 		// A retried call whose attempts ran out after one may have been
 		// applied: its outcome is open, as a call sent once is.
 		return &outcomeUnknown{c.failureText(err)}
