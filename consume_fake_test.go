@@ -18,7 +18,12 @@ import (
 // HTTP. Partitions are ordered logs; a pop leases up to its batch of the
 // first messages of partitions no lease holds; a settle applies the four
 // outcomes (completed and dlq retire a message, failed and retry put it
-// back) and releases the lease; renew answers from the test's script.
+// back), and keeps a partition's lease as the brokers do (PROTOCOL.md §4.1,
+// §15-16, §19): a `completed` of some of the messages the lease holds there
+// keeps it, the ack of the last one ends it; `retry` and `failed` end it;
+// `dlq` ends it as on 2.x, or, with dlqKeeps, counts as an ack like
+// `completed` as on 0.15.1. renew answers alive while the lease holds a
+// partition, unless the test's script says it is lost.
 type fakeBroker struct {
 	mu      sync.Mutex
 	batch   int                   // a pop's size when the engine does not cap it
@@ -28,18 +33,21 @@ type fakeBroker struct {
 	order   []string              // partitions in creation order
 	added   map[string]int        // messages ever added, per partition
 	leased  map[string]string     // partition -> lease id
-	leases  map[string][]*Message // lease id -> its messages
-	seq     int                   // lease ids
-	popErrs []error               // the next pops fail with these, in order
-	setErrs []error               // the next settles fail with these, in order
-	lost    map[string]bool       // leases renew reports lost
-	renewEr error                 // renew fails with this while set
-	popWait time.Duration         // an empty pop waits this long (or its ctx)
-	popGate chan struct{}         // when set, a pop waits for it before answering
-	setGate chan struct{}         // when set, a settle waits for it before answering
-	setting int                   // settles in flight now
-	rule    *retryRule            // the queue's retry settings (nil: unreadable)
-	quickMs *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
+	unacked map[string]int        // partition -> messages of its lease not yet acked
+	// dlqKeeps: a dlq ack keeps the lease, as on 0.15.1 (on 2.x it ends it).
+	dlqKeeps bool
+	leases   map[string][]*Message // lease id -> its messages
+	seq      int                   // lease ids
+	popErrs  []error               // the next pops fail with these, in order
+	setErrs  []error               // the next settles fail with these, in order
+	lost     map[string]bool       // leases renew reports lost
+	renewEr  error                 // renew fails with this while set
+	popWait  time.Duration         // an empty pop waits this long (or its ctx)
+	popGate  chan struct{}         // when set, a pop waits for it before answering
+	setGate  chan struct{}         // when set, a settle waits for it before answering
+	setting  int                   // settles in flight now
+	rule     *retryRule            // the queue's retry settings (nil: unreadable)
+	quickMs  *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
 
 	pops      []int          // every pop's cap
 	nowaits   []bool         // whether each pop was one that does not wait
@@ -53,7 +61,7 @@ type fakeBroker struct {
 
 func newFakeBroker(batch int) *fakeBroker {
 	return &fakeBroker{batch: batch, parts: map[string][]*Message{}, added: map[string]int{}, leased: map[string]string{},
-		leases: map[string][]*Message{}, lost: map[string]bool{}, renews: map[string]int{}, popWait: 5 * time.Millisecond}
+		unacked: map[string]int{}, leases: map[string][]*Message{}, lost: map[string]bool{}, renews: map[string]int{}, popWait: 5 * time.Millisecond}
 }
 
 // add appends n messages to partition p, keyed "p/i" (i counts from 0
@@ -126,6 +134,7 @@ func (f *fakeBroker) pop(ctx context.Context, capped int, nowait bool) (*popResu
 			got = append(got, &c)
 		}
 		f.leased[p] = lease
+		f.unacked[p] = take
 		parts++
 	}
 	if len(got) > 0 {
@@ -185,11 +194,37 @@ func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult
 			}
 			f.retired = append(f.retired, m.TransactionID)
 		}
-		if f.leased[m.PartitionID] == m.LeaseID {
-			delete(f.leased, m.PartitionID)
-		}
+		f.endLease(m.PartitionID, m.LeaseID, a.Status)
 	}
 	return res, nil
+}
+
+// endLease applies an ack of status under lease to partition p's lease:
+// a completed (or, with dlqKeeps, a dlq) counts one of its messages acked
+// and ends it with the last; retry, failed and (2.x) dlq end it. An ack
+// under another lease changes nothing.
+func (f *fakeBroker) endLease(p, lease string, status AckStatus) {
+	if lease == "" || f.leased[p] != lease {
+		return
+	}
+	switch {
+	case status == StatusCompleted, status == StatusDLQ && f.dlqKeeps:
+		if f.unacked[p]--; f.unacked[p] > 0 {
+			return
+		}
+	}
+	delete(f.leased, p)
+	delete(f.unacked, p)
+}
+
+// holdsLease says whether lease holds a partition. Callers hold mu.
+func (f *fakeBroker) holdsLease(lease string) bool {
+	for _, l := range f.leased {
+		if l == lease {
+			return true
+		}
+	}
+	return false
 }
 
 // retryRule answers the test's rule (f.rule), or a failure when it set
@@ -211,7 +246,7 @@ func (f *fakeBroker) renew(ctx context.Context, leaseID string, secs int) (bool,
 	if f.renewEr != nil {
 		return false, f.renewEr
 	}
-	return !f.lost[leaseID], nil
+	return !f.lost[leaseID] && f.holdsLease(leaseID), nil
 }
 
 // left is every message not retired, by key, partition after partition.
