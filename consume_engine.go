@@ -178,8 +178,9 @@ func (e *engine) run() error {
 	slots := e.cfg.slots
 	e.popOrders, e.popc = make(chan popOrder, slots), make(chan popAnswer, slots)
 	e.workc, e.donec = make(chan work, slots), make(chan result, 4*slots)
-	// Jobs in flight: ack jobs (at most Concurrency), a renewal per pop
-	// in hand (at most 2×Concurrency), a read of the queue's settings.
+	// Jobs in flight: ack jobs (at most Concurrency), a renewal or a lost
+	// lease's OnLoopError call per pop in hand (at most 2×Concurrency), a
+	// read of the queue's settings.
 	jobs := 3*slots + 1
 	e.sendc, e.sentc = make(chan *job, jobs), make(chan *job, jobs)
 	l.lastBusy = time.Now()

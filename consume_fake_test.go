@@ -45,6 +45,7 @@ type fakeBroker struct {
 	popWait  time.Duration         // an empty pop waits this long (or its ctx)
 	popGate  chan struct{}         // when set, a pop waits for it before answering
 	setGate  chan struct{}         // when set, a settle waits for it before answering
+	setAfter chan struct{}         // when set, a settle waits for it after applying, before answering
 	setting  int                   // settles in flight now
 	rule     *retryRule            // the queue's retry settings (nil: unreadable)
 	quickMs  *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
@@ -170,7 +171,13 @@ func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult
 		<-gate
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	after := f.setAfter
+	defer func() {
+		f.mu.Unlock()
+		if after != nil {
+			<-after
+		}
+	}()
 	f.setting--
 	f.acks = append(f.acks, slices.Clone(acks))
 	if len(f.setErrs) > 0 {

@@ -7,7 +7,8 @@ import (
 )
 
 // The sender: ONE goroutine sends the loop's acks, lease renewals and
-// reads of the queue's retry settings, each request one attempt (the
+// reads of the queue's retry settings (and tells OnLoopError what the
+// owner found, so that no user code runs on the owner), each request one attempt (the
 // loop's retries are the owner's, consume_broker.go). It runs each job the
 // owner gives it on a goroutine of its own and hands it back answered, so
 // that a renewal never waits behind an ack; the owner decides how many
@@ -21,6 +22,7 @@ const (
 	jobAck jobKind = iota + 1
 	jobRenew
 	jobRule
+	jobNote // an OnLoopError call the owner decided (a lost lease)
 )
 
 // job is one request of the sender and its answer. The owner fills the
@@ -49,6 +51,9 @@ type job struct {
 	// jobRule: the failed message to read through (nil at the start).
 	failed *Message
 	rule   retryRule
+
+	// jobNote: what OnLoopError is told.
+	note *LoopError
 }
 
 // ackReq is one ack request of a job, acks[from:to], and its answer.
@@ -72,6 +77,8 @@ func (e *engine) send() {
 				e.sendRenew(j)
 			case jobRule:
 				e.readRule(j)
+			case jobNote:
+				e.loopError(j.note)
 			}
 			e.sentc <- j
 		})
