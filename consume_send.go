@@ -2,6 +2,7 @@ package queen
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -32,6 +33,9 @@ type job struct {
 	kind jobKind
 	at   time.Time // when the owner gave it to the sender
 	err  error
+	// goexit: a callback ended a goroutine of the job (runtime.Goexit);
+	// what it did not answer is failed with errCallbackGoexit.
+	goexit bool
 
 	// jobAck: the acks as sent, the outcomes chosen, which were sent
 	// before without an answer (nil: none), the parts they came from, and
@@ -62,6 +66,7 @@ type ackReq struct {
 	res      []AckResult
 	err      error
 	timedOut bool // the attempt ran out of time: it may have been applied
+	done     bool // its goroutine ran to the end (not ended by runtime.Goexit)
 }
 
 // send is the sender goroutine.
@@ -70,6 +75,13 @@ func (e *engine) send() {
 	defer wg.Wait()
 	for j := range e.sendc {
 		wg.Go(func() {
+			answered := false
+			defer func() {
+				if !answered { // runtime.Goexit in a callback
+					j.goexit = true
+				}
+				e.sentc <- j
+			}()
 			switch j.kind {
 			case jobAck:
 				e.sendAcks(j)
@@ -80,7 +92,7 @@ func (e *engine) send() {
 			case jobNote:
 				e.loopError(j.note)
 			}
-			e.sentc <- j
+			answered = true
 		})
 	}
 }
@@ -88,6 +100,10 @@ func (e *engine) send() {
 // sent takes a job's answer back on the owner.
 func (l *loop) sent(j *job) {
 	l.sending--
+	if j.goexit {
+		j.exited()
+		l.callbackGoexit("the sender")
+	}
 	switch j.kind {
 	case jobAck:
 		l.acking--
@@ -109,4 +125,34 @@ func (e *engine) readRule(j *job) {
 	ctx, cancel := context.WithTimeout(parent, ruleTimeout)
 	defer cancel()
 	j.rule, j.err = e.b.retryRule(ctx, j.failed)
+}
+
+// exited fails what a job's goroutines left unanswered when a callback
+// ended one of them (runtime.Goexit): an ack request with no answer, a
+// renewal or a read of the settings.
+func (j *job) exited() {
+	switch j.kind {
+	case jobAck:
+		for i := range j.reqs {
+			if r := &j.reqs[i]; !r.done && r.err == nil && r.res == nil {
+				r.err = errCallbackGoexit
+			}
+		}
+	case jobRenew, jobRule:
+		if j.err == nil {
+			j.err = errCallbackGoexit
+		}
+	}
+}
+
+// errCallbackGoexit: a user callback (OnLoopError, a hook) ended a
+// fetcher's or the sender's goroutine (runtime.Goexit); the loop stops.
+var errCallbackGoexit = errors.New("queen: a consume callback (OnLoopError or a hook) ended its goroutine (runtime.Goexit)")
+
+// callbackGoexit stops the loop after a callback ended a goroutine of
+// who (runtime.Goexit).
+func (l *loop) callbackGoexit(who string) {
+	l.log.Error("queen: a callback on "+who+" of the consume loop ended its goroutine (runtime.Goexit); the loop stops",
+		"queue", l.cfg.queue, "group", l.cfg.group)
+	l.stop(errCallbackGoexit)
 }

@@ -440,17 +440,19 @@ func (l *loop) ackOutageEnds(now time.Time, ok bool) {
 
 // sendAcks sends a job's ack requests, at once when there are several,
 // and returns when every one got its answer (or failed).
+// (A callback that ends a request's goroutine, runtime.Goexit, leaves
+// that request's done false; the others are waited for all the same.)
 func (e *engine) sendAcks(j *job) {
 	if len(j.reqs) == 1 {
 		e.sendAckReq(j, &j.reqs[0])
 		return
 	}
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	for i := range j.reqs[1:] {
 		wg.Go(func() { e.sendAckReq(j, &j.reqs[1+i]) })
 	}
 	e.sendAckReq(j, &j.reqs[0])
-	wg.Wait()
 }
 
 // sendAckReq sends one ack request: one attempt, reported to OnLoopError
@@ -482,6 +484,7 @@ func (e *engine) sendAckReq(j *job, r *ackReq) {
 		}
 		e.hooks.settled(e.life.reqCtx, group, chosen, acks, r.res, start, r.err) // SettleHook
 	}
+	r.done = true
 }
 
 // allRetried says whether every ack ae refused was sent before by an

@@ -7,9 +7,9 @@ import (
 )
 
 // The stop path: a loop is running until a stop (loop.stop: a ctx ended,
-// the Limit, IdleMillis, a refusal for good, a handler's Goexit), then
-// draining: no pop or handler call starts; parts waiting for a handler or
-// for a retry give their messages back; pops in flight get answerOnItsWay
+// the Limit, IdleMillis, a refusal for good, a handler's or a callback's
+// Goexit), then draining: no pop or handler call starts; parts waiting for
+// a handler or for a retry give their messages back; pops in flight get answerOnItsWay
 // and are abandoned (an answer that comes meanwhile is given back);
 // handlers running get the grace period; acks wait until quiet (no pop of
 // the loop parked at the broker can claim what they free). When every pop
