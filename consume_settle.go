@@ -179,10 +179,14 @@ type ackState struct {
 }
 
 // wakeAt is when acks held back (by a backoff, or lingering) may go
-// (zero: none held).
+// (zero: none held): the backoff's end while it runs, then the end of
+// the first linger (a backoff that ended may leave acks lingering).
 func (a *ackState) wakeAt(l *loop, now time.Time) time.Time {
-	if !a.pauseTill.IsZero() && l.ackable(time.Time{}) > 0 {
-		return a.pauseTill
+	if now.Before(a.pauseTill) {
+		if l.ackable(time.Time{}) > 0 {
+			return a.pauseTill
+		}
+		return time.Time{}
 	}
 	var at time.Time
 	for _, pt := range l.outbox {
