@@ -96,7 +96,7 @@ func TestRetryInPlace(t *testing.T) {
 		var mu sync.Mutex
 		var calls []string
 		var at []time.Time
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: 10 * time.Second}, 4,
 			func(_ context.Context, m *Message) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -138,7 +138,7 @@ func TestRetryInPlaceDeadLetters(t *testing.T) {
 		f.add("p", 3)
 		var mu sync.Mutex
 		calls := map[string]int{}
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: 10 * time.Second}, 4,
 			func(_ context.Context, m *Message) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -563,4 +563,43 @@ func TestRetryHoldLeaseLostSendsNothing(t *testing.T) {
 		require.NoError(t, <-done)
 		assert.Empty(t, f.settles(), "an ack went for a lost lease at the stop")
 	})
+}
+
+// A read of the queue's settings that fails on the way is no answer: the
+// failure it was for is acked failed, and a later failure, once the
+// backoff is over, reads again (and the retries in place resume); a
+// failure before that reads nothing, so a handler failing fast makes no
+// read per failure.
+func TestRetryRuleReadFailureIsNoAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		pause    time.Duration // each call takes this long
+		reads    int
+		statuses []string
+	}{
+		// the reads at the start and at the first failure fail on the way;
+		// the second failure, past the backoff, reads the rule: its count
+		// (2) is past the limit, it is dead-lettered.
+		{"read again", 5 * time.Second, 3, []string{"p/0:failed", "p/0:dlq"}},
+		// every failure at once, within the backoff after the read at the
+		// start: no read more.
+		{"bounded", 0, 1, []string{"p/0:failed", "p/0:failed", "p/0:failed", "p/0:failed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeBroker(1)
+				f.rule = &retryRule{known: true, limit: 1}
+				f.ruleErrs = []error{errors.New("connection reset"), errors.New("connection reset")}
+				f.add("p", 1)
+				e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: 10 * time.Second}, 4,
+					func(context.Context, *Message) error {
+						time.Sleep(tc.pause)
+						return errors.New("fails")
+					})
+				require.NoError(t, runEngine(t, e))
+				assert.Equal(t, tc.reads, f.ruleReads)
+				assert.Equal(t, tc.statuses, statuses(f.settles()))
+			})
+		})
+	}
 }

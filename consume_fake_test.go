@@ -3,7 +3,6 @@ package queen
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -47,7 +46,8 @@ type fakeBroker struct {
 	setGate  chan struct{}         // when set, a settle waits for it before answering
 	setAfter chan struct{}         // when set, a settle waits for it after applying, before answering
 	setting  int                   // settles in flight now
-	rule     *retryRule            // the queue's retry settings (nil: unreadable)
+	rule     *retryRule            // the queue's retry settings (nil: a view without them)
+	ruleErrs []error               // the next reads of the settings fail with these, in order
 	quickMs  *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
 
 	pops      []int          // every pop's cap
@@ -234,14 +234,20 @@ func (f *fakeBroker) holdsLease(lease string) bool {
 	return false
 }
 
-// retryRule answers the test's rule (f.rule), or a failure when it set
-// none: the engine then sends failed, for the broker to count.
+// retryRule fails with the next of f.ruleErrs, or answers the test's
+// rule (f.rule), or a view without retryLimit when it set none: the
+// engine then sends failed, for the broker to count.
 func (f *fakeBroker) retryRule(context.Context, *Message) (retryRule, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ruleReads++
+	if len(f.ruleErrs) > 0 {
+		err := f.ruleErrs[0]
+		f.ruleErrs = f.ruleErrs[1:]
+		return retryRule{}, err
+	}
 	if f.rule == nil {
-		return retryRule{}, errors.New("fake: no retry rule")
+		return retryRule{}, errNoRetryLimit
 	}
 	return *f.rule, nil
 }
