@@ -34,21 +34,22 @@ type fakeBroker struct {
 	leased  map[string]string     // partition -> lease id
 	unacked map[string]int        // partition -> messages of its lease not yet acked
 	// dlqKeeps: a dlq ack keeps the lease, as on 0.15.1 (on 2.x it ends it).
-	dlqKeeps bool
-	leases   map[string][]*Message // lease id -> its messages
-	seq      int                   // lease ids
-	popErrs  []error               // the next pops fail with these, in order
-	setErrs  []error               // the next settles fail with these, in order
-	lost     map[string]bool       // leases renew reports lost
-	renewEr  error                 // renew fails with this while set
-	popWait  time.Duration         // an empty pop waits this long (or its ctx)
-	popGate  chan struct{}         // when set, a pop waits for it before answering
-	setGate  chan struct{}         // when set, a settle waits for it before answering
-	setAfter chan struct{}         // when set, a settle waits for it after applying, before answering
-	setting  int                   // settles in flight now
-	rule     *retryRule            // the queue's retry settings (nil: a view without them)
-	ruleErrs []error               // the next reads of the settings fail with these, in order
-	quickMs  *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
+	dlqKeeps  bool
+	leases    map[string][]*Message // lease id -> its messages
+	seq       int                   // lease ids
+	popErrs   []error               // the next pops fail with these, in order
+	setErrs   []error               // the next settles fail with these, in order
+	lost      map[string]bool       // leases renew reports lost
+	renewEr   error                 // renew fails with this while set
+	renewGate chan struct{}         // when set, a renewal waits for it (or its ctx) before answering
+	popWait   time.Duration         // an empty pop waits this long (or its ctx)
+	popGate   chan struct{}         // when set, a pop waits for it before answering
+	setGate   chan struct{}         // when set, a settle waits for it before answering
+	setAfter  chan struct{}         // when set, a settle waits for it after applying, before answering
+	setting   int                   // settles in flight now
+	rule      *retryRule            // the queue's retry settings (nil: a view without them)
+	ruleErrs  []error               // the next reads of the settings fail with these, in order
+	quickMs   *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
 
 	pops      []int          // every pop's cap
 	nowaits   []bool         // whether each pop was one that does not wait
@@ -168,7 +169,14 @@ func (f *fakeBroker) settle(ctx context.Context, acks []Settlement) ([]AckResult
 	f.setting++
 	f.mu.Unlock()
 	if gate != nil {
-		<-gate
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			f.mu.Lock()
+			f.setting--
+			f.mu.Unlock()
+			return nil, ctx.Err()
+		}
 	}
 	f.mu.Lock()
 	after := f.setAfter
@@ -256,6 +264,17 @@ func (f *fakeBroker) renew(ctx context.Context, leaseID string, secs int) (bool,
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.renews[leaseID]++
+	if gate := f.renewGate; gate != nil {
+		f.mu.Unlock()
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		f.mu.Lock()
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+	}
 	if f.renewEr != nil {
 		return false, f.renewEr
 	}

@@ -115,15 +115,14 @@ func (l *loop) sent(j *job) {
 	}
 }
 
-// readRule reads the queue's retry settings: at the start on Execute's
-// ctx (a stop ends it), at a failure on the requests' own.
+// readRule reads the queue's retry settings on the requests' ctx (which
+// shutdown cancels), at the start also ended by Execute's (a stop).
 func (e *engine) readRule(j *job) {
-	parent := e.life.reqCtx
-	if j.failed == nil {
-		parent = e.life.ctx
-	}
-	ctx, cancel := context.WithTimeout(parent, ruleTimeout)
+	ctx, cancel := context.WithTimeout(e.life.reqCtx, ruleTimeout)
 	defer cancel()
+	if j.failed == nil {
+		defer context.AfterFunc(e.life.ctx, cancel)()
+	}
 	j.rule, j.err = e.b.retryRule(ctx, j.failed)
 }
 

@@ -66,7 +66,7 @@ func signal(s AckStatus) bool { return s != StatusCompleted }
 
 // addAck queues an ack of pt.
 func (l *loop) addAck(pt *part, it ackItem) {
-	if pt.p.lost {
+	if pt.p.lost || l.acksOver {
 		return
 	}
 	if pt.pending == nil {
