@@ -603,3 +603,39 @@ func TestRetryRuleReadFailureIsNoAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A message held for a RetryDelay longer than the lease keeps its
+// partition: the renewals are scheduled off the lease's end, whatever
+// the RenewLease interval (here longer than the lease), or without it.
+func TestRetryHoldRenewsWithinTheLease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  engineConfig
+		took time.Duration // the failing call's time
+	}{
+		{"RenewLease longer than the lease", engineConfig{each: true, renewEvery: 20 * time.Second, renewSecs: 60}, 0},
+		{"no RenewLease, failure late in the lease", engineConfig{each: true}, 8 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeBroker(10)
+				f.leaseFor = 9 * time.Second
+				f.rule = &retryRule{known: true, limit: 1, delay: 20 * time.Second, lease: 9 * time.Second}
+				f.add("p", 1)
+				calls := 0
+				e, logs := testEngine(t, context.Background(), f, tc.cfg, 2,
+					func(context.Context, *Message) error {
+						if calls++; calls == 1 {
+							time.Sleep(tc.took)
+							return errors.New("once")
+						}
+						return nil
+					})
+				require.NoError(t, runEngine(t, e))
+				assert.NotContains(t, logs.String(), "lease lost")
+				assert.Equal(t, []string{"p/0:completed"}, statuses(f.settles()))
+				assert.Equal(t, 2, calls)
+			})
+		})
+	}
+}

@@ -42,14 +42,19 @@ type fakeBroker struct {
 	lost      map[string]bool       // leases renew reports lost
 	renewEr   error                 // renew fails with this while set
 	renewGate chan struct{}         // when set, a renewal waits for it (or its ctx) before answering
-	popWait   time.Duration         // an empty pop waits this long (or its ctx)
-	popGate   chan struct{}         // when set, a pop waits for it before answering
-	setGate   chan struct{}         // when set, a settle waits for it before answering
-	setAfter  chan struct{}         // when set, a settle waits for it after applying, before answering
-	setting   int                   // settles in flight now
-	rule      *retryRule            // the queue's retry settings (nil: a view without them)
-	ruleErrs  []error               // the next reads of the settings fail with these, in order
-	quickMs   *int                  // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
+	// leaseFor: when set, a lease ends this long after its pop or its last
+	// renewal (a renewal never shortens it); a lease that ended is not
+	// renewed and its partitions are claimed again.
+	leaseFor time.Duration
+	expires  map[string]time.Time // lease id -> its end, with leaseFor
+	popWait  time.Duration        // an empty pop waits this long (or its ctx)
+	popGate  chan struct{}        // when set, a pop waits for it before answering
+	setGate  chan struct{}        // when set, a settle waits for it before answering
+	setAfter chan struct{}        // when set, a settle waits for it after applying, before answering
+	setting  int                  // settles in flight now
+	rule     *retryRule           // the queue's retry settings (nil: a view without them)
+	ruleErrs []error              // the next reads of the settings fail with these, in order
+	quickMs  *int                 // when set, an empty answer to a pop that did not wait advises this pause (autopilot waitMs)
 
 	pops      []int          // every pop's cap
 	nowaits   []bool         // whether each pop was one that does not wait
@@ -123,7 +128,7 @@ func (f *fakeBroker) pop(ctx context.Context, capped int, nowait bool) (*popResu
 		if len(got) == n || (f.maxPart > 0 && parts == f.maxPart) {
 			break
 		}
-		if f.leased[p] != "" || len(f.parts[p]) == 0 {
+		if (f.leased[p] != "" && !f.ended(f.leased[p])) || len(f.parts[p]) == 0 {
 			continue
 		}
 		take := min(len(f.parts[p]), n-len(got))
@@ -141,6 +146,12 @@ func (f *fakeBroker) pop(ctx context.Context, capped int, nowait bool) (*popResu
 	}
 	if len(got) > 0 {
 		f.leases[lease] = got
+		if f.leaseFor > 0 {
+			if f.expires == nil {
+				f.expires = map[string]time.Time{}
+			}
+			f.expires[lease] = time.Now().Add(f.leaseFor)
+		}
 	}
 	f.mu.Unlock()
 	if len(got) == 0 && nowait {
@@ -232,8 +243,17 @@ func (f *fakeBroker) endLease(p, lease string, status AckStatus) {
 	delete(f.unacked, p)
 }
 
+// ended says whether lease ran out (leaseFor). Callers hold mu.
+func (f *fakeBroker) ended(lease string) bool {
+	end, ok := f.expires[lease]
+	return ok && !time.Now().Before(end)
+}
+
 // holdsLease says whether lease holds a partition. Callers hold mu.
 func (f *fakeBroker) holdsLease(lease string) bool {
+	if f.ended(lease) {
+		return false
+	}
 	for _, l := range f.leased {
 		if l == lease {
 			return true
@@ -278,7 +298,11 @@ func (f *fakeBroker) renew(ctx context.Context, leaseID string, secs int) (bool,
 	if f.renewEr != nil {
 		return false, f.renewEr
 	}
-	return !f.lost[leaseID] && f.holdsLease(leaseID), nil
+	alive := !f.lost[leaseID] && f.holdsLease(leaseID)
+	if end, ok := f.expires[leaseID]; ok && alive && time.Now().Add(time.Duration(secs)*time.Second).After(end) {
+		f.expires[leaseID] = time.Now().Add(time.Duration(secs) * time.Second)
+	}
+	return alive, nil
 }
 
 // left is every message not retired, by key, partition after partition.

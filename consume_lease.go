@@ -46,31 +46,62 @@ func (l *loop) renewPlan(p *pop) (time.Duration, int) {
 	case p.holding == 0:
 		return 0, 0
 	}
-	lease := l.rules.rule.lease
-	if l.cfg.lease > 0 && (lease == 0 || l.cfg.lease < lease) {
-		lease = l.cfg.lease
-	}
+	lease := l.leaseLen()
 	if lease <= 0 {
 		return heldRenewEvery, heldRenewSecs
 	}
 	return max(lease/3, time.Second/4), int(ceilUnits(lease, time.Second))
 }
 
+// leaseLen is a pop's lease as far as the loop knows: the shorter of the
+// pops' LeaseTime and the queue's (a 0.15.1 broker ignores the pops'); 0:
+// unknown.
+func (l *loop) leaseLen() time.Duration {
+	lease := l.rules.rule.lease
+	if l.cfg.lease > 0 && (lease == 0 || l.cfg.lease < lease) {
+		lease = l.cfg.lease
+	}
+	return lease
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
+}
+
+// inLease brings the renewal at of p, holding a failure, within its
+// lease: no later than when two thirds of its last grant have passed.
+func inLease(p *pop, at time.Time) time.Time {
+	if p.holding == 0 || p.leaseEnd.IsZero() {
+		return at
+	}
+	if by := p.leaseEnd.Add(-p.grant / 3); by.Before(at) {
+		return by
+	}
+	return at
+}
+
 // startRenewals schedules p's first renewal, if it is to be renewed and
 // is not yet: with RenewLease one interval after its answer; for a held
-// failure one interval after the answer or now, whichever is later.
+// failure one interval after the answer or now, whichever is later. A
+// pop holding a failure is renewed within its lease (inLease), whatever
+// the interval: a renewal already scheduled is brought forward.
 func (l *loop) startRenewals(p *pop) {
-	if p.leaseID == "" || !p.renewAt.IsZero() || p.renewing {
+	if p.leaseID == "" || p.renewing {
+		return
+	}
+	if !p.renewAt.IsZero() {
+		p.renewAt = later(inLease(p, p.renewAt), time.Now())
 		return
 	}
 	every, _ := l.renewPlan(p)
 	if every <= 0 {
 		return
 	}
-	p.renewAt = p.at.Add(every)
-	if now := time.Now(); p.renewAt.Before(now) {
-		p.renewAt = now
-	}
+	p.renewAt = later(inLease(p, p.at.Add(every)), time.Now())
 }
 
 // renewDue queues the renewals that are due for the sender.
@@ -125,6 +156,11 @@ func (l *loop) renewed(j *job) {
 			l.log.Info("queen: lease renewed again", "queue", l.cfg.queue, "group", l.cfg.group, "leaseId", p.leaseID)
 		}
 		p.failing = false
+		grant := time.Duration(j.secs) * time.Second
+		if end := j.at.Add(grant); end.After(p.leaseEnd) {
+			p.leaseEnd = end
+		}
+		p.grant = grant
 	}
 	every, _ := l.renewPlan(p)
 	if every <= 0 {
@@ -135,6 +171,7 @@ func (l *loop) renewed(j *job) {
 	if p.renewAt = p.renewAt.Add(every); !p.renewAt.After(now) {
 		p.renewAt = now.Add(every)
 	}
+	p.renewAt = later(inLease(p, p.renewAt), now)
 }
 
 // holds says whether p is a pop in hand.
