@@ -206,6 +206,18 @@ func (l *loop) endHold(pt *part) {
 		l.releaseHeldAcks(pt)
 		return
 	}
+	l.giveBackAtStop(pt)
+}
+
+// giveBackAtStop gives back an Each part at a stop from its next message:
+// a failed message waiting for its retry, its delay over or not, goes
+// back as retry with its error, the outcome chosen failed (no count
+// charged at the broker, its count kept here), as one still in its delay.
+func (l *loop) giveBackAtStop(pt *part) {
+	if !pt.failing || pt.next >= len(pt.msgs) {
+		l.giveBack(pt, pt.next, nil)
+		return
+	}
 	m := pt.msgs[pt.next]
 	l.giveBack(pt, pt.next+1, &ackItem{s: Settlement{Message: m, Status: StatusRetry, Error: pt.failText}, chosen: StatusFailed})
 }

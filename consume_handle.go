@@ -221,7 +221,7 @@ func (l *loop) afterRun(pt *part) {
 	}
 	switch {
 	case l.phase != running:
-		l.giveBack(pt, pt.next, nil)
+		l.giveBackAtStop(pt)
 	case pt.next < len(pt.msgs):
 		l.requeue(pt)
 	default:

@@ -183,7 +183,7 @@ func (l *loop) stop(err error) {
 	}
 	// Parts that wait for a handler or for a retry: given back.
 	for _, pt := range l.queued {
-		l.giveBack(pt, pt.next, nil)
+		l.giveBackAtStop(pt) // a retry that is due included
 	}
 	l.queued = l.queued[:0]
 	for _, pt := range l.held {

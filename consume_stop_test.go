@@ -238,3 +238,40 @@ func TestStopAcksBoundIsHard(t *testing.T) {
 		}
 	})
 }
+
+// A stop gives back a retry that is due (its delay over, waiting for a
+// handler) as one still in its delay: retry with the failure's error,
+// nothing charged.
+func TestStopGivesBackDueRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.rule = &retryRule{known: true, limit: 3, delay: time.Second}
+		f.add("a", 1)
+		f.add("b", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true}, 3,
+			func(_ context.Context, m *Message) error {
+				if m.PartitionID == "a" {
+					return errors.New("boom")
+				}
+				time.Sleep(2 * time.Second) // the one handler is busy when a's retry is due
+				return nil
+			})
+		time.AfterFunc(1500*time.Millisecond, cancel)
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		var got []Settlement
+		for _, s := range f.settles() {
+			for _, a := range s {
+				if a.Message.PartitionID == "a" {
+					got = append(got, a)
+				}
+			}
+		}
+		if len(got) != 1 || got[0].Status != StatusRetry || got[0].Error != "boom" {
+			t.Fatalf("a's acks %+v, want one retry with the failure's error", got)
+		}
+	})
+}
