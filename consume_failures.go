@@ -49,8 +49,9 @@ func keyOf(m *Message) failureKey { return failureKey{m.PartitionID, m.Transacti
 const maxCountedFailures = 10_000
 
 // failureCounter counts the failures of each message a consume loop has
-// seen fail and not yet seen settled for good (completed or
-// dead-lettered). The owner's alone. The zero value is not usable: make
+// seen fail and not yet seen settled for good (completed, or
+// dead-lettered: its dlq ack answered, so that a message whose dlq ack
+// failed comes back with its count). The owner's alone. The zero value is not usable: make
 // one with newFailureCounter.
 type failureCounter struct {
 	max   int
@@ -142,8 +143,7 @@ func (l *loop) failure(pt *part, r result) {
 		// failed: the broker drops it once its own count is spent; until
 		// then it comes back, and fails past the limit again.
 		l.giveBack(pt, r.i+1, &ackItem{s: Settlement{Message: m, Status: StatusFailed, Error: text}, chosen: StatusFailed})
-	default:
-		l.failures.done(m)
+	default: // its count is kept until the dlq ack is answered (acked)
 		if text == "" {
 			text = "failed " + strconv.Itoa(n) + " times"
 		}
@@ -264,8 +264,7 @@ func (l *loop) wholeDone(pt *part, r result) {
 				it.s.Status = StatusRetry // its error text goes along (the broker ignores it)
 				heldParts = append(heldParts, m)
 			case rule.dlqOff:
-			default:
-				l.failures.done(m)
+			default: // its count is kept until the dlq ack is answered (acked)
 				it.s.Status = StatusDLQ
 				if it.s.Error == "" {
 					it.s.Error = "failed " + strconv.Itoa(n) + " times"

@@ -639,3 +639,27 @@ func TestRetryHoldRenewsWithinTheLease(t *testing.T) {
 		})
 	}
 }
+
+// A message's failure count is kept until its dlq ack is answered: when
+// that ack fails and the message comes back (its lease ran out), it
+// comes back with its count (Attempt 3) and is dead-lettered again at
+// once, not retried from the start.
+func TestRetryCountKeptUntilDLQAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.leaseFor = 5 * time.Second
+		f.rule = &retryRule{known: true, limit: 1, lease: 5 * time.Second}
+		f.add("p", 1)
+		f.setErrs = []error{&BrokerError{Status: http.StatusBadRequest, Message: "refused"}} // the first dlq ack: given up
+		var attempts []int
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 3,
+			func(_ context.Context, m *Message) error {
+				attempts = append(attempts, m.Attempt())
+				return errors.New("poison")
+			})
+		require.NoError(t, runEngine(t, e))
+		assert.Equal(t, []int{1, 2, 3}, attempts)
+		assert.Equal(t, []string{"p/0:dlq", "p/0:dlq"}, statuses(f.settles()))
+		assert.Empty(t, f.left())
+	})
+}

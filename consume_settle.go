@@ -349,7 +349,11 @@ func (l *loop) acked(j *job) {
 		case req.err == nil || refused:
 			answered = true
 			for i, it := range items {
-				if a := res[k-req.from+i]; !a.Success {
+				a := res[k-req.from+i]
+				if it.s.Status == StatusDLQ && (a.Success || it.retried) {
+					l.failures.done(it.s.Message) // dead-lettered (or most likely): its count is done
+				}
+				if !a.Success {
 					if it.retried {
 						applied++
 					} else {
