@@ -364,7 +364,7 @@ func (l *loop) acked(j *job) {
 					}
 				}
 			}
-		case (req.timedOut || transientSettleError(req.err)) && !l.giveUp(now, j.at):
+		case (req.timedOut || transientSettleError(req.err)) && !l.giveUp(now, j.at) && !l.acksOver:
 			if req.timedOut || errors.Is(req.err, ErrOutcomeUnknown) {
 				for i := range items {
 					items[i].retried = true
@@ -522,11 +522,18 @@ func oneLease(acks []Settlement) string {
 
 // transientSettleError says whether sending an ack again may succeed: not
 // after a refusal of the request itself (4xx other than 408 and 429, an
-// answer that is not an ack result, an invalid ack, a closed client).
+// invalid ack, a closed client, a cancelled request). An ack whose outcome
+// is unknown (docs/RETRIES.md "may have been applied": a 5xx that may
+// follow applying, a 2xx the client cannot read, an answer lost) is sent
+// again: acks are idempotent on both brokers under the same lease, and a
+// refusal of the repeat is taken for the first attempt applied (acked).
 func transientSettleError(err error) bool {
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return true
 	}
 	var be *BrokerError
 	if errors.As(err, &be) {
