@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -43,4 +44,40 @@ func TestLoopErrorGoexitStopsTheLoop(t *testing.T) {
 			})
 		})
 	}
+}
+
+// OnLoopError may be called from several goroutines at once (its doc
+// says so): here two pops' renewals fail at the same tick, and the hook
+// runs for both side by side.
+func TestLoopErrorCalledConcurrently(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.maxPart = 1 // a pop per partition: two leases
+		f.add("a", 1)
+		f.add("b", 1)
+		f.renewEr = errors.New("connection reset")
+		var mu sync.Mutex
+		inside, most := 0, 0
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, slots: 2, renewEvery: 10 * time.Millisecond, renewSecs: 1}, 2,
+			func(context.Context, *Message) error {
+				time.Sleep(15 * time.Millisecond)
+				return nil
+			})
+		e.on.onLoopError = func(context.Context, error) {
+			mu.Lock()
+			inside++
+			most = max(most, inside)
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			inside--
+			mu.Unlock()
+		}
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if most < 2 {
+			t.Fatalf("OnLoopError ran at most %d at once, want 2", most)
+		}
+	})
 }
