@@ -217,8 +217,12 @@ func (cb *ConsumeBuilder) OnError(f func(ctx context.Context, msg *Message, err 
 
 // OnLoopError hands f each failed attempt of the loop's pops, acks and
 // renewals, and each lost lease, as a *LoopError. f runs on the loop's
-// goroutines with the values of Execute's ctx: keep it short. The loop
-// logs the same failures; a panic in f is recovered and logged.
+// goroutines (its fetchers, and a goroutine per request of its sender),
+// so it may be called from several goroutines at once: it must be safe
+// for concurrent use. It gets the values of Execute's ctx; keep it short.
+// The loop logs the same failures; a panic in f is recovered and logged;
+// an f that ends its goroutine (runtime.Goexit, as t.FailNow does) stops
+// the loop with an error.
 func (cb *ConsumeBuilder) OnLoopError(f func(ctx context.Context, err error)) *ConsumeBuilder {
 	cp := *cb
 	cp.onLoopError = f

@@ -33,6 +33,8 @@ import (
 //	                              heap allocations per message, the
 //	                              in-process broker's included (the same
 //	                              work on both sides)
+//	req/1000msg                   the loop's pops, acks and renewals per
+//	                              1,000 messages, counted at the broker
 //
 // The rounds pair the two sides in time: a burst of load on the machine
 // (these are small shared machines) slows the rounds it falls in, and the
@@ -54,10 +56,58 @@ func BenchmarkConsumeLoop(b *testing.B) {
 			bs := newBenchSetup(b)
 			q := bs.fill(b, "loop", b.N)
 			b.ReportAllocs()
+			r0 := loopRequests(bs.srv)
 			b.ResetTimer()
 			bs.runLoop(b, q, batch, b.N)
+			b.StopTimer()
+			reportRequests(b, loopRequests(bs.srv)-r0, b.N)
 		})
 	}
+}
+
+// BenchmarkConsumeScale is the loop at scale against queentest: b.N
+// messages spread over 4 or 32 partitions, consumed with Concurrency 1 or
+// 16 (batch 100, a no-op handler per message). req/1000msg (pops, acks and
+// renewals per 1,000 messages, counted at the broker) must not grow with
+// the handlers or the partitions.
+//
+//	go test -run '^$' -bench ConsumeScale -benchtime 20000x .
+func BenchmarkConsumeScale(b *testing.B) {
+	for _, conc := range []int{1, 16} {
+		for _, parts := range []int{4, 32} {
+			b.Run(fmt.Sprintf("conc=%d/parts=%d", conc, parts), func(b *testing.B) {
+				bs := newBenchSetup(b)
+				q := bs.fillParts(b, "scale", b.N, parts)
+				r0 := loopRequests(bs.srv)
+				b.ResetTimer()
+				start := time.Now()
+				ctx := context.Background()
+				err := bs.client.Queue(q).Batch(100).Concurrency(conc).Each().Limit(b.N).
+					Consume(ctx, func(_ context.Context, m *queen.Message) error {
+						benchSink += len(m.Raw)
+						return nil
+					}).Execute(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+				reportRequests(b, loopRequests(bs.srv)-r0, b.N)
+			})
+		}
+	}
+}
+
+// loopRequests counts the requests of a consume loop srv has served so
+// far: pops, acks (single and batch) and lease renewals.
+func loopRequests(srv *queentest.Server) int {
+	return srv.Requests(queentest.RoutePop) + srv.Requests(queentest.RouteAck) +
+		srv.Requests(queentest.RouteAckBatch) + srv.Requests(queentest.RouteRenew)
+}
+
+// reportRequests reports n requests for msgs messages as req/1000msg.
+func reportRequests(b *testing.B, n, msgs int) {
+	b.ReportMetric(1000*float64(n)/float64(max(msgs, 1)), "req/1000msg")
 }
 
 // BenchmarkConsumeBaseline is the bare net/http baseline alone.
@@ -111,6 +161,29 @@ func (bs *benchSetup) fill(b *testing.B, prefix string, n int) string {
 				b.Fatal(err)
 			}
 			items = items[:0]
+		}
+	}
+	return q
+}
+
+// fillParts pushes n small messages to a new queue, spread evenly over
+// parts partitions, and returns its name. Not timed.
+func (bs *benchSetup) fillParts(b *testing.B, prefix string, n, parts int) string {
+	b.Helper()
+	bs.seq++
+	q := fmt.Sprintf("bench-%s-%d", prefix, bs.seq)
+	ctx := context.Background()
+	for p := range parts {
+		k := n/parts + btoi(p < n%parts)
+		items := make([]any, 0, min(k, 2000))
+		for i := range k {
+			items = append(items, json.RawMessage(`{"id":`+strconv.Itoa(i)+`,"customer":"c-42","total":12.5}`))
+			if len(items) == cap(items) || i == k-1 {
+				if _, err := bs.client.Queue(q).Partition("p" + strconv.Itoa(p)).Push(items...).Execute(ctx); err != nil {
+					b.Fatal(err)
+				}
+				items = items[:0]
+			}
 		}
 	}
 	return q
@@ -249,6 +322,7 @@ func benchConsume(b *testing.B, batch int) {
 	rounds := min(20, max(1, b.N/(5*batch)))
 	var loopT, baseT time.Duration
 	var loopA, baseA uint64
+	loopR := 0
 	ratios := make([]float64, 0, rounds)
 	b.ResetTimer()
 	for i := range rounds {
@@ -264,9 +338,11 @@ func benchConsume(b *testing.B, batch int) {
 			baseA += a
 		}
 		runLoop := func() {
+			r0 := loopRequests(bs.srv)
 			d, a := measure(func() { bs.runLoop(b, lq, batch, n) })
 			lt = d
 			loopA += a
+			loopR += loopRequests(bs.srv) - r0
 		}
 		if i%2 == 0 {
 			runBase()
@@ -291,6 +367,7 @@ func benchConsume(b *testing.B, batch int) {
 	b.ReportMetric(loopRate/baseRate, "total-ratio")
 	b.ReportMetric(float64(loopA)/msgs, "loop-allocs/msg")
 	b.ReportMetric(float64(baseA)/msgs, "baseline-allocs/msg")
+	reportRequests(b, loopR, b.N)
 }
 
 // median returns the middle value of xs (the mean of the middle two for

@@ -23,8 +23,10 @@ import (
 //     attempt has settleTimeout;
 //   - renew: again at the next tick (consume_lease.go): a renewal extends
 //     the lease by three ticks, so two may fail in a row;
-//   - the queue's settings: maxRuleReads reads (ruleFor,
-//     consume_failures.go).
+//   - the queue's settings: maxRuleReads answers (ruleFor,
+//     consume_failures.go); a read that fails on the way is no answer,
+//     and the next failure after a backoff (ruleBackoffMin doubling to
+//     ruleBackoffMax) reads again.
 const (
 	brokerDownMin = 50 * time.Millisecond  // the first pause after a failure
 	brokerDownMax = 200 * time.Millisecond // the longest: the loop resumes within about 0.2 s of a broker's restart
@@ -32,6 +34,10 @@ const (
 	renewTimeout  = 10 * time.Second       // one renewal
 	ruleTimeout   = 5 * time.Second        // one read of the queue's settings
 	maxRuleReads  = 2
+	// The pause after a read of the queue's settings that failed on the
+	// way, before a failure reads them again.
+	ruleBackoffMin = time.Second
+	ruleBackoffMax = 30 * time.Second
 )
 
 // retryBackoff is the pause between the failed attempts of one request:
@@ -171,6 +177,26 @@ func (b *clientBroker) settle(ctx context.Context, acks []Settlement) ([]AckResu
 // errQueueUnknown: the broker does not know the queue (yet).
 var errQueueUnknown = errors.New("queen: the broker does not know the queue")
 
+// errNoRetryLimit: the broker's view of the queue has no retryLimit.
+var errNoRetryLimit = errors.New("queen: the broker's view of the queue has no retryLimit")
+
+// transientRuleError says whether a read of the queue's settings failed
+// on the way (no answer about the queue: read again later), rather than
+// answered (an unknown queue, a view without retryLimit, a refusal that
+// asking again cannot change).
+func transientRuleError(err error) bool {
+	switch {
+	case errors.Is(err, errQueueUnknown), errors.Is(err, errNoRetryLimit), errors.Is(err, ErrClosed):
+		return false
+	case errors.Is(err, context.DeadlineExceeded):
+		return true // one read's timeout
+	}
+	if be, ok := errors.AsType[*BrokerError](err); ok {
+		return retryableStatus(be.Status)
+	}
+	return transport.RetryableErr(err)
+}
+
 // retryRule reads the queue's view (GET /api/v1/resources/queues/{queue});
 // a 0.15.1 broker leaves the options out of it, and the view of a message
 // (GET /api/v1/messages/{partitionId}/{transactionId}, its queueConfig) is
@@ -213,7 +239,7 @@ func (b *clientBroker) retryRule(ctx context.Context, failed *Message) (retryRul
 // ruleOf reads a retryRule out of a queue's configuration.
 func ruleOf(cfg QueueConfig) (retryRule, error) {
 	if cfg.RetryLimit == nil {
-		return retryRule{}, errors.New("queen: the broker's view of the queue has no retryLimit")
+		return retryRule{}, errNoRetryLimit
 	}
 	r := retryRule{known: true, limit: max(*cfg.RetryLimit, 0)}
 	if cfg.RetryDelay != nil {

@@ -36,6 +36,13 @@ type pop struct {
 	renewing bool      // one is due or in flight
 	failing  bool      // the last one failed on the way (said once)
 	holding  int       // parts holding a failed message: renewed without RenewLease too
+	// leaseEnd is when its lease ends as far as the loop knows (zero:
+	// unknown): the pop's lease from its answer, pushed on by each
+	// renewal; grant is the last extension (the pop's lease, then a
+	// renewal's). A pop holding a failure is renewed once two thirds of
+	// the grant have passed, whatever the plan.
+	leaseEnd time.Time
+	grant    time.Duration
 
 	// one spares allocating the part of a pop that makes one part (a batch
 	// handler's pop, a pop of one partition); parts is then oneRef[:].
@@ -130,6 +137,9 @@ func (l *loop) newPop(res *popResult) *pop {
 	}
 	p.open = len(p.parts)
 	l.occupying += len(p.parts)
+	if lease := l.leaseLen(); lease > 0 {
+		p.grant, p.leaseEnd = lease, p.at.Add(lease)
+	}
 	return p
 }
 

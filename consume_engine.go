@@ -115,6 +115,8 @@ type loop struct {
 	lastBusy time.Time // the last pop settled (or the start), for IdleMillis
 	drainAt  time.Time // a stop's wait for answers on their way ends (zero: none)
 	graceAt  time.Time // a stop's grace period ends (zero: none)
+	settleBy time.Time // a stop's last acks are given up then (zero: none)
+	acksOver bool      // settleBy passed: nothing more is acked
 }
 
 func (cb *ConsumeBuilder) newEngine(ctx context.Context) (*engine, error) {
@@ -178,8 +180,9 @@ func (e *engine) run() error {
 	slots := e.cfg.slots
 	e.popOrders, e.popc = make(chan popOrder, slots), make(chan popAnswer, slots)
 	e.workc, e.donec = make(chan work, slots), make(chan result, 4*slots)
-	// Jobs in flight: ack jobs (at most Concurrency), a renewal per pop
-	// in hand (at most 2×Concurrency), a read of the queue's settings.
+	// Jobs in flight: ack jobs (at most Concurrency), a renewal or a lost
+	// lease's OnLoopError call per pop in hand (at most 2×Concurrency), a
+	// read of the queue's settings.
 	jobs := 3*slots + 1
 	e.sendc, e.sentc = make(chan *job, jobs), make(chan *job, jobs)
 	l.lastBusy = time.Now()
@@ -277,6 +280,10 @@ func (l *loop) due(now time.Time) {
 		l.graceAt = time.Time{}
 		l.life.hcancel(errConsumeStopped)
 	}
+	if !l.settleBy.IsZero() && !now.Before(l.settleBy) {
+		l.settleBy = time.Time{}
+		l.giveUpAcks()
+	}
 	if len(l.held) > 0 {
 		l.retryDue(now)
 	}
@@ -297,6 +304,7 @@ func (l *loop) nextWake(now time.Time) time.Time {
 	}
 	soon(l.drainAt)
 	soon(l.graceAt)
+	soon(l.settleBy)
 	if l.phase == running {
 		if l.cfg.idle > 0 && len(l.pops) == 0 {
 			soon(l.lastBusy.Add(l.cfg.idle))
@@ -322,11 +330,13 @@ func (l *loop) nextWake(now time.Time) time.Time {
 	return at
 }
 
-// finished says whether the stop path is done: nothing in flight, no
-// handler running, every pop settled (or given up).
+// finished says whether the stop path is done: no pop or ack in flight,
+// no handler running, every pop settled (or given up). Renewals and reads
+// of the queue's settings still in flight are not waited for: shutdown
+// cancels them.
 func (l *loop) finished() bool {
 	return l.phase != running && l.fetcher.inflight == 0 && len(l.running) == 0 &&
-		l.sending == 0 && len(l.pops) == 0
+		l.acking == 0 && len(l.pops) == 0
 }
 
 // shutdown ends the loop's goroutines and contexts; it returns when none
@@ -335,7 +345,7 @@ func (e *engine) shutdown() {
 	l := &e.life
 	l.hcancel(errConsumeStopped)
 	l.pollCancel()
-	l.reqCancel() // a renewal still in flight: nothing waits for it
+	l.reqCancel() // renewals and reads of the settings still in flight: nothing waits for them
 	close(e.popOrders)
 	close(e.workc)
 	close(e.sendc)

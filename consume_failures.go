@@ -49,8 +49,9 @@ func keyOf(m *Message) failureKey { return failureKey{m.PartitionID, m.Transacti
 const maxCountedFailures = 10_000
 
 // failureCounter counts the failures of each message a consume loop has
-// seen fail and not yet seen settled for good (completed or
-// dead-lettered). The owner's alone. The zero value is not usable: make
+// seen fail and not yet seen settled for good (completed, or
+// dead-lettered: its dlq ack answered, so that a message whose dlq ack
+// failed comes back with its count). The owner's alone. The zero value is not usable: make
 // one with newFailureCounter.
 type failureCounter struct {
 	max   int
@@ -142,8 +143,7 @@ func (l *loop) failure(pt *part, r result) {
 		// failed: the broker drops it once its own count is spent; until
 		// then it comes back, and fails past the limit again.
 		l.giveBack(pt, r.i+1, &ackItem{s: Settlement{Message: m, Status: StatusFailed, Error: text}, chosen: StatusFailed})
-	default:
-		l.failures.done(m)
+	default: // its count is kept until the dlq ack is answered (acked)
 		if text == "" {
 			text = "failed " + strconv.Itoa(n) + " times"
 		}
@@ -206,6 +206,18 @@ func (l *loop) endHold(pt *part) {
 		l.releaseHeldAcks(pt)
 		return
 	}
+	l.giveBackAtStop(pt)
+}
+
+// giveBackAtStop gives back an Each part at a stop from its next message:
+// a failed message waiting for its retry, its delay over or not, goes
+// back as retry with its error, the outcome chosen failed (no count
+// charged at the broker, its count kept here), as one still in its delay.
+func (l *loop) giveBackAtStop(pt *part) {
+	if !pt.failing || pt.next >= len(pt.msgs) {
+		l.giveBack(pt, pt.next, nil)
+		return
+	}
 	m := pt.msgs[pt.next]
 	l.giveBack(pt, pt.next+1, &ackItem{s: Settlement{Message: m, Status: StatusRetry, Error: pt.failText}, chosen: StatusFailed})
 }
@@ -252,8 +264,7 @@ func (l *loop) wholeDone(pt *part, r result) {
 				it.s.Status = StatusRetry // its error text goes along (the broker ignores it)
 				heldParts = append(heldParts, m)
 			case rule.dlqOff:
-			default:
-				l.failures.done(m)
+			default: // its count is kept until the dlq ack is answered (acked)
 				it.s.Status = StatusDLQ
 				if it.s.Error == "" {
 					it.s.Error = "failed " + strconv.Itoa(n) + " times"
@@ -289,18 +300,24 @@ func (l *loop) wholeDone(pt *part, r result) {
 }
 
 // ruleState is the loop's read of the queue's retry settings: read at the
-// start, and once more at the first failure when that read failed (or
-// found no retryLimit, as on 0.15.1, whose message view has it). The reads
+// start, and once more at the first failure when that read found no
+// retryLimit (as on 0.15.1, whose message view has it) or no queue. A
+// read that fails on the way (a timeout, a 5xx, a broken connection) is no
+// answer and is not kept: a later failure reads again, once the backoff
+// after it (ruleBackoffMin doubling to ruleBackoffMax) is over. The reads
 // go through the sender.
 type ruleState struct {
-	rule          retryRule
-	reads         int
-	starting      bool    // the read at the start is on its way: no pop before its answer
-	job           *job    // a read waiting for the sender
-	reading       bool    // a read is queued or in flight
-	parked        []*part // parts whose failure waits for the read
-	warnedUnknown bool    // the queue does not exist: said once
-	warnedBroker  bool    // failures are counted by the broker: said once
+	rule            retryRule
+	reads           int // reads answered (a failure on the way is no answer)
+	backoff         retryBackoff
+	againAt         time.Time // after a read that failed on the way: no read before
+	starting        bool      // the read at the start is on its way: no pop before its answer
+	job             *job      // a read waiting for the sender
+	reading         bool      // a read is queued or in flight
+	parked          []*part   // parts whose failure waits for the read
+	warnedUnknown   bool      // the queue does not exist: said once
+	warnedBroker    bool      // failures are counted by the broker: said once
+	warnedTransient bool      // a read at a failure failed on the way: said once
 }
 
 // readRuleAtStart asks for the queue's settings before the first pop.
@@ -312,7 +329,6 @@ func (l *loop) readRuleAtStart() {
 // askRule queues a read of the queue's settings (failed: the message a
 // 0.15.1 broker is asked through; nil at the start).
 func (l *loop) askRule(failed *Message) {
-	l.rules.reads++
 	l.rules.reading = true
 	l.rules.job = &job{kind: jobRule, failed: failed}
 }
@@ -321,7 +337,7 @@ func (l *loop) askRule(failed *Message) {
 // are being read, and pt waits with r (parked) until they are.
 func (l *loop) ruleFor(m *Message, pt *part, r result) (retryRule, bool) {
 	rs := &l.rules
-	if !rs.rule.known && !rs.reading && rs.reads < maxRuleReads {
+	if !rs.rule.known && !rs.reading && rs.reads < maxRuleReads && !time.Now().Before(rs.againAt) {
 		l.askRule(m)
 	}
 	if !rs.reading {
@@ -342,9 +358,28 @@ func (l *loop) ruleFor(m *Message, pt *part, r result) (retryRule, bool) {
 func (l *loop) ruleRead(j *job) {
 	rs := &l.rules
 	rs.reading, rs.starting = false, false
-	if j.err == nil {
+	switch {
+	case j.err == nil:
+		rs.reads++
 		rs.rule = j.rule
-	} else {
+		rs.backoff.reset()
+	case transientRuleError(j.err) && l.life.reqCtx.Err() == nil:
+		// No answer: not cached; a failure after the backoff reads again.
+		if rs.backoff.lo == 0 {
+			rs.backoff = retryBackoff{lo: ruleBackoffMin, hi: ruleBackoffMax}
+		}
+		d := rs.backoff.failed(j.err)
+		rs.againAt = time.Now().Add(d)
+		if j.failed != nil && !rs.warnedTransient {
+			rs.warnedTransient = true
+			l.log.Warn("queen: reading the queue's retry settings failed; this failure is acked failed (the broker counts), a later one reads them again",
+				"queue", l.cfg.queue, "group", l.cfg.group, "err", j.err, "backoff", d)
+		} else {
+			l.log.Debug("queen: reading the queue's retry settings failed; a later failure reads them again",
+				"queue", l.cfg.queue, "group", l.cfg.group, "err", j.err, "backoff", d)
+		}
+	default:
+		rs.reads++
 		if errors.Is(j.err, errQueueUnknown) && !rs.warnedUnknown {
 			rs.warnedUnknown = true
 			l.log.Warn("queen: the queue does not exist on the broker (is its name right?); a 2.x broker creates it with its defaults at the loop's first pop, a 0.15.1 broker answers its pops empty",

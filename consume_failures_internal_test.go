@@ -96,7 +96,7 @@ func TestRetryInPlace(t *testing.T) {
 		var mu sync.Mutex
 		var calls []string
 		var at []time.Time
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: 10 * time.Second}, 4,
 			func(_ context.Context, m *Message) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -138,7 +138,7 @@ func TestRetryInPlaceDeadLetters(t *testing.T) {
 		f.add("p", 3)
 		var mu sync.Mutex
 		calls := map[string]int{}
-		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 4,
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: 10 * time.Second}, 4,
 			func(_ context.Context, m *Message) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -562,5 +562,104 @@ func TestRetryHoldLeaseLostSendsNothing(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 		assert.Empty(t, f.settles(), "an ack went for a lost lease at the stop")
+	})
+}
+
+// A read of the queue's settings that fails on the way is no answer: the
+// failure it was for is acked failed, and a later failure, once the
+// backoff is over, reads again (and the retries in place resume); a
+// failure before that reads nothing, so a handler failing fast makes no
+// read per failure.
+func TestRetryRuleReadFailureIsNoAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		pause    time.Duration // each call takes this long
+		reads    int
+		statuses []string
+	}{
+		// the reads at the start and at the first failure fail on the way;
+		// the second failure, past the backoff, reads the rule: its count
+		// (2) is past the limit, it is dead-lettered.
+		{"read again", 5 * time.Second, 3, []string{"p/0:failed", "p/0:dlq"}},
+		// every failure at once, within the backoff after the read at the
+		// start: no read more.
+		{"bounded", 0, 1, []string{"p/0:failed", "p/0:failed", "p/0:failed", "p/0:failed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeBroker(1)
+				f.rule = &retryRule{known: true, limit: 1}
+				f.ruleErrs = []error{errors.New("connection reset"), errors.New("connection reset")}
+				f.add("p", 1)
+				e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: 10 * time.Second}, 4,
+					func(context.Context, *Message) error {
+						time.Sleep(tc.pause)
+						return errors.New("fails")
+					})
+				require.NoError(t, runEngine(t, e))
+				assert.Equal(t, tc.reads, f.ruleReads)
+				assert.Equal(t, tc.statuses, statuses(f.settles()))
+			})
+		})
+	}
+}
+
+// A message held for a RetryDelay longer than the lease keeps its
+// partition: the renewals are scheduled off the lease's end, whatever
+// the RenewLease interval (here longer than the lease), or without it.
+func TestRetryHoldRenewsWithinTheLease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  engineConfig
+		took time.Duration // the failing call's time
+	}{
+		{"RenewLease longer than the lease", engineConfig{each: true, renewEvery: 20 * time.Second, renewSecs: 60}, 0},
+		{"no RenewLease, failure late in the lease", engineConfig{each: true}, 8 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeBroker(10)
+				f.leaseFor = 9 * time.Second
+				f.rule = &retryRule{known: true, limit: 1, delay: 20 * time.Second, lease: 9 * time.Second}
+				f.add("p", 1)
+				calls := 0
+				e, logs := testEngine(t, context.Background(), f, tc.cfg, 2,
+					func(context.Context, *Message) error {
+						if calls++; calls == 1 {
+							time.Sleep(tc.took)
+							return errors.New("once")
+						}
+						return nil
+					})
+				require.NoError(t, runEngine(t, e))
+				assert.NotContains(t, logs.String(), "lease lost")
+				assert.Equal(t, []string{"p/0:completed"}, statuses(f.settles()))
+				assert.Equal(t, 2, calls)
+			})
+		})
+	}
+}
+
+// A message's failure count is kept until its dlq ack is answered: when
+// that ack fails and the message comes back (its lease ran out), it
+// comes back with its count (Attempt 3) and is dead-lettered again at
+// once, not retried from the start.
+func TestRetryCountKeptUntilDLQAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.leaseFor = 5 * time.Second
+		f.rule = &retryRule{known: true, limit: 1, lease: 5 * time.Second}
+		f.add("p", 1)
+		f.setErrs = []error{&BrokerError{Status: http.StatusBadRequest, Message: "refused"}} // the first dlq ack: given up
+		var attempts []int
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 3,
+			func(_ context.Context, m *Message) error {
+				attempts = append(attempts, m.Attempt())
+				return errors.New("poison")
+			})
+		require.NoError(t, runEngine(t, e))
+		assert.Equal(t, []int{1, 2, 3}, attempts)
+		assert.Equal(t, []string{"p/0:dlq", "p/0:dlq"}, statuses(f.settles()))
+		assert.Empty(t, f.left())
 	})
 }

@@ -55,19 +55,36 @@ type popAnswer struct {
 	res   *popResult
 	err   error
 	took  time.Duration
+	// goexit: a callback ended the fetcher's goroutine (runtime.Goexit).
+	goexit bool
 }
 
 // fetch is a fetcher goroutine: it sends the pops the owner orders, one
 // at a time, and reports each answer. A failed pop goes to OnLoopError
-// here, not on the owner.
+// here, not on the owner. Should a hook or OnLoopError end the goroutine
+// (runtime.Goexit, as t.FailNow does), the fetcher reports its pop as
+// such and is gone: the loop stops.
 func (e *engine) fetch() {
+	var a *popAnswer // the pop on its way
+	defer func() {
+		if a != nil { // runtime.Goexit in a callback
+			a.goexit = true
+			if a.err == nil && a.res == nil {
+				a.err = errCallbackGoexit
+			}
+			e.popc <- *a
+		}
+	}()
 	for o := range e.popOrders {
 		began := time.Now()
-		res, err := e.b.pop(e.life.pollCtx, o.n, o.nowait)
-		if err != nil && !e.life.stopped() {
-			e.loopError(&LoopError{Op: LoopOpPop, Err: err})
+		a = &popAnswer{order: o}
+		a.res, a.err = e.b.pop(e.life.pollCtx, o.n, o.nowait)
+		a.took = time.Since(began)
+		if a.err != nil && !e.life.stopped() {
+			e.loopError(&LoopError{Op: LoopOpPop, Err: a.err})
 		}
-		e.popc <- popAnswer{order: o, res: res, err: err, took: time.Since(began)}
+		e.popc <- *a
+		a = nil
 	}
 }
 
@@ -196,7 +213,10 @@ func (l *loop) answered(a popAnswer) {
 	case a.err != nil && !stopped:
 		l.popFailed(a.err)
 	}
-	if stopped && f.inflight == 0 {
+	if a.goexit {
+		l.callbackGoexit("a fetcher")
+	}
+	if l.phase != running && f.inflight == 0 {
 		f.abandon(l.life.pollCancel) // the last pop is back: nothing to wait for
 	}
 }

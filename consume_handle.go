@@ -43,7 +43,7 @@ type result struct {
 	lost   bool // the lease was lost: the outcome is not acked
 	end    bool
 	goexit bool // the handler ended the goroutine (runtime.Goexit)
-	fast   bool // the call took less than quickCall: the next one may too
+	fast   bool // the handler's call took less than quickCall: the next one may too
 }
 
 // work is a worker goroutine: it handles the parts the owner hands it.
@@ -83,14 +83,15 @@ func (e *engine) handleEach(w work) {
 			return
 		}
 		one := w.msgs[i : i+1 : i+1]
-		began := time.Now()
 		hctx, turn := e.hooks.handlerStart(w.ctx, e.cfg.queue, e.cfg.group, one) // HandlerHook
 		var err error
+		began := time.Now() // the handler's time alone: not the hooks', nor the callbacks'
 		if e.on.handle != nil {
 			err = e.call(hctx, m)
 		} else {
 			err = e.callBatch(hctx, one)
 		}
+		took := time.Since(began)
 		if leaseLost(w.ctx) {
 			e.hooks.handlerEnd(hctx, turn, err, nil, true)
 			reported = true
@@ -109,7 +110,7 @@ func (e *engine) handleEach(w work) {
 		// the dead letter before its ack.
 		end := i == last || o.Status == StatusFailed || o.Status == StatusRetry || (o.Status == StatusDLQ && e.cfg.ackOff)
 		reported = end
-		e.donec <- result{pt: w.pt, i: i, called: true, o: o, send: send, end: end, fast: time.Since(began) < quickCall}
+		e.donec <- result{pt: w.pt, i: i, called: true, o: o, send: send, end: end, fast: took < quickCall}
 		if end {
 			return
 		}
@@ -220,7 +221,7 @@ func (l *loop) afterRun(pt *part) {
 	}
 	switch {
 	case l.phase != running:
-		l.giveBack(pt, pt.next, nil)
+		l.giveBackAtStop(pt)
 	case pt.next < len(pt.msgs):
 		l.requeue(pt)
 	default:

@@ -114,3 +114,45 @@ func TestLeaseRenewFailureKeepsHandler(t *testing.T) {
 		}
 	})
 }
+
+// A renewal answered "not alive" because the pop's last acks released
+// the lease (applied at the broker, their answer still on its way) is no
+// lost lease: no Warn, no LoopError, nothing dropped. The same answer
+// while a message of the pop is still unacked is a loss.
+func TestLeaseReleasedByAcksIsNotLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 2)
+		after := make(chan struct{})
+		f.setAfter = after
+		var loopErrs atomic.Int32
+		e, logs := testEngine(t, context.Background(), f, engineConfig{each: true, renewEvery: 2 * time.Millisecond, renewSecs: 1}, 2,
+			func(context.Context, *Message) error { return nil })
+		e.on.onLoopError = func(_ context.Context, err error) {
+			t.Errorf("OnLoopError(%v)", err)
+			loopErrs.Add(1)
+		}
+		done := make(chan error, 1)
+		go func() { done <- e.run() }()
+		// The acks are applied (the lease released) and their answer held;
+		// renewals go meanwhile and find the lease gone.
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		f.mu.Lock()
+		renewed := f.renews["L1"]
+		f.mu.Unlock()
+		if renewed == 0 {
+			t.Fatal("no renewal went while the acks' answer was held")
+		}
+		close(after)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := statuses(f.settles()); len(got) != 2 {
+			t.Fatalf("settled %v, want both completed", got)
+		}
+		if strings.Contains(logs.String(), "lease lost") {
+			t.Fatalf("a release by the pop's own acks was logged as a lost lease:\n%s", logs.String())
+		}
+	})
+}

@@ -2,12 +2,14 @@ package queen
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
 
 // The sender: ONE goroutine sends the loop's acks, lease renewals and
-// reads of the queue's retry settings, each request one attempt (the
+// reads of the queue's retry settings (and tells OnLoopError what the
+// owner found, so that no user code runs on the owner), each request one attempt (the
 // loop's retries are the owner's, consume_broker.go). It runs each job the
 // owner gives it on a goroutine of its own and hands it back answered, so
 // that a renewal never waits behind an ack; the owner decides how many
@@ -21,6 +23,7 @@ const (
 	jobAck jobKind = iota + 1
 	jobRenew
 	jobRule
+	jobNote // an OnLoopError call the owner decided (a lost lease)
 )
 
 // job is one request of the sender and its answer. The owner fills the
@@ -30,6 +33,9 @@ type job struct {
 	kind jobKind
 	at   time.Time // when the owner gave it to the sender
 	err  error
+	// goexit: a callback ended a goroutine of the job (runtime.Goexit);
+	// what it did not answer is failed with errCallbackGoexit.
+	goexit bool
 
 	// jobAck: the acks as sent, the outcomes chosen, which were sent
 	// before without an answer (nil: none), the parts they came from, and
@@ -49,6 +55,9 @@ type job struct {
 	// jobRule: the failed message to read through (nil at the start).
 	failed *Message
 	rule   retryRule
+
+	// jobNote: what OnLoopError is told.
+	note *LoopError
 }
 
 // ackReq is one ack request of a job, acks[from:to], and its answer.
@@ -57,6 +66,7 @@ type ackReq struct {
 	res      []AckResult
 	err      error
 	timedOut bool // the attempt ran out of time: it may have been applied
+	done     bool // its goroutine ran to the end (not ended by runtime.Goexit)
 }
 
 // send is the sender goroutine.
@@ -65,6 +75,13 @@ func (e *engine) send() {
 	defer wg.Wait()
 	for j := range e.sendc {
 		wg.Go(func() {
+			answered := false
+			defer func() {
+				if !answered { // runtime.Goexit in a callback
+					j.goexit = true
+				}
+				e.sentc <- j
+			}()
 			switch j.kind {
 			case jobAck:
 				e.sendAcks(j)
@@ -72,8 +89,10 @@ func (e *engine) send() {
 				e.sendRenew(j)
 			case jobRule:
 				e.readRule(j)
+			case jobNote:
+				e.loopError(j.note)
 			}
-			e.sentc <- j
+			answered = true
 		})
 	}
 }
@@ -81,6 +100,10 @@ func (e *engine) send() {
 // sent takes a job's answer back on the owner.
 func (l *loop) sent(j *job) {
 	l.sending--
+	if j.goexit {
+		j.exited()
+		l.callbackGoexit("the sender")
+	}
 	switch j.kind {
 	case jobAck:
 		l.acking--
@@ -92,14 +115,43 @@ func (l *loop) sent(j *job) {
 	}
 }
 
-// readRule reads the queue's retry settings: at the start on Execute's
-// ctx (a stop ends it), at a failure on the requests' own.
+// readRule reads the queue's retry settings on the requests' ctx (which
+// shutdown cancels), at the start also ended by Execute's (a stop).
 func (e *engine) readRule(j *job) {
-	parent := e.life.reqCtx
-	if j.failed == nil {
-		parent = e.life.ctx
-	}
-	ctx, cancel := context.WithTimeout(parent, ruleTimeout)
+	ctx, cancel := context.WithTimeout(e.life.reqCtx, ruleTimeout)
 	defer cancel()
+	if j.failed == nil {
+		defer context.AfterFunc(e.life.ctx, cancel)()
+	}
 	j.rule, j.err = e.b.retryRule(ctx, j.failed)
+}
+
+// exited fails what a job's goroutines left unanswered when a callback
+// ended one of them (runtime.Goexit): an ack request with no answer, a
+// renewal or a read of the settings.
+func (j *job) exited() {
+	switch j.kind {
+	case jobAck:
+		for i := range j.reqs {
+			if r := &j.reqs[i]; !r.done && r.err == nil && r.res == nil {
+				r.err = errCallbackGoexit
+			}
+		}
+	case jobRenew, jobRule:
+		if j.err == nil {
+			j.err = errCallbackGoexit
+		}
+	}
+}
+
+// errCallbackGoexit: a user callback (OnLoopError, a hook) ended a
+// fetcher's or the sender's goroutine (runtime.Goexit); the loop stops.
+var errCallbackGoexit = errors.New("queen: a consume callback (OnLoopError or a hook) ended its goroutine (runtime.Goexit)")
+
+// callbackGoexit stops the loop after a callback ended a goroutine of
+// who (runtime.Goexit).
+func (l *loop) callbackGoexit(who string) {
+	l.log.Error("queen: a callback on "+who+" of the consume loop ended its goroutine (runtime.Goexit); the loop stops",
+		"queue", l.cfg.queue, "group", l.cfg.group)
+	l.stop(errCallbackGoexit)
 }

@@ -66,7 +66,7 @@ func signal(s AckStatus) bool { return s != StatusCompleted }
 
 // addAck queues an ack of pt.
 func (l *loop) addAck(pt *part, it ackItem) {
-	if pt.p.lost {
+	if pt.p.lost || l.acksOver {
 		return
 	}
 	if pt.pending == nil {
@@ -179,10 +179,14 @@ type ackState struct {
 }
 
 // wakeAt is when acks held back (by a backoff, or lingering) may go
-// (zero: none held).
+// (zero: none held): the backoff's end while it runs, then the end of
+// the first linger (a backoff that ended may leave acks lingering).
 func (a *ackState) wakeAt(l *loop, now time.Time) time.Time {
-	if !a.pauseTill.IsZero() && l.ackable(time.Time{}) > 0 {
-		return a.pauseTill
+	if now.Before(a.pauseTill) {
+		if l.ackable(time.Time{}) > 0 {
+			return a.pauseTill
+		}
+		return time.Time{}
 	}
 	var at time.Time
 	for _, pt := range l.outbox {
@@ -345,7 +349,11 @@ func (l *loop) acked(j *job) {
 		case req.err == nil || refused:
 			answered = true
 			for i, it := range items {
-				if a := res[k-req.from+i]; !a.Success {
+				a := res[k-req.from+i]
+				if it.s.Status == StatusDLQ && (a.Success || it.retried) {
+					l.failures.done(it.s.Message) // dead-lettered (or most likely): its count is done
+				}
+				if !a.Success {
 					if it.retried {
 						applied++
 					} else {
@@ -356,7 +364,7 @@ func (l *loop) acked(j *job) {
 					}
 				}
 			}
-		case (req.timedOut || transientSettleError(req.err)) && !l.giveUp(now, j.at):
+		case (req.timedOut || transientSettleError(req.err)) && !l.giveUp(now, j.at) && !l.acksOver:
 			if req.timedOut || errors.Is(req.err, ErrOutcomeUnknown) {
 				for i := range items {
 					items[i].retried = true
@@ -440,17 +448,19 @@ func (l *loop) ackOutageEnds(now time.Time, ok bool) {
 
 // sendAcks sends a job's ack requests, at once when there are several,
 // and returns when every one got its answer (or failed).
+// (A callback that ends a request's goroutine, runtime.Goexit, leaves
+// that request's done false; the others are waited for all the same.)
 func (e *engine) sendAcks(j *job) {
 	if len(j.reqs) == 1 {
 		e.sendAckReq(j, &j.reqs[0])
 		return
 	}
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	for i := range j.reqs[1:] {
 		wg.Go(func() { e.sendAckReq(j, &j.reqs[1+i]) })
 	}
 	e.sendAckReq(j, &j.reqs[0])
-	wg.Wait()
 }
 
 // sendAckReq sends one ack request: one attempt, reported to OnLoopError
@@ -482,6 +492,7 @@ func (e *engine) sendAckReq(j *job, r *ackReq) {
 		}
 		e.hooks.settled(e.life.reqCtx, group, chosen, acks, r.res, start, r.err) // SettleHook
 	}
+	r.done = true
 }
 
 // allRetried says whether every ack ae refused was sent before by an
@@ -511,11 +522,18 @@ func oneLease(acks []Settlement) string {
 
 // transientSettleError says whether sending an ack again may succeed: not
 // after a refusal of the request itself (4xx other than 408 and 429, an
-// answer that is not an ack result, an invalid ack, a closed client).
+// invalid ack, a closed client, a cancelled request). An ack whose outcome
+// is unknown (docs/RETRIES.md "may have been applied": a 5xx that may
+// follow applying, a 2xx the client cannot read, an answer lost) is sent
+// again: acks are idempotent on both brokers under the same lease, and a
+// refusal of the repeat is taken for the first attempt applied (acked).
 func transientSettleError(err error) bool {
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return true
 	}
 	var be *BrokerError
 	if errors.As(err, &be) {

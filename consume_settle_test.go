@@ -338,3 +338,50 @@ func TestSettleRenewalBesideAck(t *testing.T) {
 		assert.Empty(t, f.left())
 	})
 }
+
+// Acks that linger (quick calls) when the backoff after a failed ack ends
+// go when their linger ends, not at the next unrelated event (here the
+// slow handler's end, 100 ms later).
+func TestSettleLingerAfterBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 3)
+		f.setErrs = []error{errors.New("connection reset")}
+		var seen []string
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 3,
+			func(_ context.Context, m *Message) error {
+				switch m.TransactionID {
+				case "p/0":
+					time.Sleep(10 * time.Millisecond) // slow: its ack goes at once, and fails
+				case "p/1":
+					synctest.Wait() // quick, once p/0's ack failed and the backoff began
+				case "p/2":
+					time.Sleep(100 * time.Millisecond)
+					seen = statuses(f.settles())
+				}
+				return nil
+			})
+		e.cfg.retry = RetryPolicy{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond} // ends before p/1's linger
+		require.NoError(t, runEngine(t, e))
+		assert.Contains(t, seen, "p/1:completed", "p/1's ack waited for an unrelated event")
+	})
+}
+
+// The quick-call measure is the handler's time alone: a slow outcome
+// callback does not make a quick handler's acks go one by one.
+func TestSettleQuickIsTheHandlersTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(50)
+		f.add("p", 50)
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true}, 50,
+			func(context.Context, *Message) error { return nil })
+		e.on.onSuccess = func(context.Context, *Message) Outcome {
+			time.Sleep(time.Millisecond / 2)
+			synctest.Wait()
+			return Complete()
+		}
+		require.NoError(t, runEngine(t, e))
+		assert.Less(t, len(f.settles()), 25, "a quick handler's acks went one by one")
+		assert.Empty(t, f.left())
+	})
+}

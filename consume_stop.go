@@ -7,12 +7,15 @@ import (
 )
 
 // The stop path: a loop is running until a stop (loop.stop: a ctx ended,
-// the Limit, IdleMillis, a refusal for good, a handler's Goexit), then
-// draining: no pop or handler call starts; parts waiting for a handler or
-// for a retry give their messages back; pops in flight get answerOnItsWay
+// the Limit, IdleMillis, a refusal for good, a handler's or a callback's
+// Goexit), then draining: no pop or handler call starts; parts waiting for
+// a handler or for a retry give their messages back; pops in flight get answerOnItsWay
 // and are abandoned (an answer that comes meanwhile is given back);
 // handlers running get the grace period; acks wait until quiet (no pop of
-// the loop parked at the broker can claim what they free). When every pop
+// the loop parked at the broker can claim what they free), and are given
+// up, those in flight cancelled, at the grace period and settleTimeout
+// after the stop (settleBy); renewals and reads of the queue's settings
+// are not waited for. When every pop
 // is settled and nothing is in flight, run returns. docs/ARCHITECTURE.md
 // (Its contexts) tells the four contexts: ctx (Execute's, ended also by
 // Consume's), pollCtx (the pops'), hctx (the handlers'), reqCtx (acks,
@@ -115,6 +118,26 @@ func (e *engine) stopping() bool {
 	return e.life.stopped() || e.life.ended()
 }
 
+// giveUpAcks ends a stop's acks at its bound (settleBy: the grace period
+// and settleTimeout after the stop): the requests in flight are cancelled
+// (reqCtx), the acks not sent are dropped and nothing more is acked;
+// their messages come back when their lease runs out.
+func (l *loop) giveUpAcks() {
+	l.acksOver = true
+	l.life.reqCancel()
+	n := 0
+	for _, pt := range l.outbox {
+		n += len(pt.pending) - pt.sending + len(pt.heldAcks)
+		pt.pending = pt.pending[:pt.sending]
+		pt.heldAcks = nil
+		l.check(pt)
+	}
+	if n > 0 || l.acking > 0 {
+		l.log.Error("queen: the stop's last acks did not reach the broker in time; their messages come back when their lease ends",
+			"queue", l.cfg.queue, "group", l.cfg.group, "unsent", n, "bound", l.cfg.grace+settleTimeout)
+	}
+}
+
 // stop is the one way from running to draining; err is what Execute
 // returns (nil: a ctx, Limit or idle stop; a later stop's error does not
 // replace an earlier one).
@@ -138,9 +161,29 @@ func (l *loop) stop(err error) {
 	} else {
 		l.life.hcancel(errConsumeStopped)
 	}
+	l.settleBy = now.Add(l.cfg.grace + settleTimeout)
+	// Failures waiting for the queue's settings: given back (retry, their
+	// count kept here), without waiting for the read.
+	parked := l.rules.parked
+	l.rules.parked = nil
+	for _, pt := range parked {
+		r := *pt.parked
+		pt.parked = nil
+		l.setState(pt, partIdle)
+		switch {
+		case pt.p.lost:
+			l.drop(pt)
+		case pt.whole:
+			l.giveBack(pt, 0, nil)
+		default:
+			m := pt.msgs[r.i]
+			l.failures.failed(m)
+			l.giveBack(pt, r.i+1, &ackItem{s: Settlement{Message: m, Status: StatusRetry, Error: r.o.Error}, chosen: StatusFailed})
+		}
+	}
 	// Parts that wait for a handler or for a retry: given back.
 	for _, pt := range l.queued {
-		l.giveBack(pt, pt.next, nil)
+		l.giveBackAtStop(pt) // a retry that is due included
 	}
 	l.queued = l.queued[:0]
 	for _, pt := range l.held {

@@ -186,3 +186,92 @@ func TestStopIdleNotWhileBusy(t *testing.T) {
 		}
 	})
 }
+
+// A stop does not wait for a renewal in flight: once the last ack is
+// answered Execute returns, the renewal cancelled (a broker that holds
+// it would else keep Execute for the renewal's own timeout).
+func TestStopDoesNotWaitForRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 1)
+		f.renewGate = make(chan struct{}) // never opened: renewals hang
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, renewEvery: 2 * time.Millisecond, renewSecs: 1}, 1,
+			func(context.Context, *Message) error {
+				time.Sleep(5 * time.Millisecond) // a renewal goes meanwhile, and hangs
+				return nil
+			})
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("Execute took %v: it waited for the renewal in flight", took)
+		}
+		if got := statuses(f.settles()); len(got) != 1 || got[0] != "p/0:completed" {
+			t.Fatalf("settled %v", got)
+		}
+	})
+}
+
+// The bound on a stop's last acks is hard: 15 s after the stop (with no
+// grace period) the acks in flight are cancelled and Execute returns,
+// whenever they went.
+func TestStopAcksBoundIsHard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 1)
+		f.setGate = make(chan struct{}) // never opened: acks hang
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true}, 1,
+			func(context.Context, *Message) error {
+				time.Sleep(14 * time.Second) // past the stop: its ack goes 13 s after it
+				return nil
+			})
+		time.AfterFunc(time.Second, cancel)
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != time.Second+settleTimeout {
+			t.Fatalf("Execute returned %v after the start, want the stop (1 s) and %v", took, settleTimeout)
+		}
+	})
+}
+
+// A stop gives back a retry that is due (its delay over, waiting for a
+// handler) as one still in its delay: retry with the failure's error,
+// nothing charged.
+func TestStopGivesBackDueRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.rule = &retryRule{known: true, limit: 3, delay: time.Second}
+		f.add("a", 1)
+		f.add("b", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true}, 3,
+			func(_ context.Context, m *Message) error {
+				if m.PartitionID == "a" {
+					return errors.New("boom")
+				}
+				time.Sleep(2 * time.Second) // the one handler is busy when a's retry is due
+				return nil
+			})
+		time.AfterFunc(1500*time.Millisecond, cancel)
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		var got []Settlement
+		for _, s := range f.settles() {
+			for _, a := range s {
+				if a.Message.PartitionID == "a" {
+					got = append(got, a)
+				}
+			}
+		}
+		if len(got) != 1 || got[0].Status != StatusRetry || got[0].Error != "boom" {
+			t.Fatalf("a's acks %+v, want one retry with the failure's error", got)
+		}
+	})
+}

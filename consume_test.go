@@ -1781,3 +1781,26 @@ func TestConsumeStopDuringHoldLeavesNoGoroutine(t *testing.T) {
 	}
 	e.closeNoLeak(t, before)
 }
+
+// goexitOnSettle is a SettleHook that ends its goroutine (runtime.Goexit,
+// as t.FailNow in a hook does).
+type goexitOnSettle struct{}
+
+func (goexitOnSettle) OnSettle(context.Context, queen.SettleEvent) { runtime.Goexit() }
+
+// A hook that ends the sender's goroutine stops the loop with an error,
+// rather than leave it waiting for the ack's answer; nothing is left
+// running.
+func TestConsumeHookGoexit(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	e := newEnv(t, withHooks(goexitOnSettle{}))
+	e.pushN("q", "p", 2)
+	err := execute(t, context.Background(), func(ctx context.Context) error {
+		return e.c.Queue("q").Batch(2).Each().
+			Consume(ctx, func(context.Context, *queen.Message) error { return nil }).Execute(ctx)
+	})
+	if err == nil || !strings.Contains(err.Error(), "Goexit") {
+		t.Fatalf("Execute = %v, want the hook's Goexit reported", err)
+	}
+	e.closeNoLeak(t, before)
+}

@@ -167,7 +167,9 @@ type RenewEvent struct {
 }
 
 // LeaseLostHook is called when a renewal finds a lease expired or
-// released; a consume loop cancels that lease's handlers' ctx at once.
+// released; a consume loop cancels that lease's handlers' ctx at once,
+// unless every message of the lease was acked already (its acks released
+// it).
 type LeaseLostHook interface {
 	OnLeaseLost(ctx context.Context, e LeaseLost)
 }

@@ -42,8 +42,11 @@ type Message struct {
 // message: 1 at the first, one more at each retry in place after a
 // failure (docs/RETRIES.md), so a handler can tell which attempt it is in
 // (a webhook's X-Attempt header, say). It counts in one Execute: a message
-// that another worker, or a new process, takes over starts again from 1.
-// A message from Pop says 1. Unlike DeliveryAttempt, it counts the calls
+// given back (at a stop, or when its lease ran out) keeps its count in that
+// Execute alone, so one the same loop pops again goes on from it, while
+// one that another worker, a later Execute or a new process takes over
+// starts again from 1 (a stop ends the Execute, so counts restart after
+// it). A message from Pop says 1. Unlike DeliveryAttempt, it counts the calls
 // of the handler, on both broker generations, not the broker's claims.
 func (m *Message) Attempt() int { return max(m.attempt, 1) }
 
