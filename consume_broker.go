@@ -67,22 +67,6 @@ func (b *retryBackoff) failed(err error) time.Duration {
 	return transport.Backoff(b.lo, b.hi, b.failures-1, retryAfterOf(err))
 }
 
-// grew says whether the last failure's step (before jitter) is longer
-// than the one before it: the first failure, and each until the cap.
-func (b *retryBackoff) grew() bool {
-	if b.failures <= 1 {
-		return true
-	}
-	d := b.lo
-	for range b.failures - 2 {
-		if d >= b.hi {
-			return false
-		}
-		d *= 2
-	}
-	return d < b.hi
-}
-
 // reset ends a run of failures and says how many it had.
 func (b *retryBackoff) reset() int {
 	n := b.failures

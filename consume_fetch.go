@@ -3,6 +3,7 @@ package queen
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/queen-go/queen/internal/transport"
@@ -37,7 +38,7 @@ const (
 	// A broker notices an abandoned long poll (and claims nothing more for
 	// it) within this: the acks held back at a stop wait for it.
 	abandonNoticed = 100 * time.Millisecond
-	// During an outage, at most one line per backoff step or this.
+	// During an outage of pops, a Warn again after this (the rest at Debug).
 	outageLogEvery = 30 * time.Second
 )
 
@@ -394,9 +395,9 @@ func fatalPopError(err error) bool {
 func retryableStatus(status int) bool { return transport.Retryable(status) }
 
 // outage follows a run of failed pops: the pause before the next one
-// (retryBackoff), and what to say about it. Loud but bounded: a Warn at
-// the first failure, then a line only when the backoff grows or
-// outageLogEvery passed, and a Warn when a pop succeeds again.
+// (retryBackoff), and what to say about it. A Warn at the first failure,
+// then a Warn only each outageLogEvery (the failures between at Debug),
+// and a Warn when a pop succeeds again.
 type outage struct {
 	backoff retryBackoff
 	since   time.Time
@@ -404,17 +405,17 @@ type outage struct {
 }
 
 // failed records a failed pop at now and returns the pause before the next
-// one, and whether to log this failure.
+// one, and whether this failure is worth a Warn (else a Debug line).
 func (o *outage) failed(err error, now time.Time) (time.Duration, bool) {
 	d := o.backoff.failed(err)
 	if o.backoff.failures == 1 {
 		o.since = now
 	}
-	say := o.backoff.grew() || now.Sub(o.logged) >= outageLogEvery
-	if say {
+	warn := o.backoff.failures == 1 || now.Sub(o.logged) >= outageLogEvery
+	if warn {
 		o.logged = now
 	}
-	return d, say
+	return d, warn
 }
 
 // recovered ends an outage; it returns how many pops failed and since when
@@ -425,10 +426,13 @@ func (o *outage) recovered() (int, time.Time) { return o.backoff.reset(), o.sinc
 // it; anything else pauses the pops for a backoff, loudly.
 func (l *loop) popFailed(err error) {
 	if !fatalPopError(err) {
-		if d, say := l.fetcher.failed(err); say {
-			l.log.Warn("queen: pop failed; the loop backs off and pops again", "queue", l.cfg.queue, "group", l.cfg.group,
-				"err", err, "failures", l.fetcher.outage.backoff.failures, "backoff", d)
+		level := slog.LevelDebug
+		d, warn := l.fetcher.failed(err)
+		if warn {
+			level = slog.LevelWarn
 		}
+		l.log.Log(context.Background(), level, "queen: pop failed; the loop backs off and pops again", "queue", l.cfg.queue, "group", l.cfg.group,
+			"err", err, "failures", l.fetcher.outage.backoff.failures, "backoff", d)
 		return
 	}
 	l.log.Error("queen: consume loop stopped by the broker's refusal", "queue", l.cfg.queue, "group", l.cfg.group, "err", err)

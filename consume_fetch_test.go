@@ -69,11 +69,11 @@ func TestFetchLimitRemainderIsOnePop(t *testing.T) {
 	}
 }
 
-// Pops that fail are retried with a growing backoff, loudly but bounded:
-// a Warn at the first failure and at each step of the backoff (not at
-// every failure), a Warn (the level of the outage's start, so that a logger
-// that shows the outage shows its end) when a pop succeeds again; the hook gets every
-// failure, typed; nothing is lost.
+// Pops that fail are retried with a growing backoff, loudly but once: a
+// Warn at the first failure, the failures after it at Debug, a Warn (the
+// level of the outage's start, so that a logger that shows the outage
+// shows its end) when a pop succeeds again; the hook gets every failure,
+// typed; nothing is lost.
 func TestFetchFailuresLoudAndBounded(t *testing.T) {
 	f := newFakeBroker(10)
 	f.add("p", 3)
@@ -99,9 +99,11 @@ func TestFetchFailuresLoudAndBounded(t *testing.T) {
 		t.Fatalf("hook got %v, want the network error", hooked[6])
 	}
 	out := logs.String()
-	// Backoff 1 ms, 2 ms, 4 ms (the cap), 4 ms ...: three steps, three lines.
-	if n := strings.Count(out, "pop failed"); n != 3 {
-		t.Fatalf("%d pop failure lines for 7 failures, want 3 (one per backoff step):\n%s", n, out)
+	if n := strings.Count(out, "level=WARN msg=\"queen: pop failed"); n != 1 {
+		t.Fatalf("%d Warn lines for 7 failed pops, want 1 (the outage's start):\n%s", n, out)
+	}
+	if n := strings.Count(out, "level=DEBUG msg=\"queen: pop failed"); n != 6 {
+		t.Fatalf("%d Debug lines for 7 failed pops, want 6 (the failures after the first):\n%s", n, out)
 	}
 	if !strings.Contains(out, "level=WARN msg=\"queen: pop failed") || !strings.Contains(out, "no leader") {
 		t.Fatalf("the first failure is not a Warn with the error:\n%s", out)
