@@ -29,7 +29,9 @@ import (
 // (consume_settle.go): each outcome is acked as soon as the sender is
 // free, a partition's in order, and a failed message is retried where it
 // failed (consume_failures.go), its lease renewed meanwhile
-// (consume_lease.go). The stop path is consume_stop.go. No goroutine but
+// (consume_lease.go). The stop path is consume_stop.go. The pop and part
+// types and the part's state transitions, which every stage uses, are
+// consume_part.go. No goroutine but
 // the owner reads or writes the loop; what the others get (a message
 // slice, a ctx, a job) is not written while they hold it.
 

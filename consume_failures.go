@@ -173,15 +173,6 @@ func (l *loop) hold(pt *part, i, attempt int, delay time.Duration, text string) 
 	}
 }
 
-// resolvedMsg ends the hold of pt's failed message, if any: its outcome is
-// final.
-func (l *loop) resolvedMsg(pt *part) {
-	if pt.failing {
-		pt.failing = false
-		pt.p.holding--
-	}
-}
-
 // retryDue hands on the held parts whose retryDelay is over: an Each
 // part's message goes to a handler again, a whole part's acks to the
 // broker.
