@@ -108,11 +108,12 @@ type loop struct {
 
 	failures *failureCounter
 	rules    ruleState
-	acks     ackState // the outbox's backoff and outage
-	sending  int      // the sender's jobs in flight
-	acking   int      // of them, ack jobs
-	spares   []*job   // ack jobs answered, for the next ones
-	renewals []*pop   // pops whose renewal is due, in order
+	acks     ackState    // the outbox's backoff and outage
+	sending  int         // the sender's jobs in flight
+	acking   int         // of them, ack jobs
+	spares   []*job      // ack jobs answered, for the next ones
+	renewals []*pop      // pops whose renewal is due, in order
+	news     settledNews // what settling found, for settledFound
 
 	lastBusy time.Time // the last pop settled (or the start), for IdleMillis
 	drainAt  time.Time // a stop's wait for answers on their way ends (zero: none)
@@ -239,6 +240,7 @@ func (e *engine) run() error {
 		case <-consumeEnded:
 			l.stop(nil)
 		}
+		l.settledFound()
 		l.drainReady()
 	}
 }
@@ -255,6 +257,29 @@ func (l *loop) drainReady() {
 		default:
 			return
 		}
+		l.settledFound()
+	}
+}
+
+// settledFound acts on what settling found (check, consume_settle.go)
+// since it last ran: each partition freed paces the pops (one more may go
+// while contended), each pop settled gives back the Limit units it did not
+// use, and the Limit, once all called and settled, stops the loop. The
+// owner runs it after every step that may settle a part, before anything
+// reads the pacing or the Limit.
+func (l *loop) settledFound() {
+	for l.news != (settledNews{}) {
+		n := l.news
+		l.news = settledNews{}
+		for range n.freed {
+			l.fetcher.freed(l.cfg.slots)
+		}
+		if n.pops > 0 {
+			l.fetcher.limit.settled(n.units, n.calls)
+			if l.fetcher.limit.reached() {
+				l.stop(nil) // its give-backs may settle more: taken in the next round
+			}
+		}
 	}
 }
 
@@ -266,6 +291,7 @@ func (l *loop) act(now time.Time) {
 		l.stop(nil) // no pop or message starts after a ctx ended
 	}
 	l.due(now)
+	l.settledFound()
 	l.dispatch()
 	l.popMore(now)
 	l.flush(now)

@@ -144,17 +144,26 @@ func (pt *part) sendable() int {
 	return len(pt.pending)
 }
 
+// settledNews is what check found since the owner last took it
+// (loop.settledFound, consume_engine.go): the partitions freed, and the
+// pops settled with the Limit units they held and used.
+type settledNews struct {
+	freed        int // parts settled: their partition is free
+	pops         int // pops settled
+	units, calls int // of those pops: Limit units held, handler calls made
+}
+
 // check settles pt once it is resolved and every ack of it answered, and
-// its pop once every part is: the partition is free (one more pop may go
-// while contended), the pop's Limit units are counted, and the Limit,
-// once all called and settled, stops the loop.
+// its pop once every part is: the pop leaves the loop. What that frees
+// (a partition, a pop's Limit units) is noted in l.news for the owner,
+// which paces the pops by it and stops at the Limit.
 func (l *loop) check(pt *part) {
 	if pt.settled || !pt.resolved || pt.state == partBusy || pt.sending > 0 || len(pt.pending) > 0 || len(pt.heldAcks) > 0 {
 		return
 	}
 	pt.settled = true
 	l.occupying--
-	l.fetcher.freed(l.cfg.slots)
+	l.news.freed++
 	p := pt.p
 	if p.open--; p.open > 0 {
 		return
@@ -164,10 +173,9 @@ func (l *loop) check(pt *part) {
 	p.renewAt = time.Time{}
 	p.cancel(nil)
 	l.lastBusy = time.Now()
-	l.fetcher.limit.settled(p.units, p.calls)
-	if l.fetcher.limit.reached() {
-		l.stop(nil)
-	}
+	l.news.pops++
+	l.news.units += p.units
+	l.news.calls += p.calls
 }
 
 // ackState is the outbox's backoff after a failed ack request and the
