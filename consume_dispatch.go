@@ -59,24 +59,24 @@ func (l *loop) newPop(res *popResult) *pop {
 	return p
 }
 
-// dispatched takes a pop's answer with messages (reserved: what its pop
-// took from the Limit): its parts wait for a worker, its renewals start.
-// An answer that comes after the stop is given back whole.
-func (l *loop) dispatched(res *popResult, reserved int) {
+// dispatched takes a pop's answer with messages: its parts wait for a
+// worker, its renewals start; queued says so. An answer that comes after
+// the stop is given back whole.
+func (l *loop) dispatched(res *popResult) (queued bool) {
 	p := l.newPop(res)
 	l.pops = append(l.pops, p)
 	if l.phase != running {
 		for _, pt := range p.parts {
 			l.giveBack(pt, 0, nil)
 		}
-		return
+		return false
 	}
 	l.startRenewals(p)
 	for _, pt := range p.parts {
 		l.setState(pt, partQueued)
 		l.queued = append(l.queued, pt)
 	}
-	l.fetcher.landed(l.fetcher.inflight+l.inHand() > l.cfg.slots) // no handler idle: nothing to pace
+	return true
 }
 
 // dispatch hands the waiting parts whose partition is free to idle

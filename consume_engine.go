@@ -285,7 +285,8 @@ func (l *loop) settledFound() {
 
 // act does what the state allows now: the stop of a ctx that ended, what
 // is due, handlers for the parts waiting, pops, and the sender's next
-// job.
+// jobs: a read of the queue's settings, every renewal due, then acks
+// (after a stop, only once no pop of the loop can claim what they free).
 func (l *loop) act(now time.Time) {
 	if l.phase == running && l.e.stopping() {
 		l.stop(nil) // no pop or message starts after a ctx ended
@@ -294,7 +295,9 @@ func (l *loop) act(now time.Time) {
 	l.settledFound()
 	l.dispatch()
 	l.popMore(now)
-	l.flush(now)
+	l.giveRuleRead()
+	l.giveRenewals()
+	l.flush(now, l.phase == running || l.fetcher.quiet(l.life.pollCtx, now))
 }
 
 // due does what a deadline asks: the stop's steps, the parts whose

@@ -324,6 +324,15 @@ func (l *loop) askRule(failed *Message) {
 	l.rules.job = &job{kind: jobRule, failed: failed}
 }
 
+// giveRuleRead gives the sender the read of the queue's settings that
+// waits for it, if one does.
+func (l *loop) giveRuleRead() {
+	if j := l.rules.job; j != nil {
+		l.rules.job = nil
+		l.give(j)
+	}
+}
+
 // ruleFor returns the queue's settings for a failure of m; ok false: they
 // are being read, and pt waits with r (parked) until they are.
 func (l *loop) ruleFor(m *Message, pt *part, r result) (retryRule, bool) {

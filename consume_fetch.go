@@ -210,7 +210,9 @@ func (l *loop) answered(a popAnswer) {
 	}
 	switch {
 	case got > 0:
-		l.dispatched(a.res, a.order.n)
+		if l.dispatched(a.res) {
+			f.landed(f.inflight+l.inHand() > l.cfg.slots) // no handler idle: nothing to pace
+		}
 	case a.err != nil && !stopped:
 		l.popFailed(a.err)
 	}

@@ -225,31 +225,15 @@ func (l *loop) ackable(now time.Time) int {
 	return n
 }
 
-// mayAck says whether an ack request may go now: not during a backoff,
-// and after a stop only once quiet.
-func (l *loop) mayAck(now time.Time) bool {
-	if now.Before(l.acks.pauseTill) {
-		return false
-	}
-	return l.phase == running || l.fetcher.quiet(l.life.pollCtx, now)
-}
-
-// flush gives the sender the jobs that may go: a read of the queue's
-// settings, every renewal due, and acks: one job when none is in flight,
-// what completed meanwhile in the next; beside jobs in flight another only
-// for a batch's worth (ackChunk acks or more), up to Concurrency ack jobs
-// at once (a 0.15.1 broker settles acks one by one in PostgreSQL, and
-// serves several requests side by side). A part with acks in flight waits
-// for their answer.
-func (l *loop) flush(now time.Time) {
-	if j := l.rules.job; j != nil {
-		l.rules.job = nil
-		l.give(j)
-	}
-	for len(l.renewals) > 0 {
-		l.give(l.renewJob())
-	}
-	if !l.mayAck(now) {
+// flush gives the sender the ack jobs that may go (open: the stop lets
+// acks go, that is the loop runs or is quiet; never during a backoff): one
+// job when none is in flight, what completed meanwhile in the next; beside
+// jobs in flight another only for a batch's worth (ackChunk acks or more),
+// up to Concurrency ack jobs at once (a 0.15.1 broker settles acks one by
+// one in PostgreSQL, and serves several requests side by side). A part
+// with acks in flight waits for their answer.
+func (l *loop) flush(now time.Time, open bool) {
+	if !open || now.Before(l.acks.pauseTill) {
 		return
 	}
 	for l.acking < l.cfg.slots {
