@@ -392,10 +392,6 @@ func fatalPopError(err error) bool {
 	return !transport.RetryableErr(err) // e.g. an untrusted TLS certificate
 }
 
-// retryableStatus says whether a broker's answer of that status may change
-// if the request is sent again: the client's one rule, transport.Retryable.
-func retryableStatus(status int) bool { return transport.Retryable(status) }
-
 // outage follows a run of failed pops: the pause before the next one
 // (retryBackoff), and what to say about it. A Warn at the first failure,
 // then a Warn only each outageLogEvery (the failures between at Debug),

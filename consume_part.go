@@ -74,6 +74,14 @@ type part struct {
 	settled    bool // resolved and every ack answered (or given up)
 }
 
+// ackItem is one message's ack: the status sent (s) and the outcome
+// chosen, which can differ (a Fail is sent retry or dlq).
+type ackItem struct {
+	s       Settlement
+	chosen  AckStatus
+	retried bool // sent before, and that attempt's answer was lost: it may have been applied
+}
+
 // stage is where a part's handling is.
 type stage uint8
 

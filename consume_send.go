@@ -13,8 +13,8 @@ import (
 // loop's retries are the owner's, consume_broker.go). It runs each job the
 // owner gives it on a goroutine of its own and hands it back answered, so
 // that a renewal never waits behind an ack; the owner decides how many
-// jobs are in flight (loop.act: consume_settle.go's flush for acks) and reads a job only once
-// it is back. When the owner closes sendc, the sender returns after the
+// jobs are in flight (loop.act; for acks, consume_settle.go's flush) and
+// reads a job only once it is back. When the owner closes sendc, the sender returns after the
 // jobs in flight.
 
 type jobKind uint8

@@ -25,14 +25,6 @@ import (
 // logged, and one that follows an attempt whose answer was lost is taken
 // for what it most likely is, an ack that attempt applied.
 
-// ackItem is one message's ack: the status sent (s) and the outcome
-// chosen, which can differ (a Fail is sent retry or dlq).
-type ackItem struct {
-	s       Settlement
-	chosen  AckStatus
-	retried bool // sent before, and that attempt's answer was lost: it may have been applied
-}
-
 // Quick handlers: while a worker runs a partition's messages one after
 // another in quick succession (each call under quickCall), their acks
 // gather for up to ackLinger before a request goes for them alone, so
