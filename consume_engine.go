@@ -228,7 +228,9 @@ func (e *engine) run() error {
 		}
 		select {
 		case a := <-e.popc:
-			l.answered(a)
+			if err := l.answered(a); err != nil {
+				l.stop(err)
+			}
 		case r := <-e.donec:
 			l.handled(r)
 		case j := <-e.sentc:
@@ -253,7 +255,9 @@ func (l *loop) drainReady() {
 		case r := <-l.e.donec:
 			l.handled(r)
 		case a := <-l.e.popc:
-			l.answered(a)
+			if err := l.answered(a); err != nil {
+				l.stop(err)
+			}
 		default:
 			return
 		}
