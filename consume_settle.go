@@ -94,6 +94,7 @@ func (l *loop) tidy() {
 // msgs[from] on are acked, the others as retry (no retry spent).
 func (l *loop) giveBack(pt *part, from int, first *ackItem) {
 	l.resolvedMsg(pt)
+	l.setState(pt, partIdle)
 	if first != nil {
 		l.addAck(pt, *first)
 	}
@@ -101,7 +102,6 @@ func (l *loop) giveBack(pt *part, from int, first *ackItem) {
 		l.addAck(pt, ackItem{s: Settlement{Message: m, Status: StatusRetry}, chosen: StatusRetry})
 	}
 	pt.next, pt.resolved = len(pt.msgs), true
-	l.setState(pt, partIdle)
 	l.check(pt)
 }
 
