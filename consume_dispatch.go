@@ -65,18 +65,18 @@ func (l *loop) newPop(res *popResult) *pop {
 func (l *loop) dispatched(res *popResult) (queued bool) {
 	p := l.newPop(res)
 	l.pops = append(l.pops, p)
-	if l.phase != running {
+	if l.phase == running {
+		l.startRenewals(p)
 		for _, pt := range p.parts {
-			l.giveBack(pt, 0, nil)
+			l.setState(pt, partQueued)
+			l.queued = append(l.queued, pt)
 		}
-		return false
+		return true
 	}
-	l.startRenewals(p)
 	for _, pt := range p.parts {
-		l.setState(pt, partQueued)
-		l.queued = append(l.queued, pt)
+		l.giveBack(pt, 0, nil)
 	}
-	return true
+	return false
 }
 
 // dispatch hands the waiting parts whose partition is free to idle
