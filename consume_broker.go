@@ -249,3 +249,7 @@ func (b *clientBroker) renew(ctx context.Context, leaseID string, secs int) (boo
 	}
 	return res.Success, nil
 }
+
+// retryableStatus says whether a broker's answer of that status may change
+// if the request is sent again: the client's one rule, transport.Retryable.
+func retryableStatus(status int) bool { return transport.Retryable(status) }

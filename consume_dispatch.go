@@ -18,90 +18,6 @@ import (
 // A part keeps where its handling is (next: the first message not yet
 // given to a handler) and the outcomes not yet acked (consume_settle.go).
 
-// pop is one pop's messages, from its answer until the answer to its last
-// ack.
-type pop struct {
-	leaseID string
-	msgs    []*Message
-	parts   []*part
-	units   int       // the Limit's units it holds: messages got, and retries taken
-	calls   int       // handler calls made with its messages
-	at      time.Time // when its answer came
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	open    int  // parts not settled
-	lost    bool // a renewal found its lease lost
-	// Its renewals (consume_lease.go).
-	renewAt  time.Time // the next one (zero: none)
-	renewing bool      // one is due or in flight
-	failing  bool      // the last one failed on the way (said once)
-	holding  int       // parts holding a failed message: renewed without RenewLease too
-	// leaseEnd is when its lease ends as far as the loop knows (zero:
-	// unknown): the pop's lease from its answer, pushed on by each
-	// renewal; grant is the last extension (the pop's lease, then a
-	// renewal's). A pop holding a failure is renewed once two thirds of
-	// the grant have passed, whatever the plan.
-	leaseEnd time.Time
-	grant    time.Duration
-
-	// one spares allocating the part of a pop that makes one part (a batch
-	// handler's pop, a pop of one partition); parts is then oneRef[:].
-	one    part
-	oneRef [1]*part
-}
-
-// part is what one worker handles at a time: the messages of one
-// partition of a pop, or a whole pop.
-type part struct {
-	p     *pop
-	msgs  []*Message
-	whole bool // a whole pop (batch handler), not one partition
-	next  int  // msgs[next:] not yet given to a handler
-	state stage
-	due   time.Time // held: when the retry (or the held acks) goes
-	// parked is a failure waiting for the read of the queue's settings.
-	parked *result
-	// failing: msgs[next] failed and waits for, or runs, its retry (its
-	// pop's lease is renewed meanwhile); failText is its error.
-	failing  bool
-	failText string
-	// The acks (consume_settle.go): pending, not yet answered; the first
-	// sending of them are in the sender's request.
-	pending  []ackItem
-	sending  int
-	heldAcks []ackItem // a whole part's acks waiting for retryDelay
-	posted   bool      // in the loop's outbox
-	// lingerTill: quick calls' acks may wait for the next ones until then
-	// (zero: they go as soon as the sender is free).
-	lingerTill time.Time
-	signal     bool // pending holds a dlq, retry or failed: what follows waits for it
-	resolved   bool // no outcome will come any more
-	settled    bool // resolved and every ack answered (or given up)
-}
-
-// stage is where a part's handling is.
-type stage uint8
-
-const (
-	partIdle     stage = iota // between runs, or resolved
-	partQueued                // waiting for a worker
-	partBusy                  // a worker has it
-	partHeld                  // waiting for a retry (RetryDelay)
-	partRuleWait              // a failure waits for the queue's settings
-)
-
-// setState moves pt to s, keeping the count of the parts that occupy a
-// handler (l.occupying: not settled, not waiting for a retry).
-func (l *loop) setState(pt *part, s stage) {
-	switch {
-	case pt.state == partHeld && s != partHeld:
-		l.occupying++
-	case pt.state != partHeld && s == partHeld:
-		l.occupying--
-	}
-	pt.state = s
-}
-
 // newPop turns a pop's answer into parts.
 func (l *loop) newPop(res *popResult) *pop {
 	p := &pop{leaseID: res.leaseID, msgs: res.messages, units: len(res.messages), at: time.Now()}
@@ -143,24 +59,24 @@ func (l *loop) newPop(res *popResult) *pop {
 	return p
 }
 
-// dispatched takes a pop's answer with messages (reserved: what its pop
-// took from the Limit): its parts wait for a worker, its renewals start.
-// An answer that comes after the stop is given back whole.
-func (l *loop) dispatched(res *popResult, reserved int) {
+// dispatched takes a pop's answer with messages: its parts wait for a
+// worker, its renewals start; queued says so. An answer that comes after
+// the stop is given back whole.
+func (l *loop) dispatched(res *popResult) (queued bool) {
 	p := l.newPop(res)
 	l.pops = append(l.pops, p)
-	if l.phase != running {
+	if l.phase == running {
+		l.startRenewals(p)
 		for _, pt := range p.parts {
-			l.giveBack(pt, 0, nil)
+			l.setState(pt, partQueued)
+			l.queued = append(l.queued, pt)
 		}
-		return
+		return true
 	}
-	l.startRenewals(p)
 	for _, pt := range p.parts {
-		l.setState(pt, partQueued)
-		l.queued = append(l.queued, pt)
+		l.giveBack(pt, 0, nil)
 	}
-	l.fetcher.landed(l.fetcher.inflight+l.inHand() > l.cfg.slots) // no handler idle: nothing to pace
+	return false
 }
 
 // dispatch hands the waiting parts whose partition is free to idle
@@ -182,12 +98,6 @@ func (l *loop) start(pt *part) {
 	l.setState(pt, partBusy)
 	l.running = append(l.running, pt)
 	l.e.workc <- work{pt: pt, msgs: pt.msgs, from: pt.next, whole: pt.whole, ctx: pt.p.ctx}
-}
-
-// requeue puts pt first in line, to go on from its next message.
-func (l *loop) requeue(pt *part) {
-	l.setState(pt, partQueued)
-	l.queued = slices.Insert(l.queued, 0, pt)
 }
 
 // splitPartitions cuts msgs into partitions, in the order the partitions
@@ -225,13 +135,4 @@ func onePartition(msgs []*Message) bool {
 		}
 	}
 	return true
-}
-
-func samePartition(a, b *Message) bool {
-	return a.PartitionID == b.PartitionID && a.Partition == b.Partition && a.Queue == b.Queue
-}
-
-// conflicts says whether pt may not start while o runs: one partition.
-func (pt *part) conflicts(o *part) bool {
-	return !pt.whole && !o.whole && samePartition(pt.msgs[0], o.msgs[0])
 }

@@ -29,7 +29,9 @@ import (
 // (consume_settle.go): each outcome is acked as soon as the sender is
 // free, a partition's in order, and a failed message is retried where it
 // failed (consume_failures.go), its lease renewed meanwhile
-// (consume_lease.go). The stop path is consume_stop.go. No goroutine but
+// (consume_lease.go). The stop path is consume_stop.go. The pop and part
+// types and the part's state transitions, which every stage uses, are
+// consume_part.go. No goroutine but
 // the owner reads or writes the loop; what the others get (a message
 // slice, a ctx, a job) is not written while they hold it.
 
@@ -106,11 +108,12 @@ type loop struct {
 
 	failures *failureCounter
 	rules    ruleState
-	acks     ackState // the outbox's backoff and outage
-	sending  int      // the sender's jobs in flight
-	acking   int      // of them, ack jobs
-	spares   []*job   // ack jobs answered, for the next ones
-	renewals []*pop   // pops whose renewal is due, in order
+	acks     ackState    // the outbox's backoff and outage
+	sending  int         // the sender's jobs in flight
+	acking   int         // of them, ack jobs
+	spares   []*job      // ack jobs answered, for the next ones
+	renewals []*pop      // pops whose renewal is due, in order
+	news     settledNews // what settling found, for settledFound
 
 	lastBusy time.Time // the last pop settled (or the start), for IdleMillis
 	drainAt  time.Time // a stop's wait for answers on their way ends (zero: none)
@@ -225,7 +228,9 @@ func (e *engine) run() error {
 		}
 		select {
 		case a := <-e.popc:
-			l.answered(a)
+			if err := l.answered(a); err != nil {
+				l.stop(err)
+			}
 		case r := <-e.donec:
 			l.handled(r)
 		case j := <-e.sentc:
@@ -237,6 +242,7 @@ func (e *engine) run() error {
 		case <-consumeEnded:
 			l.stop(nil)
 		}
+		l.settledFound()
 		l.drainReady()
 	}
 }
@@ -249,24 +255,53 @@ func (l *loop) drainReady() {
 		case r := <-l.e.donec:
 			l.handled(r)
 		case a := <-l.e.popc:
-			l.answered(a)
+			if err := l.answered(a); err != nil {
+				l.stop(err)
+			}
 		default:
 			return
+		}
+		l.settledFound()
+	}
+}
+
+// settledFound acts on what settling found (check, consume_settle.go)
+// since it last ran: each partition freed paces the pops (one more may go
+// while contended), each pop settled gives back the Limit units it did not
+// use, and the Limit, once all called and settled, stops the loop. The
+// owner runs it after every step that may settle a part, before anything
+// reads the pacing or the Limit.
+func (l *loop) settledFound() {
+	for l.news != (settledNews{}) {
+		n := l.news
+		l.news = settledNews{}
+		for range n.freed {
+			l.fetcher.freed(l.cfg.slots)
+		}
+		if n.pops > 0 {
+			l.fetcher.limit.settled(n.units, n.calls)
+			if l.fetcher.limit.reached() {
+				l.stop(nil) // its give-backs may settle more: taken in the next round
+			}
 		}
 	}
 }
 
 // act does what the state allows now: the stop of a ctx that ended, what
 // is due, handlers for the parts waiting, pops, and the sender's next
-// job.
+// jobs: a read of the queue's settings, every renewal due, then acks
+// (after a stop, only once no pop of the loop can claim what they free).
 func (l *loop) act(now time.Time) {
 	if l.phase == running && l.e.stopping() {
 		l.stop(nil) // no pop or message starts after a ctx ended
 	}
 	l.due(now)
+	l.settledFound()
 	l.dispatch()
 	l.popMore(now)
-	l.flush(now)
+	l.giveRuleRead()
+	l.giveRenewals()
+	l.flush(now, l.phase == running || l.fetcher.quiet(l.life.pollCtx, now))
 }
 
 // due does what a deadline asks: the stop's steps, the parts whose

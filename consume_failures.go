@@ -173,15 +173,6 @@ func (l *loop) hold(pt *part, i, attempt int, delay time.Duration, text string) 
 	}
 }
 
-// resolvedMsg ends the hold of pt's failed message, if any: its outcome is
-// final.
-func (l *loop) resolvedMsg(pt *part) {
-	if pt.failing {
-		pt.failing = false
-		pt.p.holding--
-	}
-}
-
 // retryDue hands on the held parts whose retryDelay is over: an Each
 // part's message goes to a handler again, a whole part's acks to the
 // broker.
@@ -331,6 +322,15 @@ func (l *loop) readRuleAtStart() {
 func (l *loop) askRule(failed *Message) {
 	l.rules.reading = true
 	l.rules.job = &job{kind: jobRule, failed: failed}
+}
+
+// giveRuleRead gives the sender the read of the queue's settings that
+// waits for it, if one does.
+func (l *loop) giveRuleRead() {
+	if j := l.rules.job; j != nil {
+		l.rules.job = nil
+		l.give(j)
+	}
 }
 
 // ruleFor returns the queue's settings for a failure of m; ok false: they

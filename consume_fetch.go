@@ -193,8 +193,10 @@ func (f *fetcher) wakeAt() time.Time {
 }
 
 // answered takes a pop's answer: the pacing, the Limit, the outage, then
-// dispatch. An answer that comes after the stop is given back whole.
-func (l *loop) answered(a popAnswer) {
+// dispatch. An answer that comes after the stop is given back whole. It
+// returns why the answer stops the loop (nil: it does not), a refusal for
+// good or a callback's Goexit: the owner's run stops it.
+func (l *loop) answered(a popAnswer) (stop error) {
 	f := &l.fetcher
 	got := 0
 	if a.res != nil {
@@ -210,16 +212,21 @@ func (l *loop) answered(a popAnswer) {
 	}
 	switch {
 	case got > 0:
-		l.dispatched(a.res, a.order.n)
+		if l.dispatched(a.res) {
+			f.landed(f.inflight+l.inHand() > l.cfg.slots) // no handler idle: nothing to pace
+		}
 	case a.err != nil && !stopped:
-		l.popFailed(a.err)
+		stop = l.popFailed(a.err)
 	}
 	if a.goexit {
-		l.callbackGoexit("a fetcher")
+		if err := l.callbackGoexit("a fetcher"); stop == nil {
+			stop = err
+		}
 	}
 	if l.phase != running && f.inflight == 0 {
 		f.abandon(l.life.pollCancel) // the last pop is back: nothing to wait for
 	}
+	return stop
 }
 
 // answer records a pop's answer (got messages), and ends the outage, if
@@ -390,10 +397,6 @@ func fatalPopError(err error) bool {
 	return !transport.RetryableErr(err) // e.g. an untrusted TLS certificate
 }
 
-// retryableStatus says whether a broker's answer of that status may change
-// if the request is sent again: the client's one rule, transport.Retryable.
-func retryableStatus(status int) bool { return transport.Retryable(status) }
-
 // outage follows a run of failed pops: the pause before the next one
 // (retryBackoff), and what to say about it. A Warn at the first failure,
 // then a Warn only each outageLogEvery (the failures between at Debug),
@@ -422,9 +425,10 @@ func (o *outage) failed(err error, now time.Time) (time.Duration, bool) {
 // (0: there was none).
 func (o *outage) recovered() (int, time.Time) { return o.backoff.reset(), o.since }
 
-// popFailed handles a failed pop: a refusal for good stops the loop with
-// it; anything else pauses the pops for a backoff, loudly.
-func (l *loop) popFailed(err error) {
+// popFailed handles a failed pop: a refusal for good is returned, to stop
+// the loop with it; anything else pauses the pops for a backoff, loudly
+// (nil).
+func (l *loop) popFailed(err error) (fatal error) {
 	if !fatalPopError(err) {
 		level := slog.LevelDebug
 		d, warn := l.fetcher.failed(err)
@@ -433,8 +437,8 @@ func (l *loop) popFailed(err error) {
 		}
 		l.log.Log(context.Background(), level, "queen: pop failed; the loop backs off and pops again", "queue", l.cfg.queue, "group", l.cfg.group,
 			"err", err, "failures", l.fetcher.outage.backoff.failures, "backoff", d)
-		return
+		return nil
 	}
 	l.log.Error("queen: consume loop stopped by the broker's refusal", "queue", l.cfg.queue, "group", l.cfg.group, "err", err)
-	l.stop(err)
+	return err
 }

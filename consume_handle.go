@@ -261,16 +261,6 @@ func (l *loop) outcome(pt *part, r result) {
 	}
 }
 
-// deleteOne removes pt from s, keeping the order.
-func deleteOne(s []*part, pt *part) []*part {
-	for i, o := range s {
-		if o == pt {
-			return append(s[:i], s[i+1:]...)
-		}
-	}
-	return s
-}
-
 // Causes of a handler ctx's cancellation.
 var (
 	errConsumeStopped = errors.New("queen: consume loop stopped and its grace period ended")

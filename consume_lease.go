@@ -115,12 +115,14 @@ func (l *loop) renewDue(now time.Time) {
 	}
 }
 
-// renewJob takes the first renewal due.
-func (l *loop) renewJob() *job {
-	p := l.renewals[0]
-	l.renewals = l.renewals[1:]
-	_, secs := l.renewPlan(p)
-	return &job{kind: jobRenew, p: p, leaseID: p.leaseID, secs: max(secs, 1), n: len(p.msgs)}
+// giveRenewals gives the sender every renewal due, in order.
+func (l *loop) giveRenewals() {
+	for len(l.renewals) > 0 {
+		p := l.renewals[0]
+		l.renewals = l.renewals[1:]
+		_, secs := l.renewPlan(p)
+		l.give(&job{kind: jobRenew, p: p, leaseID: p.leaseID, secs: max(secs, 1), n: len(p.msgs)})
+	}
 }
 
 // renewed takes a renewal's answer: a lease found gone while a message

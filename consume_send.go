@@ -13,8 +13,8 @@ import (
 // loop's retries are the owner's, consume_broker.go). It runs each job the
 // owner gives it on a goroutine of its own and hands it back answered, so
 // that a renewal never waits behind an ack; the owner decides how many
-// jobs are in flight (consume_settle.go, flush) and reads a job only once
-// it is back. When the owner closes sendc, the sender returns after the
+// jobs are in flight (loop.act; for acks, consume_settle.go's flush) and
+// reads a job only once it is back. When the owner closes sendc, the sender returns after the
 // jobs in flight.
 
 type jobKind uint8
@@ -102,7 +102,7 @@ func (l *loop) sent(j *job) {
 	l.sending--
 	if j.goexit {
 		j.exited()
-		l.callbackGoexit("the sender")
+		l.stop(l.callbackGoexit("the sender"))
 	}
 	switch j.kind {
 	case jobAck:
@@ -148,10 +148,10 @@ func (j *job) exited() {
 // fetcher's or the sender's goroutine (runtime.Goexit); the loop stops.
 var errCallbackGoexit = errors.New("queen: a consume callback (OnLoopError or a hook) ended its goroutine (runtime.Goexit)")
 
-// callbackGoexit stops the loop after a callback ended a goroutine of
-// who (runtime.Goexit).
-func (l *loop) callbackGoexit(who string) {
+// callbackGoexit says that a callback ended a goroutine of who
+// (runtime.Goexit), and returns the error the loop stops with.
+func (l *loop) callbackGoexit(who string) error {
 	l.log.Error("queen: a callback on "+who+" of the consume loop ended its goroutine (runtime.Goexit); the loop stops",
 		"queue", l.cfg.queue, "group", l.cfg.group)
-	l.stop(errCallbackGoexit)
+	return errCallbackGoexit
 }

@@ -25,14 +25,6 @@ import (
 // logged, and one that follows an attempt whose answer was lost is taken
 // for what it most likely is, an ack that attempt applied.
 
-// ackItem is one message's ack: the status sent (s) and the outcome
-// chosen, which can differ (a Fail is sent retry or dlq).
-type ackItem struct {
-	s       Settlement
-	chosen  AckStatus
-	retried bool // sent before, and that attempt's answer was lost: it may have been applied
-}
-
 // Quick handlers: while a worker runs a partition's messages one after
 // another in quick succession (each call under quickCall), their acks
 // gather for up to ackLinger before a request goes for them alone, so
@@ -102,6 +94,7 @@ func (l *loop) tidy() {
 // msgs[from] on are acked, the others as retry (no retry spent).
 func (l *loop) giveBack(pt *part, from int, first *ackItem) {
 	l.resolvedMsg(pt)
+	l.setState(pt, partIdle)
 	if first != nil {
 		l.addAck(pt, *first)
 	}
@@ -109,7 +102,6 @@ func (l *loop) giveBack(pt *part, from int, first *ackItem) {
 		l.addAck(pt, ackItem{s: Settlement{Message: m, Status: StatusRetry}, chosen: StatusRetry})
 	}
 	pt.next, pt.resolved = len(pt.msgs), true
-	l.setState(pt, partIdle)
 	l.check(pt)
 }
 
@@ -144,17 +136,26 @@ func (pt *part) sendable() int {
 	return len(pt.pending)
 }
 
+// settledNews is what check found since the owner last took it
+// (loop.settledFound, consume_engine.go): the partitions freed, and the
+// pops settled with the Limit units they held and used.
+type settledNews struct {
+	freed        int // parts settled: their partition is free
+	pops         int // pops settled
+	units, calls int // of those pops: Limit units held, handler calls made
+}
+
 // check settles pt once it is resolved and every ack of it answered, and
-// its pop once every part is: the partition is free (one more pop may go
-// while contended), the pop's Limit units are counted, and the Limit,
-// once all called and settled, stops the loop.
+// its pop once every part is: the pop leaves the loop. What that frees
+// (a partition, a pop's Limit units) is noted in l.news for the owner,
+// which paces the pops by it and stops at the Limit.
 func (l *loop) check(pt *part) {
 	if pt.settled || !pt.resolved || pt.state == partBusy || pt.sending > 0 || len(pt.pending) > 0 || len(pt.heldAcks) > 0 {
 		return
 	}
 	pt.settled = true
 	l.occupying--
-	l.fetcher.freed(l.cfg.slots)
+	l.news.freed++
 	p := pt.p
 	if p.open--; p.open > 0 {
 		return
@@ -164,10 +165,9 @@ func (l *loop) check(pt *part) {
 	p.renewAt = time.Time{}
 	p.cancel(nil)
 	l.lastBusy = time.Now()
-	l.fetcher.limit.settled(p.units, p.calls)
-	if l.fetcher.limit.reached() {
-		l.stop(nil)
-	}
+	l.news.pops++
+	l.news.units += p.units
+	l.news.calls += p.calls
 }
 
 // ackState is the outbox's backoff after a failed ack request and the
@@ -217,31 +217,15 @@ func (l *loop) ackable(now time.Time) int {
 	return n
 }
 
-// mayAck says whether an ack request may go now: not during a backoff,
-// and after a stop only once quiet.
-func (l *loop) mayAck(now time.Time) bool {
-	if now.Before(l.acks.pauseTill) {
-		return false
-	}
-	return l.phase == running || l.fetcher.quiet(l.life.pollCtx, now)
-}
-
-// flush gives the sender the jobs that may go: a read of the queue's
-// settings, every renewal due, and acks: one job when none is in flight,
-// what completed meanwhile in the next; beside jobs in flight another only
-// for a batch's worth (ackChunk acks or more), up to Concurrency ack jobs
-// at once (a 0.15.1 broker settles acks one by one in PostgreSQL, and
-// serves several requests side by side). A part with acks in flight waits
-// for their answer.
-func (l *loop) flush(now time.Time) {
-	if j := l.rules.job; j != nil {
-		l.rules.job = nil
-		l.give(j)
-	}
-	for len(l.renewals) > 0 {
-		l.give(l.renewJob())
-	}
-	if !l.mayAck(now) {
+// flush gives the sender the ack jobs that may go (open: the stop lets
+// acks go, that is the loop runs or is quiet; never during a backoff): one
+// job when none is in flight, what completed meanwhile in the next; beside
+// jobs in flight another only for a batch's worth (ackChunk acks or more),
+// up to Concurrency ack jobs at once (a 0.15.1 broker settles acks one by
+// one in PostgreSQL, and serves several requests side by side). A part
+// with acks in flight waits for their answer.
+func (l *loop) flush(now time.Time, open bool) {
+	if !open || now.Before(l.acks.pauseTill) {
 		return
 	}
 	for l.acking < l.cfg.slots {
