@@ -381,6 +381,12 @@ func (e *engine) shutdown() {
 	l.hcancel(errConsumeStopped)
 	l.pollCancel()
 	l.reqCancel() // renewals and reads of the settings still in flight: nothing waits for them
+	// ...but their answers are taken, so that none blocks the sender on
+	// sentc: pops that settled may have left more renewals in flight than
+	// sentc holds.
+	for ; e.st.sending > 0; e.st.sending-- {
+		<-e.sentc
+	}
 	close(e.popOrders)
 	close(e.workc)
 	close(e.sendc)

@@ -173,7 +173,13 @@ func (l *loop) renewed(j *job) {
 	if p.renewAt = p.renewAt.Add(every); !p.renewAt.After(now) {
 		p.renewAt = now.Add(every)
 	}
-	p.renewAt = later(inLease(p, p.renewAt), now)
+	next := inLease(p, p.renewAt)
+	if j.err != nil {
+		// Late in the lease (or past it) inLease says now: a renewal that
+		// failed on the way goes again after a pause, not back to back.
+		next = later(next, now.Add(every/3))
+	}
+	p.renewAt = later(next, now)
 }
 
 // holds says whether p is a pop in hand.

@@ -156,3 +156,35 @@ func TestLeaseReleasedByAcksIsNotLost(t *testing.T) {
 		}
 	})
 }
+
+// A held failure's renewals that fail on the way go again at the next
+// tick, not back to back: once two failed, the lease's last third is
+// passed and inLease must not bring each next renewal to now.
+func TestLeaseHeldRenewFailuresPaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.rule = &retryRule{known: true, limit: 3, delay: 10 * time.Second}
+		f.add("p", 1)
+		f.renewEr = errors.New("connection refused")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var renewFails atomic.Int32
+		e, _ := testEngine(t, ctx, f, engineConfig{each: true, lease: 3 * time.Second}, 0,
+			func(context.Context, *Message) error { return errors.New("boom") })
+		e.on.onLoopError = func(_ context.Context, err error) {
+			var le *LoopError
+			if errors.As(err, &le) && le.Op == LoopOpRenew && renewFails.Add(1) == 100 {
+				cancel() // a spin: stop it
+			}
+		}
+		time.AfterFunc(9*time.Second, cancel) // within the retry's delay
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		// A renewal each third of the 3 s lease, then (its last third
+		// reached) each third of that: about 20 in 9 s, not a spin.
+		if n := renewFails.Load(); n == 0 || n > 30 {
+			t.Fatalf("%d renewals failed in 9 s, want about one a second", n)
+		}
+	})
+}

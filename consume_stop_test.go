@@ -275,3 +275,26 @@ func TestStopGivesBackDueRetry(t *testing.T) {
 		}
 	})
 }
+
+// Renewals left in flight by pops that settled are not waited for at the
+// stop, and more of them than the sender's answer buffer holds must not
+// keep Execute: each pop's renewal hangs, the pops settle one after
+// another, and the Limit stops the loop with them all in flight.
+func TestStopManyRenewalsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(1)
+		f.add("p", 12)
+		f.renewGate = make(chan struct{}) // never opened: renewals hang
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, renewEvery: 2 * time.Millisecond, renewSecs: 1}, 12,
+			func(context.Context, *Message) error {
+				time.Sleep(5 * time.Millisecond) // a renewal goes meanwhile, and hangs
+				return nil
+			})
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if got := statuses(f.settles()); len(got) != 12 {
+			t.Fatalf("settled %v", got)
+		}
+	})
+}
