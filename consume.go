@@ -47,8 +47,8 @@ const (
 	// LoopOpSettle: an attempt of an ack request failed; after a
 	// transient failure its acks are sent again after a backoff, with
 	// what completed meanwhile: while the loop runs until they go, after
-	// a stop for up to 15 s (then their messages come back when their
-	// lease runs out).
+	// a stop until 15 s past the grace period (then their messages come
+	// back when their lease runs out).
 	LoopOpSettle = "settle"
 	// LoopOpRenew: a lease renewal failed on the way; it is tried again at
 	// the next tick, and the handlers go on.
