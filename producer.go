@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/queen-go/queen/internal/transport"
@@ -412,6 +414,10 @@ type producer struct {
 	cancel context.CancelFunc
 	slots  chan struct{} // WithMaxInflight
 	wg     sync.WaitGroup
+	// retrying counts the batches between a failed send and their
+	// outcome: the first of a run logs its failure at Warn, the last its
+	// success, the others at Debug (one pair of lines per episode).
+	retrying atomic.Int32
 
 	mu      sync.Mutex
 	parts   map[partKey]*partState
@@ -976,6 +982,12 @@ func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) 
 		}
 		return nil, nil, sentBefore(&closedSending{err}, maybe)
 	}
+	counted := false // in e.retrying
+	defer func() {
+		if counted {
+			e.retrying.Add(-1)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		probe, werr := e.down.turn(e.ctx, deadline, attempt == 1)
 		if werr != nil {
@@ -1003,7 +1015,12 @@ func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) 
 			res, buffered, err = decodePushAnswer(resp.status, resp.body, items)
 			if res == nil || buffered == nil {
 				if attempt > 1 {
-					e.c.log.Warn("queen: producer: push sent again succeeds", "queue", items[0].Queue,
+					level := slog.LevelDebug
+					if counted && e.retrying.Add(-1) == 0 {
+						level = slog.LevelWarn // the last batch of the episode
+					}
+					counted = false
+					e.c.log.Log(context.Background(), level, "queen: producer: push sent again succeeds", "queue", items[0].Queue,
 						"partition", items[0].Partition, "messages", len(items), "attempts", attempt)
 				}
 				return res, buffered, err
@@ -1017,7 +1034,11 @@ func (e *producer) deliver(body []byte, items []wire.PushItem, since time.Time) 
 			if err != nil {
 				cause = err.Error()
 			}
-			e.c.log.Warn("queen: producer: push failed; sending it again until the delivery timeout", "queue", items[0].Queue,
+			level := slog.LevelDebug
+			if counted = true; e.retrying.Add(1) == 1 {
+				level = slog.LevelWarn // the first batch of the episode
+			}
+			e.c.log.Log(context.Background(), level, "queen: producer: push failed; sending it again until the delivery timeout", "queue", items[0].Queue,
 				"partition", items[0].Partition, "messages", len(items), "deliveryTimeout", e.cfg.deliver, "err", cause)
 		}
 		maybe = maybe || buffered != nil || classify(err).state == stateUnknown

@@ -107,13 +107,17 @@ func (rt *pushLog) pushes() []bool {
 // real connections): while it is down the producer sends one batch at a
 // time, at most every ProbeEvery, and when a probe is answered every batch
 // goes at once, without another wait. The producer's clock is the test's:
-// the assertions are on which sends happen at each step of it.
+// the assertions are on which sends happen at each step of it. The
+// outage is logged once: its start and end, and one pair of lines for
+// the batches that failed (the first's failure, the last's success).
 func TestProducerProbesWhileBrokerIsDown(t *testing.T) {
 	defer noProducerGoroutine(t)
 	srv := queentest.Start(t)
 	rt := &pushLog{next: http.DefaultTransport.(*http.Transport).Clone()}
 	t.Cleanup(rt.next.(*http.Transport).CloseIdleConnections)
-	c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}))
+	var logs logSink
+	c, err := queen.New(srv.URL, queen.WithHTTPClient(&http.Client{Transport: rt}),
+		queen.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +185,13 @@ func TestProducerProbesWhileBrokerIsDown(t *testing.T) {
 	// never have settled them.)
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	out := logs.String()
+	for _, msg := range []string{"push failed; sending it again", "push sent again succeeds",
+		"the broker is down", "the broker answers again"} {
+		if n := strings.Count(out, `level=WARN msg="queen: producer: `+msg); n != 1 {
+			t.Errorf("%d Warn lines %q, want 1:\n%s", n, msg, out)
+		}
 	}
 	counts, _ := stored(t, c, "restarted")
 	if len(counts) != 11*parts {
