@@ -323,10 +323,18 @@ func (l *loop) due(now time.Time) {
 		l.retryDue(now)
 	}
 	l.renewDue(now)
-	if l.phase == running && l.cfg.idle > 0 && len(l.pops) == 0 && !now.Before(l.lastBusy.Add(l.cfg.idle)) {
+	if l.phase == running && l.idleCounts() && !now.Before(l.lastBusy.Add(l.cfg.idle)) {
 		l.log.Debug("queen: consume loop idle, stopping", "queue", l.cfg.queue, "group", l.cfg.group, "idle", l.cfg.idle)
 		l.stop(nil)
 	}
+}
+
+// idleCounts says whether IdleMillis runs now: no pop in hand, and the
+// loop has heard from the broker (a pop answered, or failing): a first pop
+// slower than the idle time is no idleness.
+func (l *loop) idleCounts() bool {
+	f := &l.fetcher
+	return l.cfg.idle > 0 && len(l.pops) == 0 && (f.answered || f.outage.backoff.failures > 0)
 }
 
 // nextWake is the earliest deadline the owner waits for (zero: none).
@@ -341,7 +349,7 @@ func (l *loop) nextWake(now time.Time) time.Time {
 	soon(l.graceAt)
 	soon(l.settleBy)
 	if l.phase == running {
-		if l.cfg.idle > 0 && len(l.pops) == 0 {
+		if l.idleCounts() {
 			soon(l.lastBusy.Add(l.cfg.idle))
 		}
 		if t := l.fetcher.wakeAt(); l.canPop() && t.After(now) {

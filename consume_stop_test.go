@@ -154,6 +154,36 @@ func TestStopIdle(t *testing.T) {
 	})
 }
 
+// IdleMillis counts from what the loop learnt: a first pop slower than
+// the idle time (a slow broker, a loaded machine) is waited for, and its
+// messages handled; the idle stop comes one idle time after them.
+func TestStopIdleNotBeforeTheFirstAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(10)
+		f.add("p", 2)
+		gate := make(chan struct{})
+		f.popGate = gate
+		go func() {
+			time.Sleep(5 * time.Second) // five idle times
+			close(gate)
+		}()
+		defer func() { <-gate }() // the bubble ends with no goroutine left
+		var handled int
+		e, _ := testEngine(t, context.Background(), f, engineConfig{each: true, idle: time.Second}, 0,
+			func(context.Context, *Message) error { handled++; return nil })
+		start := time.Now()
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		if handled != 2 || len(f.left()) != 0 {
+			t.Fatalf("handled %d, left %v: the loop stopped idle before its first pop was answered", handled, f.left())
+		}
+		if d := time.Since(start); d < 6*time.Second {
+			t.Fatalf("idle stop %v after the start, want one idle time after the first answer (5 s)", d)
+		}
+	})
+}
+
 // IdleMillis does not run while a handler does: a handler three idle
 // times long, then the partition's next message, then the idle stop, one
 // idle time after the last handler returned.

@@ -251,7 +251,8 @@ func (b *QueueBuilder) Limit(n int) *QueueBuilder {
 }
 
 // IdleMillis stops a consume loop after ms milliseconds with no message in
-// hand (0: never; negative: ErrInvalidOption).
+// hand, counted once a pop was answered (or failed): a first pop slower
+// than ms is waited for (0: never; negative: ErrInvalidOption).
 func (b *QueueBuilder) IdleMillis(ms int) *QueueBuilder {
 	cp := *b
 	cp.idleMs = ms
