@@ -60,6 +60,8 @@ type fakeBroker struct {
 	nowaits   []bool         // whether each pop was one that does not wait
 	inflight  int            // pops in flight now
 	maxFlight int            // the most pops in flight at once
+	waiting   int            // empty long polls waiting now
+	maxWait   int            // the most empty long polls waiting at once
 	acks      [][]Settlement // every settle's outcomes
 	renews    map[string]int // lease id -> renewals
 	retired   []string       // messages completed or dead-lettered, by key
@@ -162,6 +164,15 @@ func (f *fakeBroker) pop(ctx context.Context, capped int, nowait bool) (*popResu
 		return &empty, nil
 	}
 	if len(got) == 0 {
+		f.mu.Lock()
+		f.waiting++
+		f.maxWait = max(f.maxWait, f.waiting)
+		f.mu.Unlock()
+		defer func() {
+			f.mu.Lock()
+			f.waiting--
+			f.mu.Unlock()
+		}()
 		t := time.NewTimer(f.popWait)
 		defer t.Stop()
 		select {

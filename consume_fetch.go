@@ -47,6 +47,7 @@ const (
 type popOrder struct {
 	n         int
 	nowait    bool
+	fallback  bool // a long poll (fetcher.parked)
 	settledAt uint64 // fetcher.settled when it went
 }
 
@@ -103,6 +104,7 @@ type fetcher struct {
 	contended  bool      // a pop that did not wait found nothing; pops go one per freed partition
 	tokens     int       // freed partitions not yet used by a pop, while contended
 	fallbackAt time.Time // while contended with no token: a long poll may go after this
+	parked     int       // long polls in flight (at most one)
 	// The stop.
 	abandoned bool      // pops in flight were abandoned at the stop
 	quietAt   time.Time // when an abandoned pop is surely gone
@@ -147,19 +149,24 @@ func (f *fetcher) take(now time.Time, inHand, slots, want int) (popOrder, bool) 
 	if f.inflight+inHand >= slots || now.Before(f.pauseTill) {
 		return popOrder{}, false
 	}
+	parked := f.parked
 	goes, nowait := f.paced(now, inHand, slots)
 	if !goes {
 		return popOrder{}, false
 	}
+	fallback := f.parked > parked
 	n, ok := f.limit.reserve(want)
 	if !ok {
 		if nowait && f.contended {
 			f.tokens++ // the freed partition stays unused
 		}
+		if fallback {
+			f.parked--
+		}
 		return popOrder{}, false
 	}
 	f.inflight++
-	return popOrder{n: n, nowait: nowait, settledAt: f.settled}, true
+	return popOrder{n: n, nowait: nowait, fallback: fallback, settledAt: f.settled}, true
 }
 
 // paced says how the next pop may go (see the top of this file): go
@@ -170,14 +177,26 @@ func (f *fetcher) paced(now time.Time, inHand, slots int) (goes, nowait bool) {
 	switch {
 	case !held && !f.answered && slots > 1:
 		return true, true // the first pops: see the top of this file
+	case f.contended && f.tokens > 0:
+		f.tokens-- // a partition the loop freed: its pop goes, beside a parked one
+		return true, true
 	case !held:
+		// One long poll at a time: parked at the broker it holds a
+		// handler, and the first answer with messages lets the
+		// others go.
+		if f.parked > 0 {
+			return false, false
+		}
+		f.parked++
 		return true, false
 	case !f.contended:
 		return true, true
-	case f.tokens > 0:
-		f.tokens--
-		return true, true
-	case !now.Before(f.fallbackAt):
+	case f.parked == 0 && !now.Before(f.fallbackAt):
+		// One at a time: parked at the broker, a long poll holds a
+		// handler, and a partition the loop frees then needs a free one
+		// for its pop (a waiting pop notices it only at the broker's
+		// next re-check).
+		f.parked++
 		return true, false
 	}
 	return false, false
@@ -186,7 +205,7 @@ func (f *fetcher) paced(now time.Time, inHand, slots int) (goes, nowait bool) {
 // wakeAt is when a pop held back by the pacing may go by itself: the end
 // of a pause, or when a contended loop may long-poll.
 func (f *fetcher) wakeAt() time.Time {
-	if f.contended && f.tokens == 0 && f.fallbackAt.After(f.pauseTill) {
+	if f.contended && f.tokens == 0 && f.parked == 0 && f.fallbackAt.After(f.pauseTill) {
 		return f.fallbackAt
 	}
 	return f.pauseTill
@@ -203,6 +222,9 @@ func (l *loop) answered(a popAnswer) (stop error) {
 		got = len(a.res.messages)
 	}
 	f.inflight--
+	if a.order.fallback {
+		f.parked--
+	}
 	stopped := l.phase != running
 	if n, since := f.answer(a, got, stopped); n > 0 {
 		// The outage's end, at the level of its start, so that a logger

@@ -338,6 +338,45 @@ func TestFetchNoSettleThenLongPoll(t *testing.T) {
 	})
 }
 
+// A contended loop parks one long poll at a time: handlers beyond it stay
+// free, so that the partition its acks free gets its pop at once instead
+// of waiting for a parked poll's re-check. One partition, one message a
+// pop, a second each, four handlers, the broker's empty long polls ten
+// seconds long: the third message starts after two seconds, not twenty.
+func TestFetchContendedParksOneLongPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeBroker(1)
+		f.popWait = 10 * time.Second
+		f.add("p", 3)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		start := time.Now()
+		var third time.Duration
+		calls := 0
+		e, _ := testEngine(t, ctx, f, engineConfig{slots: 4, each: true}, 0,
+			func(context.Context, *Message) error {
+				if calls++; calls == 3 {
+					third = time.Since(start)
+					cancel()
+				}
+				time.Sleep(time.Second)
+				return nil
+			})
+		if err := runEngine(t, e); err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		most := f.maxWait
+		f.mu.Unlock()
+		if most > 1 {
+			t.Errorf("%d long polls parked at once, want at most 1", most)
+		}
+		if third > 3*time.Second || len(f.left()) != 0 {
+			t.Errorf("the third message of a second each started after %v (left %v): freed partitions waited for parked polls", third, f.left())
+		}
+	})
+}
+
 // With the default backoff (50 ms doubling to 200 ms, ±20 % jitter), a
 // loop resumes within 240 ms of the broker's return: the first message is
 // handled at most one capped backoff after the last failed pop. On the
