@@ -47,7 +47,7 @@ const (
 type popOrder struct {
 	n         int
 	nowait    bool
-	fallback  bool // a long poll (fetcher.parked)
+	fallback  bool   // a long poll (fetcher.parked)
 	settledAt uint64 // fetcher.settled when it went
 }
 
