@@ -391,20 +391,30 @@ func (l *loop) ruleRead(j *job) {
 				"queue", l.cfg.queue, "group", l.cfg.group, "err", j.err)
 		}
 	}
-	parked := rs.parked
-	rs.parked = nil
+	l.unpark(func(pt *part, r result) {
+		if pt.whole {
+			l.wholeDone(pt, r)
+			return
+		}
+		l.failure(pt, r)
+		l.afterRun(pt)
+	})
+}
+
+// unpark ends the wait of the failures parked for the queue's settings:
+// each part is at rest again, a lost pop's dropped, the others go on with
+// resume (their failure's result).
+func (l *loop) unpark(resume func(pt *part, r result)) {
+	parked := l.rules.parked
+	l.rules.parked = nil
 	for _, pt := range parked {
 		r := *pt.parked
 		pt.parked = nil
 		l.setState(pt, partIdle)
-		switch {
-		case pt.p.lost:
+		if pt.p.lost {
 			l.drop(pt)
-		case pt.whole:
-			l.wholeDone(pt, r)
-		default:
-			l.failure(pt, r)
-			l.afterRun(pt)
+			continue
 		}
+		resume(pt, r)
 	}
 }

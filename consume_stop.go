@@ -164,23 +164,15 @@ func (l *loop) stop(err error) {
 	l.settleBy = now.Add(l.cfg.grace + settleTimeout)
 	// Failures waiting for the queue's settings: given back (retry, their
 	// count kept here), without waiting for the read.
-	parked := l.rules.parked
-	l.rules.parked = nil
-	for _, pt := range parked {
-		r := *pt.parked
-		pt.parked = nil
-		l.setState(pt, partIdle)
-		switch {
-		case pt.p.lost:
-			l.drop(pt)
-		case pt.whole:
+	l.unpark(func(pt *part, r result) {
+		if pt.whole {
 			l.giveBack(pt, 0, nil)
-		default:
-			m := pt.msgs[r.i]
-			l.failures.failed(m)
-			l.giveBack(pt, r.i+1, &ackItem{s: Settlement{Message: m, Status: StatusRetry, Error: r.o.Error}, chosen: StatusFailed})
+			return
 		}
-	}
+		m := pt.msgs[r.i]
+		l.failures.failed(m)
+		l.giveBack(pt, r.i+1, &ackItem{s: Settlement{Message: m, Status: StatusRetry, Error: r.o.Error}, chosen: StatusFailed})
+	})
 	// Parts that wait for a handler or for a retry: given back.
 	for _, pt := range l.queued {
 		l.giveBackAtStop(pt) // a retry that is due included
